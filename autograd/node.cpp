@@ -1,0 +1,107 @@
+#include "autograd/node.h"
+
+#include <atomic>
+
+#include "autograd/grad_mode.h"
+
+namespace gg {
+namespace {
+std::atomic<uint64_t> g_next_sequence_nr{0};
+thread_local bool t_grad_enabled = true;
+thread_local int t_backward_level = 0;
+}  // namespace
+
+bool GradMode::is_enabled() { return t_grad_enabled; }
+void GradMode::set_enabled(bool enabled) { t_grad_enabled = enabled; }
+
+namespace detail {
+int current_backward_level() { return t_backward_level; }
+void set_backward_level(int level) { t_backward_level = level; }
+}  // namespace detail
+
+Node::Node() : sequence_nr(g_next_sequence_nr++), level(t_backward_level) {}
+
+SavedVariable::SavedVariable(const Tensor& t, bool is_output)
+    : is_output_(is_output), version_(t.defined() ? t.version() : 0) {
+  if (!t.defined()) return;
+  requires_grad_ = t.requires_grad();
+  if (is_output) {  // keep data only; the grad_fn is the owner node, re-attached on unpack
+    output_nr_ = t.output_nr();
+    data_ = t.detach();
+  } else {
+    data_ = t;
+  }
+}
+
+Tensor SavedVariable::unpack(const std::shared_ptr<Node>& owner, const char* node_name, size_t index) const {
+  if (!data_.defined()) return data_;
+  GG_CHECK(data_.version() == version_, AutogradError,
+           "gg: a tensor needed for the gradient of '", node_name, "' (saved tensor ", index,
+           ", shape ", shape_str(data_.shape()), ") was modified by an in-place operation: "
+           "its version is ", data_.version(), ", expected ", version_,
+           ". Clone it before modifying it, or modify it before it is used.");
+  if (!is_output_ || !requires_grad_) return data_;
+  Tensor t = make_view(data_, data_.shape(), data_.strides(), data_.offset());
+  t.impl().grad_fn = owner;
+  t.impl().output_nr = output_nr_;
+  return t;
+}
+
+TensorList FunctionNode::apply(const TensorList& grads, const std::vector<bool>& needs) {
+  GG_CHECK(!released_, AutogradError, "gg: trying to differentiate through the graph a second time (node '",
+           name_, "'): its saved tensors were freed after the first pass. Pass retain_graph=true "
+           "to the first grad/backward call if you need to run it twice.");
+  TensorList unpacked;
+  unpacked.reserve(saved.size());
+  std::shared_ptr<Node> self = shared_from_this();
+  for (size_t i = 0; i < saved.size(); ++i) unpacked.push_back(saved[i].unpack(self, name_, i));
+  return fn_(BackwardArgs{grads, unpacked, needs});
+}
+
+void FunctionNode::release_saved() {
+  if (saved.empty()) return;  // nothing saved: running it again is harmless
+  for (auto& s : saved) s.reset();
+  released_ = true;
+}
+
+AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> l) : leaf(std::move(l)) {
+  outputs.push_back({leaf->shape, leaf->dtype, leaf->storage->device()});
+}
+
+Edge gradient_edge(const Tensor& t) {
+  TensorImpl& impl = t.impl();
+  if (impl.grad_fn) return {impl.grad_fn, impl.output_nr};
+  if (!impl.requires_grad) return {};
+  std::shared_ptr<Node> acc = impl.grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(t.impl_ptr());
+    impl.grad_accumulator = acc;
+  }
+  return {acc, 0};
+}
+
+void record(const char* name, const TensorList& inputs, const TensorList& outputs,
+            const TensorList& to_save, BackwardFn backward) {
+  if (!GradMode::is_enabled()) return;
+  bool any = false;
+  for (const Tensor& t : inputs) any = any || (t.defined() && t.requires_grad());
+  if (!any) return;
+  auto node = std::make_shared<FunctionNode>(name, std::move(backward));
+  node->next_edges.reserve(inputs.size());
+  for (const Tensor& t : inputs) node->next_edges.push_back(t.defined() ? gradient_edge(t) : Edge{});
+  node->outputs.reserve(outputs.size());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    TensorImpl& o = outputs[i].impl();
+    o.grad_fn = node;
+    o.output_nr = static_cast<uint32_t>(i);
+    node->outputs.push_back({o.shape, o.dtype, o.storage->device()});
+  }
+  node->saved.reserve(to_save.size());
+  for (const Tensor& t : to_save) {
+    bool is_output = false;
+    for (const Tensor& o : outputs) is_output = is_output || (t.defined() && t.is_same(o));
+    node->saved.emplace_back(t, is_output);
+  }
+}
+
+}  // namespace gg

@@ -1,0 +1,116 @@
+// The tape. Every recorded op makes one Node; its edges point at the nodes that produced its
+// inputs (or at the AccumulateGrad node of a leaf). A node's backward is written in gg ops, so
+// when the engine runs it with grad mode on (create_graph) the backward itself is recorded
+// as new nodes, which can be differentiated again.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace gg {
+
+class Node;
+
+struct Edge {
+  std::shared_ptr<Node> node;  // null: this input needs no gradient
+  uint32_t input_nr = 0;       // which output of `node` the gradient is for
+  bool valid() const { return node != nullptr; }
+};
+
+// Shape, dtype and device of one output, so a missing gradient can be materialised as zeros.
+struct TensorMeta {
+  Shape shape;
+  DType dtype;
+  Device device;
+};
+
+class Node : public std::enable_shared_from_this<Node> {
+ public:
+  Node();
+  virtual ~Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // grads[i] is the gradient for output i (never undefined: the engine fills zeros);
+  // needs[j] says whether input j's gradient is wanted. Returns one tensor per input
+  // (undefined where not needed).
+  virtual TensorList apply(const TensorList& grads, const std::vector<bool>& needs) = 0;
+  virtual const char* name() const = 0;
+  // Frees saved tensors after a backward without retain_graph.
+  virtual void release_saved() {}
+
+  std::vector<Edge> next_edges;     // one per input
+  std::vector<TensorMeta> outputs;  // one per output
+  uint64_t sequence_nr;             // creation order: later nodes run first
+  int level;                        // 0: recorded in the forward; k: recorded while running
+                                    // a k-th nested backward (create_graph)
+};
+
+// Saves a tensor for the backward. An op's own output is stored without its grad_fn (that
+// would be a reference cycle) and re-attached when unpacked. The storage version is recorded
+// so that an in-place change after saving is reported instead of giving a wrong gradient.
+class SavedVariable {
+ public:
+  SavedVariable() = default;
+  SavedVariable(const Tensor& t, bool is_output);
+  Tensor unpack(const std::shared_ptr<Node>& owner, const char* node_name, size_t index) const;
+  void reset() { data_ = Tensor(); }
+
+ private:
+  Tensor data_;
+  bool is_output_ = false;
+  bool requires_grad_ = false;
+  uint32_t output_nr_ = 0;
+  uint64_t version_ = 0;
+};
+
+struct BackwardArgs {
+  const TensorList& grads;   // gradient of each output
+  const TensorList& saved;   // unpacked saved tensors, in the order they were saved
+  const std::vector<bool>& needs;  // needs[i]: input i wants a gradient
+};
+using BackwardFn = std::function<TensorList(const BackwardArgs&)>;
+
+// The node every op records: a name, saved tensors, and a backward closure in gg ops.
+class FunctionNode final : public Node {
+ public:
+  FunctionNode(const char* name, BackwardFn fn) : name_(name), fn_(std::move(fn)) {}
+  TensorList apply(const TensorList& grads, const std::vector<bool>& needs) override;
+  const char* name() const override { return name_; }
+  void release_saved() override;
+  std::vector<SavedVariable> saved;
+
+ private:
+  const char* name_;
+  BackwardFn fn_;
+  bool released_ = false;
+};
+
+// Sink for a leaf's gradient: adds it into leaf.grad() (Tensor::backward only; gg::grad reads
+// the gradient arriving here without running it).
+class AccumulateGrad final : public Node {
+ public:
+  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf);
+  TensorList apply(const TensorList& grads, const std::vector<bool>& needs) override;
+  const char* name() const override { return "AccumulateGrad"; }
+  std::shared_ptr<TensorImpl> leaf;
+};
+
+// The edge along which a gradient for `t` flows: its grad_fn, or its leaf accumulator.
+Edge gradient_edge(const Tensor& t);
+
+// Records one op: if grad mode is on and some input requires grad, makes a FunctionNode with
+// edges to the inputs, saves `to_save`, and makes it the grad_fn of each output.
+void record(const char* name, const TensorList& inputs, const TensorList& outputs,
+            const TensorList& to_save, BackwardFn backward);
+
+namespace detail {
+int current_backward_level();
+void set_backward_level(int level);
+}  // namespace detail
+
+}  // namespace gg

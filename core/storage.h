@@ -1,0 +1,54 @@
+// A block of device memory shared by a tensor and all its views. Storage also carries the
+// version counter that autograd uses to notice a saved tensor modified in place.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "core/device.h"
+
+namespace gg {
+
+struct MemoryStats {
+  int64_t current_bytes = 0;  // bytes held by live storages on this device
+  int64_t peak_bytes = 0;     // high-water mark since the last reset
+  int64_t allocations = 0;    // number of allocations since start
+};
+
+// One allocator per device type. The CUDA backend registers its own at start-up.
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual void* allocate(size_t nbytes, int device_index) = 0;
+  virtual void deallocate(void* ptr, size_t nbytes, int device_index) = 0;
+};
+void register_allocator(DeviceType type, Allocator* allocator);
+Allocator* allocator_for(Device device);  // throws DeviceError when the backend is missing
+
+class Storage {
+ public:
+  Storage(size_t nbytes, Device device);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+  uint64_t version() const { return version_; }
+  void bump_version() { ++version_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  Device device_;
+  uint64_t version_ = 0;
+};
+
+namespace cpu {
+MemoryStats memory_stats();        // CPU tensor memory, counted by the CPU allocator
+void reset_peak_memory_stats();    // peak := current
+}  // namespace cpu
+
+}  // namespace gg

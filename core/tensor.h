@@ -1,0 +1,94 @@
+// gg::Tensor: a handle (shared pointer) to a strided view of a Storage, plus the autograd
+// fields the tape needs. Copying a Tensor copies the handle, as in PyTorch. The math lives in
+// ops/ (free functions gg::exp, gg::matmul, operators + - * /); this header is data only.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/shape.h"
+#include "core/storage.h"
+
+namespace gg {
+
+class Node;
+class Tensor;
+using TensorList = std::vector<Tensor>;
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  int64_t offset = 0;  // in elements
+  Shape shape;
+  Shape strides;  // in elements
+  DType dtype = DType::f32;
+
+  // Autograd. A leaf has no grad_fn; it requires grad when the user says so. A non-leaf
+  // requires grad exactly when it has a grad_fn (the node that produced it).
+  bool requires_grad = false;
+  std::shared_ptr<Node> grad_fn;
+  uint32_t output_nr = 0;                 // which output of grad_fn this is
+  std::shared_ptr<TensorImpl> grad;       // filled by Tensor::backward() on leaves
+  std::weak_ptr<Node> grad_accumulator;   // the leaf's AccumulateGrad node, while alive
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // ---- metadata ----
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const { return impl().shape; }
+  const Shape& strides() const { return impl().strides; }
+  int64_t dim() const { return static_cast<int64_t>(impl().shape.size()); }
+  int64_t size(int64_t d) const;  // negative d counts from the end
+  int64_t numel() const { return numel_of(impl().shape); }
+  DType dtype() const { return impl().dtype; }
+  Device device() const { return impl().storage->device(); }
+  int64_t offset() const { return impl().offset; }
+  bool is_contiguous() const;
+  uint64_t version() const { return impl().storage->version(); }
+
+  // ---- data (CPU tensors) ----
+  void* raw_data() const;  // start of this view, any device
+  template <typename T> T* data() const;          // checks dtype and device
+  double item() const;                            // one-element tensor to double
+  template <typename T> std::vector<T> to_vector() const;  // any layout, any device
+
+  // ---- autograd ----
+  bool requires_grad() const { return impl().requires_grad || impl().grad_fn != nullptr; }
+  Tensor& requires_grad_(bool flag = true);  // leaves only
+  bool is_leaf() const { return impl().grad_fn == nullptr; }
+  const std::shared_ptr<Node>& grad_fn() const { return impl().grad_fn; }
+  uint32_t output_nr() const { return impl().output_nr; }
+  Tensor grad() const { return Tensor(impl().grad); }
+  void set_grad(const Tensor& g) { impl().grad = g.impl_; }
+  void zero_grad() { impl().grad.reset(); }
+  // Same data, no history, requires_grad false.
+  Tensor detach() const;
+  // Accumulates d(this)/d(leaf) into leaf.grad() for every leaf that requires grad.
+  // `gradient` defaults to 1 for a one-element tensor. retain_graph defaults to create_graph.
+  void backward(const Tensor& gradient = Tensor(), bool create_graph = false,
+                int retain_graph = -1) const;
+
+  // ---- identity ----
+  TensorImpl& impl() const;
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// A new tensor with fresh contiguous storage; contents uninitialised.
+Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+// A view sharing `base`'s storage with the given geometry (no autograd record: ops/ does that).
+Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides, int64_t offset);
+
+}  // namespace gg

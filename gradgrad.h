@@ -1,0 +1,17 @@
+// gradgrad: a small C++17 tensor and autograd engine whose tape differentiates its own
+// backward pass, so derivatives of any order come for free. Include this one header.
+#pragma once
+
+#include "autograd/engine.h"
+#include "autograd/functional.h"
+#include "autograd/grad_mode.h"
+#include "autograd/gradcheck.h"
+#include "autograd/node.h"
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/shape.h"
+#include "core/storage.h"
+#include "core/tensor.h"
+#include "ops/ops.h"
+#include "core/cuda.h"

@@ -1,0 +1,86 @@
+// Batched matrix product through Eigen. Each operand is mapped in place as row-major (column
+// stride 1) or column-major (row stride 1), so transposed views need no copy.
+#include <Eigen/Core>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/strided.h"
+
+namespace gg::kernels::cpu {
+namespace {
+
+template <typename T, int Order>
+using MatMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>, 0, Eigen::OuterStride<>>;
+template <typename T>
+using OutMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+
+template <typename T, int OrderA, int OrderB>
+void gemm(const MatmulParams& p) {
+  const T* a = static_cast<const T*>(p.a);
+  const T* b = static_cast<const T*>(p.b);
+  T* c = static_cast<T*>(p.c);
+  const int64_t lda = OrderA == Eigen::RowMajor ? p.a_row_stride : p.a_col_stride;
+  const int64_t ldb = OrderB == Eigen::RowMajor ? p.b_row_stride : p.b_col_stride;
+  for (int64_t i = 0; i < p.batch; ++i) {
+    MatMap<T, OrderA> A(a + p.a_offsets[i], p.M, p.K, Eigen::OuterStride<>(std::max<int64_t>(lda, 1)));
+    MatMap<T, OrderB> B(b + p.b_offsets[i], p.K, p.N, Eigen::OuterStride<>(std::max<int64_t>(ldb, 1)));
+    OutMap<T> C(c + i * p.M * p.N, p.M, p.N);
+    if (p.K == 0) C.setZero();
+    else C.noalias() = A * B;
+  }
+}
+
+template <typename T>
+void matmul_t(const MatmulParams& p) {
+  const bool a_row = p.a_col_stride == 1, b_row = p.b_col_stride == 1;
+  if (a_row && b_row) return gemm<T, Eigen::RowMajor, Eigen::RowMajor>(p);
+  if (a_row) return gemm<T, Eigen::RowMajor, Eigen::ColMajor>(p);
+  if (b_row) return gemm<T, Eigen::ColMajor, Eigen::RowMajor>(p);
+  return gemm<T, Eigen::ColMajor, Eigen::ColMajor>(p);
+}
+
+}  // namespace
+
+void matmul(const MatmulParams& p) {
+  switch (p.dtype) {
+    case DType::f32: return matmul_t<float>(p);
+    case DType::f64: return matmul_t<double>(p);
+    default: throw DTypeError(std::string("gg::matmul: CPU supports f32 and f64, got ") + dtype_name(p.dtype));
+  }
+}
+
+void index_select(const IndexParams& p) {
+  const size_t es = dtype_size(p.dtype);
+  const auto* src = static_cast<const char*>(p.src);
+  auto* dst = static_cast<char*>(p.dst);
+  const size_t row = static_cast<size_t>(p.inner) * es;
+  for (int64_t o = 0; o < p.outer; ++o)
+    for (int64_t j = 0; j < p.n_idx; ++j)
+      std::memcpy(dst + static_cast<size_t>(o * p.n_idx + j) * row,
+                  src + static_cast<size_t>(o * p.dim_size + p.idx[j]) * row, row);
+}
+
+namespace {
+template <typename T>
+void index_add_t(const IndexParams& p) {
+  const T* src = static_cast<const T*>(p.src);
+  T* dst = static_cast<T*>(p.dst);
+  for (int64_t o = 0; o < p.outer; ++o)
+    for (int64_t j = 0; j < p.n_idx; ++j) {
+      const T* s = src + (o * p.n_idx + j) * p.inner;
+      T* d = dst + (o * p.dim_size + p.idx[j]) * p.inner;
+      for (int64_t i = 0; i < p.inner; ++i) d[i] += s[i];
+    }
+}
+}  // namespace
+
+void index_add(const IndexParams& p) {
+  switch (p.dtype) {
+    case DType::f32: return index_add_t<float>(p);
+    case DType::f64: return index_add_t<double>(p);
+    default: throw DTypeError(std::string("gg::index_add: CPU supports f32 and f64, got ") + dtype_name(p.dtype));
+  }
+}
+
+}  // namespace gg::kernels::cpu

@@ -1,0 +1,133 @@
+// Plain parameter structs shared by the CPU and CUDA kernels. Kernels see raw pointers,
+// element types and strided layouts, never tensors. Strides are in elements.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace gg::kernels {
+
+constexpr int kMaxDims = 8;
+
+struct Layout {
+  int ndim = 0;
+  int64_t sizes[kMaxDims] = {};
+  int64_t strides[kMaxDims] = {};
+};
+Layout make_layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides);
+
+// dst[i] = cast(src[i]) over the index space `dst_layout.sizes` (equal to src_layout.sizes).
+struct CopyParams {
+  DType src_dtype, dst_dtype;
+  const void* src;
+  void* dst;
+  Layout src_layout, dst_layout;
+};
+
+struct FillParams {
+  DType dtype;
+  void* dst;  // contiguous
+  int64_t n;
+  double value;
+};
+
+// Counter-based random numbers: element i depends only on (seed, offset + i), so the same
+// seed gives the same numbers on every backend and thread count.
+enum class RandomKind { uniform, normal };
+struct RandomParams {
+  DType dtype;
+  void* dst;  // contiguous
+  int64_t n;
+  uint64_t seed, offset;
+  RandomKind kind;
+  double a, b;  // uniform: [a, b); normal: mean a, std b
+};
+
+struct ArangeParams {
+  DType dtype;
+  void* dst;
+  int64_t n;
+  double start, step;
+};
+
+// y = f(x) elementwise on contiguous arrays of one floating dtype. `alpha` is the scalar of
+// pow/add/mul-by-scalar.
+enum class UnaryOp {
+  neg, exp, log, sqrt, tanh, sigmoid, relu, gelu, erf, sin, cos, abs, sign, step,
+  pow_scalar, add_scalar, mul_scalar
+};
+struct UnaryParams {
+  UnaryOp op;
+  DType dtype;
+  const void* x;
+  void* y;
+  int64_t n;
+  double alpha;
+};
+
+// out = a op b with broadcasting: `out` is contiguous of shape out_sizes; a and b are read
+// through their own (possibly zero) strides over the same index space. Comparisons write b8.
+enum class BinaryOp { add, sub, mul, div, maximum, eq, ne, lt, le, gt, ge };
+struct BinaryParams {
+  BinaryOp op;
+  DType dtype;  // of a and b
+  const void* a;
+  const void* b;
+  void* out;
+  Layout a_layout, b_layout;  // sizes = output shape
+};
+
+// out = cond ? a : b, broadcast like BinaryParams; cond is b8.
+struct WhereParams {
+  DType dtype;
+  const uint8_t* cond;
+  const void* a;
+  const void* b;
+  void* out;
+  Layout cond_layout, a_layout, b_layout;
+};
+
+// Reduce the last axis of a contiguous (rows, cols) array: out[r] = op(x[r, :]).
+enum class ReduceOp { sum, max };
+struct ReduceParams {
+  ReduceOp op;
+  DType dtype;
+  const void* x;
+  void* out;
+  int64_t rows, cols;
+};
+
+// C[b] = A[b] · B[b] for b < batch. A[b] is (M, K) at a + a_offsets[b] with row/col strides;
+// B[b] is (K, N) likewise; C is contiguous (batch, M, N). One of each pair of strides is 1.
+struct MatmulParams {
+  DType dtype;
+  int64_t batch, M, N, K;
+  const void* a;
+  const void* b;
+  void* c;
+  const int64_t* a_offsets;
+  const int64_t* b_offsets;
+  int64_t a_row_stride, a_col_stride, b_row_stride, b_col_stride;
+};
+
+// Softmax or log-softmax over the last axis of a contiguous (rows, cols) array.
+struct SoftmaxParams {
+  DType dtype;
+  const void* x;
+  void* y;
+  int64_t rows, cols;
+  bool log;
+};
+
+// index_select: out[o, j, i] = x[o, idx[j], i] with x (outer, dim_size, inner) contiguous.
+// index_add:    out[o, idx[j], i] += x[o, j, i] with out pre-zeroed (the backward).
+struct IndexParams {
+  DType dtype;
+  const void* src;
+  void* dst;
+  const int64_t* idx;
+  int64_t outer, dim_size, inner, n_idx;
+};
+
+}  // namespace gg::kernels

@@ -1,0 +1,43 @@
+// Helpers shared by the op files (not part of the public API).
+#pragma once
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+#include "core/error.h"
+#include "kernels/params.h"
+#include "ops/dispatch.h"
+#include "ops/ops.h"
+
+namespace gg::detail {
+
+inline void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
+  GG_CHECK(a.device() == b.device(), DeviceError, "gg::", op, ": tensors are on different devices: ",
+           a.device().str(), " and ", b.device().str());
+}
+inline void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
+  GG_CHECK(a.dtype() == b.dtype(), DTypeError, "gg::", op, ": dtypes differ: ", dtype_name(a.dtype()),
+           " (shape ", shape_str(a.shape()), ") and ", dtype_name(b.dtype()), " (shape ", shape_str(b.shape()), ")");
+}
+inline void check_floating(const char* op, const Tensor& x, const char* arg = "input") {
+  GG_CHECK(is_floating(x.dtype()), DTypeError, "gg::", op, ": ", arg, " must be a floating tensor, got ",
+           dtype_name(x.dtype()));
+}
+inline void check_defined(const char* op, const Tensor& x, const char* arg) {
+  GG_CHECK(x.defined(), ValueError, "gg::", op, ": ", arg, " is an undefined tensor");
+}
+inline void check_max_dims(const char* op, const Shape& s) {
+  GG_CHECK(static_cast<int>(s.size()) <= kernels::kMaxDims, ShapeError, "gg::", op, ": at most ",
+           kernels::kMaxDims, " dims are supported, got shape ", shape_str(s));
+}
+
+inline kernels::Layout layout_of(const Tensor& t) { return kernels::make_layout(t.shape(), t.strides()); }
+
+// Layout of `t` read as if broadcast to `shape` (stride 0 along broadcast dims).
+kernels::Layout broadcast_layout(const Tensor& t, const Shape& shape);
+
+// Copies src (any layout) into dst (any layout) of the same shape, converting dtypes.
+void copy_into(const Tensor& dst, const Tensor& src);
+
+// An uninitialised contiguous tensor like `t`.
+inline Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype(), t.device()); }
+
+}  // namespace gg::detail

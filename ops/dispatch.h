@@ -1,0 +1,22 @@
+// Runs a kernel on the device that holds the data. Ops call these; they never call a backend
+// directly, so adding a backend touches this file and kernels/<backend>/ only.
+#pragma once
+#include "core/device.h"
+#include "kernels/params.h"
+
+namespace gg::dispatch {
+
+void copy(const kernels::CopyParams& p, Device device);
+void fill(const kernels::FillParams& p, Device device);
+void random(const kernels::RandomParams& p, Device device);
+void arange(const kernels::ArangeParams& p, Device device);
+void unary(const kernels::UnaryParams& p, Device device);
+void binary(const kernels::BinaryParams& p, Device device);
+void where(const kernels::WhereParams& p, Device device);
+void reduce_last(const kernels::ReduceParams& p, Device device);
+void matmul(const kernels::MatmulParams& p, Device device);
+void softmax_last(const kernels::SoftmaxParams& p, Device device);
+void index_select(const kernels::IndexParams& p, Device device);
+void index_add(const kernels::IndexParams& p, Device device);
+
+}  // namespace gg::dispatch

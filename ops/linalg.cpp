@@ -1,0 +1,84 @@
+// Matrix product with numpy semantics: batch dims broadcast, 1-D operands get a unit dim
+// that is removed again. Transposed views reach the kernel without a copy.
+#include "ops/common.h"
+
+namespace gg {
+namespace {
+
+// Row and column strides of the last two dims, normalised so that one of them is 1 when the
+// data allows it (a dim of size 1 may carry any stride). Returns false when neither is 1.
+bool matrix_strides(const Tensor& t, int64_t rows, int64_t cols, int64_t& rs, int64_t& cs) {
+  rs = t.strides()[static_cast<size_t>(t.dim() - 2)];
+  cs = t.strides()[static_cast<size_t>(t.dim() - 1)];
+  if (cols == 1) cs = 1;
+  if (rows == 1) rs = cs == 1 ? cols : 1;
+  if (cs == 1 && rs < cols) rs = cols;  // row-major needs a leading dim >= cols
+  if (rs == 1 && cs < rows) cs = rows;
+  if (cs == 1) return rs >= cols;
+  return rs == 1;
+}
+
+Tensor matmul_2d_plus(const Tensor& a_in, const Tensor& b_in) {
+  const int64_t M = a_in.size(-2), K = a_in.size(-1), N = b_in.size(-1);
+  GG_CHECK(b_in.size(-2) == K, ShapeError, "gg::matmul: shapes cannot be multiplied: a is ",
+           shape_str(a_in.shape()), ", b is ", shape_str(b_in.shape()), " (", K, " != ", b_in.size(-2), ")");
+  Shape batch = broadcast_shapes(Shape(a_in.shape().begin(), a_in.shape().end() - 2),
+                                 Shape(b_in.shape().begin(), b_in.shape().end() - 2), "matmul");
+  Shape out_shape = batch;
+  out_shape.push_back(M);
+  out_shape.push_back(N);
+  detail::check_max_dims("matmul", out_shape);
+
+  Tensor a = a_in, b = b_in;
+  int64_t ars, acs, brs, bcs;
+  {
+    NoGradGuard ng;
+    if (!matrix_strides(a, M, K, ars, acs)) { a = clone(a); matrix_strides(a, M, K, ars, acs); }
+    if (!matrix_strides(b, K, N, brs, bcs)) { b = clone(b); matrix_strides(b, K, N, brs, bcs); }
+  }
+  // Offset of each batch's matrix, following broadcast strides.
+  const int64_t nb = numel_of(batch);
+  std::vector<int64_t> a_off(static_cast<size_t>(nb)), b_off(static_cast<size_t>(nb));
+  kernels::Layout la = detail::broadcast_layout(a, [&] { Shape s = batch; s.push_back(M); s.push_back(K); return s; }());
+  kernels::Layout lb = detail::broadcast_layout(b, [&] { Shape s = batch; s.push_back(K); s.push_back(N); return s; }());
+  for (int64_t i = 0; i < nb; ++i) {
+    int64_t rem = i, oa = a.offset(), ob = b.offset();
+    for (size_t dd = batch.size(); dd-- > 0;) {
+      int64_t idx = rem % batch[dd];
+      rem /= batch[dd];
+      oa += idx * la.strides[dd];
+      ob += idx * lb.strides[dd];
+    }
+    a_off[static_cast<size_t>(i)] = oa;
+    b_off[static_cast<size_t>(i)] = ob;
+  }
+  Tensor y = empty(out_shape, a.dtype(), a.device());
+  dispatch::matmul({a.dtype(), nb, M, N, K, a.impl().storage->data(), b.impl().storage->data(), y.raw_data(),
+                    a_off.data(), b_off.data(), ars, acs, brs, bcs},
+                   a.device());
+  return y;
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  detail::check_defined("matmul", a, "a");
+  detail::check_defined("matmul", b, "b");
+  detail::check_same_device("matmul", a, b);
+  detail::check_same_dtype("matmul", a, b);
+  detail::check_floating("matmul", a, "a");
+  GG_CHECK(a.dim() >= 1 && b.dim() >= 1, ShapeError, "gg::matmul: both operands need at least 1 dim, got ",
+           shape_str(a.shape()), " and ", shape_str(b.shape()));
+  // numpy rules for vectors: (K) x (.., K, N) and (.., M, K) x (K) drop the unit dim again.
+  if (a.dim() == 1) return squeeze(matmul(unsqueeze(a, 0), b), -2);
+  if (b.dim() == 1) return squeeze(matmul(a, unsqueeze(b, 1)), -1);
+  Tensor y = matmul_2d_plus(a, b);
+  record("matmul", {a, b}, {y}, {a, b}, [sa = a.shape(), sb = b.shape()](const BackwardArgs& g) -> TensorList {
+    const Tensor &gy = g.grads[0], &a = g.saved[0], &b = g.saved[1];
+    return {g.needs[0] ? sum_to(matmul(gy, transpose(b, -1, -2)), sa) : Tensor(),   // dA = dY·Bᵀ
+            g.needs[1] ? sum_to(matmul(transpose(a, -1, -2), gy), sb) : Tensor()};  // dB = Aᵀ·dY
+  });
+  return y;
+}
+
+}  // namespace gg

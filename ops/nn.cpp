@@ -1,0 +1,118 @@
+// Neural-network ops: softmax and log-softmax (own kernels, backward in ops), and the
+// composite ops built from other ops: cross-entropy, MSE, layer norm, composite attention.
+#include <cmath>
+#include <limits>
+
+#include "ops/common.h"
+
+namespace gg {
+namespace {
+
+// Runs the last-axis softmax kernel on `dim` by viewing it as the last axis.
+Tensor softmax_fwd(const Tensor& x, int64_t d, bool log, const char* name) {
+  detail::check_defined(name, x, "input");
+  detail::check_floating(name, x);
+  NoGradGuard ng;
+  const int64_t last = x.dim() - 1;
+  Tensor xt = contiguous(transpose(x, d, last));
+  Tensor yt = detail::empty_like(xt);
+  const int64_t cols = x.dim() == 0 ? 1 : x.shape()[static_cast<size_t>(d)];
+  dispatch::softmax_last({x.dtype(), xt.raw_data(), yt.raw_data(), cols == 0 ? 0 : xt.numel() / cols, cols, log},
+                         x.device());
+  return transpose(yt, d, last);
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t dim) {
+  int64_t d = wrap_dim(dim, x.dim(), "softmax");
+  Tensor y = softmax_fwd(x, d, false, "softmax");
+  record("softmax", {x}, {y}, {y}, [d](const BackwardArgs& g) -> TensorList {
+    const Tensor &gy = g.grads[0], &y = g.saved[0];
+    return {y * (gy - sum(gy * y, {d}, true))};  // dx = y ∘ (dy − Σ dy∘y)
+  });
+  return y;
+}
+
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  int64_t d = wrap_dim(dim, x.dim(), "log_softmax");
+  Tensor y = softmax_fwd(x, d, true, "log_softmax");
+  record("log_softmax", {x}, {y}, {y}, [d](const BackwardArgs& g) -> TensorList {
+    const Tensor &gy = g.grads[0], &y = g.saved[0];
+    return {gy - exp(y) * sum(gy, {d}, true)};  // dx = dy − softmax(x) Σ dy
+  });
+  return y;
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target) {
+  detail::check_defined("cross_entropy", logits, "logits");
+  detail::check_defined("cross_entropy", target, "target");
+  GG_CHECK(logits.dim() == 2, ShapeError, "gg::cross_entropy: logits must be (N, C), got ", shape_str(logits.shape()));
+  GG_CHECK(target.dtype() == DType::i64, DTypeError, "gg::cross_entropy: target must be i64 class indices, got ",
+           dtype_name(target.dtype()));
+  GG_CHECK(target.dim() == 1 && target.size(0) == logits.size(0), ShapeError,
+           "gg::cross_entropy: target must be (N) = (", logits.size(0), "), got ", shape_str(target.shape()));
+  const int64_t n = logits.size(0), c = logits.size(1);
+  std::vector<double> onehot(static_cast<size_t>(n * c), 0.0);
+  std::vector<int64_t> t = target.to_vector<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    GG_CHECK(t[static_cast<size_t>(i)] >= 0 && t[static_cast<size_t>(i)] < c, IndexError, "gg::cross_entropy: target ",
+             t[static_cast<size_t>(i)], " at position ", i, " is out of range for ", c, " classes");
+    onehot[static_cast<size_t>(i * c + t[static_cast<size_t>(i)])] = 1.0;
+  }
+  Tensor mask = from_vector(onehot, {n, c}, logits.dtype(), logits.device());
+  return neg(sum(log_softmax(logits, 1) * mask)) / static_cast<double>(n);
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target) {
+  detail::check_defined("mse_loss", input, "input");
+  detail::check_defined("mse_loss", target, "target");
+  GG_CHECK(input.shape() == target.shape(), ShapeError, "gg::mse_loss: input has shape ", shape_str(input.shape()),
+           " but target has shape ", shape_str(target.shape()));
+  Tensor diff = input - target;
+  return mean(diff * diff);
+}
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
+  detail::check_defined("layer_norm", x, "input");
+  const size_t k = normalized_shape.size();
+  bool ok = k >= 1 && k <= x.shape().size() &&
+            std::equal(normalized_shape.begin(), normalized_shape.end(), x.shape().end() - static_cast<long>(k));
+  GG_CHECK(ok, ShapeError, "gg::layer_norm: normalized_shape ", shape_str(normalized_shape),
+           " must match the trailing dims of the input shape ", shape_str(x.shape()));
+  for (const Tensor* p : {&weight, &bias})
+    GG_CHECK(!p->defined() || p->shape() == normalized_shape, ShapeError, "gg::layer_norm: ",
+             p == &weight ? "weight" : "bias", " has shape ", shape_str(p->shape()), ", expected ",
+             shape_str(normalized_shape));
+  std::vector<int64_t> dims;
+  for (size_t i = 0; i < k; ++i) dims.push_back(x.dim() - 1 - static_cast<int64_t>(i));
+  Tensor centred = x - mean(x, dims, true);
+  Tensor var = mean(centred * centred, dims, true);  // biased, as in PyTorch
+  Tensor y = centred / sqrt(var + eps);
+  if (weight.defined()) y = y * weight;
+  if (bias.defined()) y = y + bias;
+  return y;
+}
+
+Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
+  for (const Tensor* t : {&q, &k, &v}) detail::check_defined("attention_composite", *t, "q/k/v");
+  GG_CHECK(q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim(), ShapeError,
+           "gg::attention_composite: q, k, v must have the same number (>= 2) of dims, got ", shape_str(q.shape()),
+           ", ", shape_str(k.shape()), ", ", shape_str(v.shape()));
+  GG_CHECK(q.size(-1) == k.size(-1), ShapeError, "gg::attention_composite: q and k need the same head dim, got ",
+           shape_str(q.shape()), " and ", shape_str(k.shape()));
+  GG_CHECK(k.size(-2) == v.size(-2), ShapeError, "gg::attention_composite: k and v need the same length, got ",
+           shape_str(k.shape()), " and ", shape_str(v.shape()));
+  const double scale = o.scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(-1))));
+  Tensor s = matmul(q, transpose(k, -1, -2)) * scale;  // (.., Nq, Nk)
+  if (o.causal) {
+    const int64_t nq = q.size(-2), nk = k.size(-2);
+    std::vector<double> mask(static_cast<size_t>(nq * nk), 0.0);
+    for (int64_t i = 0; i < nq; ++i)
+      for (int64_t j = i + 1; j < nk; ++j) mask[static_cast<size_t>(i * nk + j)] = -std::numeric_limits<double>::infinity();
+    s = s + from_vector(mask, {nq, nk}, q.dtype(), q.device());
+  }
+  return matmul(softmax(s, -1), v);
+}
+
+}  // namespace gg

@@ -1,0 +1,136 @@
+// Every op of the engine, as free functions in namespace gg. Each op computes its forward on
+// the tensor's device and records a backward written in these same ops, so derivatives of any
+// order follow. Shapes in comments use PyTorch's conventions.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace gg {
+
+// ---------------------------------------------------------------- factories (ops/factory.cpp)
+void manual_seed(uint64_t seed);  // the default generator, used by randn/rand
+Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Device device = Device::cpu());
+Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::f32, Device device = Device::cpu());
+Tensor randn(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+Tensor rand(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());  // U[0, 1)
+Tensor from_vector(const std::vector<double>& values, const Shape& shape, DType dtype = DType::f32,
+                   Device device = Device::cpu());
+Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape, Device device = Device::cpu());  // i64
+Tensor scalar_tensor(double value, DType dtype = DType::f32, Device device = Device::cpu());
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor randn_like(const Tensor& t);
+
+// ------------------------------------------------------- copies and casts (ops/shape.cpp)
+Tensor clone(const Tensor& x);        // a copy with its own storage (differentiable)
+Tensor contiguous(const Tensor& x);   // x itself when already contiguous
+Tensor to(const Tensor& x, DType dtype);  // cast (differentiable between floating types)
+Tensor to(const Tensor& x, Device device);
+
+// ------------------------------------------------------- elementwise (ops/elementwise.cpp)
+Tensor add(const Tensor& a, const Tensor& b);  // broadcasting
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);  // ties share the gradient equally
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);  // cond: b8
+Tensor neg(const Tensor& x);
+Tensor pow(const Tensor& x, double p);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor gelu(const Tensor& x);  // exact: x·Φ(x)
+Tensor erf(const Tensor& x);
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor sign(const Tensor& x);  // no gradient (zero almost everywhere)
+Tensor add_scalar(const Tensor& x, double s);
+Tensor mul_scalar(const Tensor& x, double s);
+// Comparisons return b8 tensors and carry no gradient.
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& x);
+Tensor operator+(const Tensor& a, double s);
+Tensor operator+(double s, const Tensor& a);
+Tensor operator-(const Tensor& a, double s);
+Tensor operator-(double s, const Tensor& a);
+Tensor operator*(const Tensor& a, double s);
+Tensor operator*(double s, const Tensor& a);
+Tensor operator/(const Tensor& a, double s);
+Tensor operator/(double s, const Tensor& a);
+
+// ------------------------------------------------------- reductions (ops/reduce.cpp)
+Tensor sum(const Tensor& x);  // all elements, shape []
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
+Tensor mean(const Tensor& x);
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
+// Maximum values (ties share the gradient equally, like PyTorch's amax).
+Tensor max(const Tensor& x);
+Tensor max(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
+// Sums `x` down to `shape` (the reverse of broadcasting); x itself when the shapes match.
+Tensor sum_to(const Tensor& x, const Shape& shape);
+
+// ------------------------------------------------------- shapes and views (ops/shape.cpp)
+Tensor reshape(const Tensor& x, const Shape& shape);  // one -1 allowed; a view when possible
+Tensor flatten(const Tensor& x);
+Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1);  // view
+Tensor permute(const Tensor& x, const std::vector<int64_t>& dims);  // view
+Tensor expand(const Tensor& x, const Shape& shape);  // view, -1 keeps a size
+Tensor squeeze(const Tensor& x, int64_t dim);
+Tensor unsqueeze(const Tensor& x, int64_t dim);
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);  // view
+Tensor cat(const TensorList& xs, int64_t dim);
+Tensor stack(const TensorList& xs, int64_t dim);
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);  // index: 1-D i64
+Tensor embedding(const Tensor& weight, const Tensor& indices);  // weight (V, D), indices any i64 shape
+
+// ------------------------------------------------------- linear algebra (ops/linalg.cpp)
+// (.., M, K) x (.., K, N) -> (.., M, N); batch dims broadcast; 1-D operands as in numpy.
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// ------------------------------------------------------- neural-network ops (ops/nn.cpp)
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+// logits (N, C), target (N) i64 class indices; mean over N.
+Tensor cross_entropy(const Tensor& logits, const Tensor& target);
+Tensor mse_loss(const Tensor& input, const Tensor& target);  // mean squared error
+// Normalises over the trailing dims of `normalized_shape`; weight/bias may be undefined.
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+
+struct AttentionOptions {
+  std::optional<double> scale;  // default 1/sqrt(d)
+  bool causal = false;          // query i sees keys j <= i
+};
+// softmax(scale·Q·Kᵀ + mask)·V, built from the ops above (stores N×N scores): the ground truth.
+// q, k, v: (B, H, N, d) (any leading dims; k, v may have their own N).
+Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options = {});
+
+// ------------------------------------------------------- in place (ops/inplace.cpp)
+// Modify storage and bump its version. Refused on tensors that require grad while grad mode
+// is on (use NoGradGuard for optimizer updates).
+Tensor& add_(Tensor& self, const Tensor& other, double alpha = 1.0);  // self += alpha·other
+Tensor& mul_(Tensor& self, double s);
+Tensor& fill_(Tensor& self, double value);
+Tensor& zero_(Tensor& self);
+Tensor& copy_(Tensor& self, const Tensor& src);
+
+}  // namespace gg
