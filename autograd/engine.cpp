@@ -3,6 +3,7 @@
 // later-recorded nodes first). Walks are iterative, so long tapes cannot overflow the stack.
 #include "autograd/engine.h"
 
+#include <algorithm>
 #include <queue>
 #include <unordered_map>
 
@@ -149,6 +150,10 @@ TensorList run_backward(const char* what, const TensorList& outputs, const Tenso
 
   TensorList result(inputs.size());
   std::vector<char> reached(inputs.size(), 0);
+  // Nodes recorded during this pass sit one level above the deepest node differentiated:
+  // 1 for a first backward, 2 for a backward of a backward, and so on.
+  int level = 0;
+  for (Node* node : g.nodes) level = std::max(level, node->level + 1);
   const int saved_level = detail::current_backward_level();
   while (!ready.empty()) {
     size_t idx = ready.top();
@@ -177,7 +182,7 @@ TensorList run_backward(const char* what, const TensorList& outputs, const Tenso
         const Edge& e = node->next_edges[k];
         needs[k] = e.valid() && needed[g.index[e.node.get()]];
       }
-      detail::set_backward_level(node->level + 1);
+      detail::set_backward_level(level);
       try {
         in_grads = node->apply(buf, needs);
       } catch (...) {

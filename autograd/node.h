@@ -46,8 +46,8 @@ class Node : public std::enable_shared_from_this<Node> {
   std::vector<Edge> next_edges;     // one per input
   std::vector<TensorMeta> outputs;  // one per output
   uint64_t sequence_nr;             // creation order: later nodes run first
-  int level;                        // 0: recorded in the forward; k: recorded while running
-                                    // a k-th nested backward (create_graph)
+  int level;                        // 0: recorded in the forward; k: recorded by a backward
+                                    // pass over nodes of level k-1 at most (create_graph)
 };
 
 // Saves a tensor for the backward. An op's own output is stored without its grad_fn (that

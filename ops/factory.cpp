@@ -64,9 +64,9 @@ Tensor from_vector(const std::vector<double>& values, const Shape& shape, DType 
   return device.is_cpu() ? host : to(host, device);
 }
 
-Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape, Device device) {
-  detail::check_max_dims("from_vector", shape);
-  GG_CHECK(static_cast<int64_t>(values.size()) == numel_of(shape), ShapeError, "gg::from_vector: got ",
+Tensor from_indices(const std::vector<int64_t>& values, const Shape& shape, Device device) {
+  detail::check_max_dims("from_indices", shape);
+  GG_CHECK(static_cast<int64_t>(values.size()) == numel_of(shape), ShapeError, "gg::from_indices: got ",
            values.size(), " values for shape ", shape_str(shape), " (", numel_of(shape), " elements)");
   Tensor host = empty(shape, DType::i64, Device::cpu());
   std::copy(values.begin(), values.end(), host.data<int64_t>());

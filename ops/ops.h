@@ -20,7 +20,8 @@ Tensor randn(const Shape& shape, DType dtype = DType::f32, Device device = Devic
 Tensor rand(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());  // U[0, 1)
 Tensor from_vector(const std::vector<double>& values, const Shape& shape, DType dtype = DType::f32,
                    Device device = Device::cpu());
-Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape, Device device = Device::cpu());  // i64
+// An i64 tensor, for indices and class targets.
+Tensor from_indices(const std::vector<int64_t>& values, const Shape& shape, Device device = Device::cpu());
 Tensor scalar_tensor(double value, DType dtype = DType::f32, Device device = Device::cpu());
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);

@@ -1,2 +1,192 @@
-#include <gtest/gtest.h>
-#include "gradgrad.h"
+// Tape semantics: accumulation, retain_graph, allow_unused, NoGradGuard, detach, version
+// counter, diamonds, reuse of a graph, and higher orders through nested grad calls.
+#include <cmath>
+
+#include "test_util.h"
+
+namespace gg::test {
+namespace {
+
+Tensor scalar(double v) { return full({}, v, DType::f64).requires_grad_(true); }
+
+TEST(Autograd, NestedGradGivesHigherDerivatives) {
+  Tensor x = scalar(0.7);
+  Tensor y = sin(x) * exp(x);  // y' = e^x (sin + cos), y'' = 2 e^x cos, y''' = 2 e^x (cos - sin)
+  Tensor d1 = grad(y, x, {}, {true});
+  Tensor d2 = grad(d1, x, {}, {true});
+  Tensor d3 = grad(d2, x, {}, {true});
+  const double e = std::exp(0.7), s = std::sin(0.7), c = std::cos(0.7);
+  EXPECT_NEAR(d1.item(), e * (s + c), 1e-13);
+  EXPECT_NEAR(d2.item(), 2 * e * c, 1e-13);
+  EXPECT_NEAR(d3.item(), 2 * e * (c - s), 1e-13);
+  EXPECT_TRUE(d3.requires_grad());
+}
+
+TEST(Autograd, BackwardAccumulatesIntoLeaves) {
+  Tensor x = scalar(3.0);
+  (x * x).backward();
+  EXPECT_DOUBLE_EQ(x.grad().item(), 6.0);
+  (x * 2.0).backward();
+  EXPECT_DOUBLE_EQ(x.grad().item(), 8.0);  // accumulated
+  EXPECT_FALSE(x.grad().requires_grad());
+  x.zero_grad();
+  EXPECT_FALSE(x.grad().defined());
+}
+
+TEST(Autograd, BackwardWithCreateGraphKeepsHistoryOnGrad) {
+  Tensor x = scalar(2.0);
+  pow(x, 3.0).backward(Tensor(), /*create_graph=*/true);
+  Tensor g = x.grad();  // 3x² = 12, differentiable
+  EXPECT_DOUBLE_EQ(g.item(), 12.0);
+  ASSERT_TRUE(g.requires_grad());
+  EXPECT_DOUBLE_EQ(grad(g, x).item(), 12.0);  // 6x
+}
+
+TEST(Autograd, GradDoesNotTouchLeafGrad) {
+  Tensor x = scalar(1.0);
+  grad(x * 5.0, x);
+  EXPECT_FALSE(x.grad().defined());
+}
+
+TEST(Autograd, RetainGraph) {
+  Tensor x = scalar(1.5);
+  Tensor y = exp(x) * x;
+  grad(y, x, {}, {false, /*retain_graph=*/1});
+  EXPECT_NO_THROW(grad(y, x, {}, {false, 1}));
+  grad(y, x);  // frees the saved tensors
+  try {
+    grad(y, x);
+    FAIL() << "expected AutogradError";
+  } catch (const AutogradError& e) {
+    EXPECT_NE(std::string(e.what()).find("second time"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("retain_graph"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Autograd, AllowUnused) {
+  Tensor x = scalar(1.0), z = scalar(2.0);
+  Tensor y = x * 3.0;
+  EXPECT_THROW(grad({y}, {x, z}, {}, {false, 1}), AutogradError);
+  TensorList g = grad({y}, {x, z}, {}, {false, 1, /*allow_unused=*/true});
+  EXPECT_DOUBLE_EQ(g[0].item(), 3.0);
+  EXPECT_FALSE(g[1].defined());
+}
+
+TEST(Autograd, ErrorsForOutputsWithoutGrad) {
+  Tensor x = full({}, 1.0, DType::f64);  // no requires_grad
+  EXPECT_THROW(grad(x * 2.0, x), AutogradError);
+  Tensor w = scalar(1.0);
+  Tensor v = ones({3}, DType::f64) * w;
+  EXPECT_THROW(grad(v, w), ValueError);  // non-scalar output needs grad_outputs
+  EXPECT_THROW(grad(v, w, ones({2}, DType::f64)), ShapeError);
+  EXPECT_DOUBLE_EQ(grad(v, w, ones({3}, DType::f64)).item(), 3.0);
+}
+
+TEST(Autograd, NoGradGuard) {
+  Tensor x = scalar(1.0);
+  Tensor y;
+  {
+    NoGradGuard ng;
+    y = x * 2.0;
+    EXPECT_FALSE(GradMode::is_enabled());
+  }
+  EXPECT_TRUE(GradMode::is_enabled());
+  EXPECT_FALSE(y.requires_grad());
+  EXPECT_TRUE((x * 2.0).requires_grad());
+}
+
+TEST(Autograd, DetachCutsHistory) {
+  Tensor x = scalar(2.0);
+  Tensor y = x * x;
+  Tensor d = y.detach();
+  EXPECT_FALSE(d.requires_grad());
+  EXPECT_EQ(d.impl().storage, y.impl().storage);
+  Tensor z = y * d;  // d is a constant 4
+  EXPECT_DOUBLE_EQ(grad(z, x).item(), 16.0);  // d(x² · 4)/dx = 8x
+}
+
+TEST(Autograd, InPlaceAfterSaveIsDetected) {
+  Tensor a = from_vector({1, 2, 3}, {3}, DType::f64);
+  Tensor w = from_vector({4, 5, 6}, {3}, DType::f64).requires_grad_(true);
+  Tensor y = sum(w * a);  // mul saves a
+  mul_(a, 2.0);
+  try {
+    grad(y, w);
+    FAIL() << "expected AutogradError";
+  } catch (const AutogradError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("in-place"), std::string::npos) << m;
+    EXPECT_NE(m.find("'mul'"), std::string::npos) << m;
+    EXPECT_NE(m.find("version is 1, expected 0"), std::string::npos) << m;
+  }
+}
+
+TEST(Autograd, InPlaceOnLeafRequiringGradNeedsNoGrad) {
+  Tensor w = from_vector({1, 2}, {2}, DType::f64).requires_grad_(true);
+  EXPECT_THROW(add_(w, ones({2}, DType::f64)), AutogradError);
+  {
+    NoGradGuard ng;
+    add_(w, ones({2}, DType::f64), -0.5);  // an SGD-style update
+  }
+  EXPECT_EQ(w.to_vector<double>(), (Values{0.5, 1.5}));
+}
+
+TEST(Autograd, DiamondGraphSumsBothPaths) {
+  Tensor x = scalar(0.3);
+  Tensor a = exp(x);
+  Tensor y = a * sin(a) + a;  // x feeds y through a, along three paths
+  double e = std::exp(0.3);
+  EXPECT_NEAR(grad(y, x).item(), e * (std::sin(e) + e * std::cos(e) + 1), 1e-14);
+}
+
+TEST(Autograd, GraphReusedByTwoGradCalls) {
+  Tensor x = scalar(0.5), w = scalar(-1.2);
+  Tensor y = tanh(x * w);
+  TensorList g1 = grad(TensorList{y}, {x}, {}, {false, 1});
+  TensorList g2 = grad(TensorList{y}, {w}, {}, {false, 1});
+  double t = std::tanh(-0.6);
+  EXPECT_NEAR(g1[0].item(), (1 - t * t) * -1.2, 1e-14);
+  EXPECT_NEAR(g2[0].item(), (1 - t * t) * 0.5, 1e-14);
+}
+
+TEST(Autograd, GradWithRespectToNonLeafAndMultipleOutputs) {
+  Tensor x = scalar(2.0);
+  Tensor h = x * x;       // non-leaf input
+  Tensor y1 = h * 3.0, y2 = exp(h);
+  TensorList g = grad({y1, y2}, {h, x});
+  EXPECT_NEAR(g[0].item(), 3.0 + std::exp(4.0), 1e-10);
+  EXPECT_NEAR(g[1].item(), (3.0 + std::exp(4.0)) * 4.0, 1e-9);
+}
+
+TEST(Autograd, LongChainDoesNotOverflowTheStack) {
+  Tensor x = scalar(1.0);
+  Tensor y = x;
+  for (int i = 0; i < 20000; ++i) y = y * 1.0;
+  EXPECT_DOUBLE_EQ(grad(y, x).item(), 1.0);
+}
+
+TEST(Autograd, BroadcastGradientsHaveInputShapes) {
+  Tensor a = randn({3, 1}, DType::f64).requires_grad_(true);
+  Tensor b = randn({4}, DType::f64).requires_grad_(true);
+  TensorList g = grad({sum(a * b)}, {a, b});
+  EXPECT_EQ(g[0].shape(), (Shape{3, 1}));
+  EXPECT_EQ(g[1].shape(), (Shape{4}));
+  Values bv = b.to_vector<double>(), av = a.to_vector<double>();
+  double sb = bv[0] + bv[1] + bv[2] + bv[3], sa = av[0] + av[1] + av[2];
+  EXPECT_NEAR(g[0].to_vector<double>()[0], sb, 1e-14);
+  EXPECT_NEAR(g[1].to_vector<double>()[2], sa, 1e-14);
+}
+
+TEST(Autograd, BackwardRecordsLevels) {
+  Tensor x = scalar(0.4);
+  Tensor y = tanh(x);
+  EXPECT_EQ(y.grad_fn()->level, 0);
+  Tensor d1 = grad(y, x, {}, {true});
+  ASSERT_TRUE(d1.grad_fn());
+  EXPECT_EQ(d1.grad_fn()->level, 1);
+  Tensor d2 = grad(d1, x, {}, {true});
+  EXPECT_EQ(d2.grad_fn()->level, 2);
+}
+
+}  // namespace
+}  // namespace gg::test

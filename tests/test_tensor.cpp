@@ -1,2 +1,140 @@
-#include <gtest/gtest.h>
-#include "gradgrad.h"
+// Tensors: factories, views, printing, dtype/device bookkeeping and error messages.
+#include <sstream>
+
+#include "test_util.h"
+
+namespace gg::test {
+namespace {
+
+TEST(Tensor, FactoriesAndItem) {
+  Tensor z = zeros({2, 3});
+  EXPECT_EQ(z.shape(), (Shape{2, 3}));
+  EXPECT_EQ(z.dtype(), DType::f32);
+  EXPECT_TRUE(z.device().is_cpu());
+  for (double v : z.to_vector<double>()) EXPECT_EQ(v, 0.0);
+  EXPECT_EQ(full({}, 2.5, DType::f64).item(), 2.5);
+  EXPECT_EQ(ones({4}).to_vector<float>(), (std::vector<float>{1, 1, 1, 1}));
+  EXPECT_EQ(arange(0, 5).to_vector<double>(), (Values{0, 1, 2, 3, 4}));
+  EXPECT_EQ(arange(1, 2, 0.25, DType::f64).to_vector<double>(), (Values{1, 1.25, 1.5, 1.75}));
+  Tensor f = from_vector({1, 2, 3, 4, 5, 6}, {2, 3}, DType::f64);
+  EXPECT_EQ(f.to_vector<double>(), (Values{1, 2, 3, 4, 5, 6}));
+  EXPECT_THROW(from_vector({1, 2, 3}, {2, 2}), ShapeError);
+  EXPECT_THROW(f.item(), ValueError);
+}
+
+TEST(Tensor, RandomIsSeededAndPlausible) {
+  manual_seed(7);
+  Values a = randn({1000}, DType::f64).to_vector<double>();
+  manual_seed(7);
+  Values b = randn({1000}, DType::f64).to_vector<double>();
+  EXPECT_EQ(a, b);
+  Values c = randn({1000}, DType::f64).to_vector<double>();
+  EXPECT_NE(a, c);  // the stream advances
+  double mean = 0, var = 0;
+  for (double v : a) mean += v / 1000;
+  for (double v : a) var += (v - mean) * (v - mean) / 1000;
+  EXPECT_NEAR(mean, 0.0, 0.15);
+  EXPECT_NEAR(var, 1.0, 0.15);
+  for (double u : rand({1000}, DType::f64).to_vector<double>()) {
+    EXPECT_GE(u, 0.0);
+    EXPECT_LT(u, 1.0);
+  }
+}
+
+TEST(Tensor, ViewsShareStorage) {
+  Tensor x = from_vector({0, 1, 2, 3, 4, 5}, {2, 3}, DType::f64);
+  Tensor t = transpose(x, 0, 1);
+  EXPECT_EQ(t.shape(), (Shape{3, 2}));
+  EXPECT_FALSE(t.is_contiguous());
+  EXPECT_EQ(t.to_vector<double>(), (Values{0, 3, 1, 4, 2, 5}));
+  Tensor s = slice(x, 1, 1, 3);
+  EXPECT_EQ(s.to_vector<double>(), (Values{1, 2, 4, 5}));
+  Tensor r = reshape(x, {3, 2});
+  EXPECT_EQ(r.impl().storage, x.impl().storage);  // contiguous reshape is a view
+  fill_(s, 9.0);
+  EXPECT_EQ(x.to_vector<double>(), (Values{0, 9, 9, 3, 9, 9}));
+  EXPECT_EQ(x.version(), 1u);
+  Tensor rt = reshape(t, {6});  // non-contiguous: copies
+  EXPECT_NE(rt.impl().storage, x.impl().storage);
+  EXPECT_EQ(rt.to_vector<double>(), (Values{0, 3, 9, 9, 9, 9}));
+}
+
+TEST(Tensor, CastsBetweenDtypes) {
+  Tensor x = from_vector({1.5, -2.25, 3.0}, {3}, DType::f64);
+  EXPECT_EQ(to(x, DType::f32).to_vector<float>(), (std::vector<float>{1.5f, -2.25f, 3.0f}));
+  EXPECT_EQ(to(x, DType::i64).to_vector<int64_t>(), (std::vector<int64_t>{1, -2, 3}));
+  EXPECT_EQ(to(x, DType::bf16).to_vector<double>(), (Values{1.5, -2.25, 3.0}));  // exact in bf16
+  EXPECT_EQ(to(x, DType::f16).to_vector<double>(), (Values{1.5, -2.25, 3.0}));
+  EXPECT_EQ(to(from_vector({1.0 / 3}, {1}, DType::f64), DType::bf16).item(), 0.333984375);  // nearest bf16
+  EXPECT_EQ(gt(x, zeros({}, DType::f64)).to_vector<uint8_t>(), (std::vector<uint8_t>{1, 0, 1}));
+}
+
+TEST(Tensor, PrintsShapeDtypeDeviceAndValues) {
+  std::ostringstream os;
+  os << from_vector({1, 2, 3, 4}, {2, 2}, DType::f64).requires_grad_(true);
+  const std::string s = os.str();
+  EXPECT_NE(s.find("shape=[2, 2]"), std::string::npos) << s;
+  EXPECT_NE(s.find("dtype=f64"), std::string::npos) << s;
+  EXPECT_NE(s.find("device=cpu"), std::string::npos) << s;
+  EXPECT_NE(s.find("requires_grad"), std::string::npos) << s;
+  EXPECT_NE(s.find("[[1, 2],\n [3, 4]]"), std::string::npos) << s;
+}
+
+// Bad input: typed exceptions whose message names the op and both offending shapes/dtypes.
+template <typename E, typename F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("wrong exception type: ") + e.what();
+  }
+  return "no exception";
+}
+
+TEST(Tensor, ErrorsNameOpAndValues) {
+  Tensor a = zeros({2, 3}), b = zeros({4, 5}), c = zeros({2, 3}, DType::f64);
+  std::string m = message_of<ShapeError>([&] { matmul(a, b); });
+  EXPECT_NE(m.find("gg::matmul"), std::string::npos) << m;
+  EXPECT_NE(m.find("[2, 3]"), std::string::npos) << m;
+  EXPECT_NE(m.find("[4, 5]"), std::string::npos) << m;
+  m = message_of<ShapeError>([&] { add(a, b); });
+  EXPECT_NE(m.find("gg::add"), std::string::npos) << m;
+  EXPECT_NE(m.find("[2, 3]"), std::string::npos) << m;
+  EXPECT_NE(m.find("[4, 5]"), std::string::npos) << m;
+  m = message_of<DTypeError>([&] { mul(a, c); });
+  EXPECT_NE(m.find("f32"), std::string::npos) << m;
+  EXPECT_NE(m.find("f64"), std::string::npos) << m;
+  m = message_of<ShapeError>([&] { reshape(a, {4, 2}); });
+  EXPECT_NE(m.find("[4, 2]"), std::string::npos) << m;
+  m = message_of<IndexError>([&] { sum(a, {3}); });
+  EXPECT_NE(m.find("dim 3"), std::string::npos) << m;
+  m = message_of<IndexError>([&] { index_select(a, 1, from_indices({0, 7}, {2})); });
+  EXPECT_NE(m.find("index 7"), std::string::npos) << m;
+  m = message_of<IndexError>([&] { cross_entropy(a, from_indices({0, 3}, {2})); });
+  EXPECT_NE(m.find("target 3"), std::string::npos) << m;
+  m = message_of<ShapeError>([&] { cat({a, b}, 0); });
+  EXPECT_NE(m.find("[4, 5]"), std::string::npos) << m;
+  m = message_of<DTypeError>([&] { exp(from_indices({1}, {1})); });
+  EXPECT_NE(m.find("i64"), std::string::npos) << m;
+  m = message_of<DeviceError>([&] { to(a, Device::cuda(0)); });
+  EXPECT_NE(m.find("cuda:0"), std::string::npos) << m;
+  m = message_of<ValueError>([&] { Tensor u; u.shape(); });
+  EXPECT_NE(m.find("undefined"), std::string::npos) << m;
+  m = message_of<ShapeError>([&] { attention_composite(zeros({1, 2, 3, 4}), zeros({1, 2, 3, 5}), zeros({1, 2, 3, 4})); });
+  EXPECT_NE(m.find("[1, 2, 3, 5]"), std::string::npos) << m;
+}
+
+TEST(Tensor, CpuMemoryStatsCountAllocations) {
+  MemoryStats before = cpu::memory_stats();
+  {
+    Tensor big = zeros({1024, 1024}, DType::f64);
+    EXPECT_EQ(cpu::memory_stats().current_bytes - before.current_bytes, 8 * 1024 * 1024);
+    EXPECT_GE(cpu::memory_stats().peak_bytes, before.current_bytes + 8 * 1024 * 1024);
+  }
+  EXPECT_EQ(cpu::memory_stats().current_bytes, before.current_bytes);
+}
+
+}  // namespace
+}  // namespace gg::test
