@@ -173,7 +173,7 @@ TensorList run_backward(const char* what, const TensorList& outputs, const Tenso
     TensorList in_grads;
     if (any) {
       for (size_t k = 0; k < buf.size(); ++k)
-        if (!buf[k].defined()) {
+        if (node->materialize_grads && !buf[k].defined()) {
           const TensorMeta& m = node->outputs[k];
           buf[k] = zeros(m.shape, m.dtype, m.device);
         }

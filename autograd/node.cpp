@@ -80,12 +80,12 @@ Edge gradient_edge(const Tensor& t) {
   return {acc, 0};
 }
 
-void record(const char* name, const TensorList& inputs, const TensorList& outputs,
+std::shared_ptr<FunctionNode> record(const char* name, const TensorList& inputs, const TensorList& outputs,
             const TensorList& to_save, BackwardFn backward) {
-  if (!GradMode::is_enabled()) return;
+  if (!GradMode::is_enabled()) return nullptr;
   bool any = false;
   for (const Tensor& t : inputs) any = any || (t.defined() && t.requires_grad());
-  if (!any) return;
+  if (!any) return nullptr;
   auto node = std::make_shared<FunctionNode>(name, std::move(backward));
   node->next_edges.reserve(inputs.size());
   for (const Tensor& t : inputs) node->next_edges.push_back(t.defined() ? gradient_edge(t) : Edge{});
@@ -102,6 +102,7 @@ void record(const char* name, const TensorList& inputs, const TensorList& output
     for (const Tensor& o : outputs) is_output = is_output || (t.defined() && t.is_same(o));
     node->saved.emplace_back(t, is_output);
   }
+  return node;
 }
 
 }  // namespace gg

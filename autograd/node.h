@@ -35,7 +35,8 @@ class Node : public std::enable_shared_from_this<Node> {
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
-  // grads[i] is the gradient for output i (never undefined: the engine fills zeros);
+  // grads[i] is the gradient for output i (zeros when none arrived, or undefined if the node
+  // asked for that with materialize_grads = false);
   // needs[j] says whether input j's gradient is wanted. Returns one tensor per input
   // (undefined where not needed).
   virtual TensorList apply(const TensorList& grads, const std::vector<bool>& needs) = 0;
@@ -46,6 +47,7 @@ class Node : public std::enable_shared_from_this<Node> {
   std::vector<Edge> next_edges;     // one per input
   std::vector<TensorMeta> outputs;  // one per output
   uint64_t sequence_nr;             // creation order: later nodes run first
+  bool materialize_grads = true;    // false: missing output gradients reach apply() undefined
   int level;                        // 0: recorded in the forward; k: recorded by a backward
                                     // pass over nodes of level k-1 at most (create_graph)
 };
@@ -104,8 +106,9 @@ class AccumulateGrad final : public Node {
 Edge gradient_edge(const Tensor& t);
 
 // Records one op: if grad mode is on and some input requires grad, makes a FunctionNode with
-// edges to the inputs, saves `to_save`, and makes it the grad_fn of each output.
-void record(const char* name, const TensorList& inputs, const TensorList& outputs,
+// edges to the inputs, saves `to_save`, and makes it the grad_fn of each output. Returns the
+// node, or null when nothing was recorded.
+std::shared_ptr<FunctionNode> record(const char* name, const TensorList& inputs, const TensorList& outputs,
             const TensorList& to_save, BackwardFn backward);
 
 namespace detail {

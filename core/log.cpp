@@ -7,7 +7,7 @@
 #include <mutex>
 #include <set>
 
-namespace gg::log {
+namespace gg::logging {
 namespace {
 spdlog::logger& logger() {
   static std::shared_ptr<spdlog::logger> l = [] {
@@ -33,4 +33,4 @@ void warn_once(const std::string& key, const std::string& msg) {
   if (seen.insert(key).second) logger().warn(msg);
 }
 
-}  // namespace gg::log
+}  // namespace gg::logging

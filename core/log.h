@@ -4,7 +4,7 @@
 #pragma once
 #include <string>
 
-namespace gg::log {
+namespace gg::logging {
 
 void debug(const std::string& msg);
 void info(const std::string& msg);
@@ -12,4 +12,4 @@ void warn(const std::string& msg);
 // Logs `msg` as a warning the first time `key` is seen in this process.
 void warn_once(const std::string& key, const std::string& msg);
 
-}  // namespace gg::log
+}  // namespace gg::logging

@@ -130,4 +130,19 @@ struct IndexParams {
   int64_t outer, dim_size, inner, n_idx;
 };
 
+// Fused attention over contiguous (B, H, N, d) tensors; L and the row scalars are (B, H, N).
+struct AttentionShape {
+  int64_t B, H, N, d;  // Nq = Nk = N
+  double scale;        // s, resolved by the op (default 1/sqrt(d))
+  bool causal;         // mask key j > query i
+};
+struct AttentionArgs {
+  AttentionShape shape;
+  DType dtype;
+  const void *Q, *K, *V;        // inputs
+  const void *O, *L, *dO;       // saved forward output, row log-sum-exp, output cotangent
+  const void *Qt, *Kt, *Vt;     // BoB: cotangents of dQ, dK, dV (nullptr = absent)
+  void *out0, *out1, *out2, *out3;  // fwd: O, L; bwd: dQ, dK, dV; BoB: gQ, gK, gV, gdO
+};
+
 }  // namespace gg::kernels

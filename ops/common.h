@@ -37,6 +37,10 @@ kernels::Layout broadcast_layout(const Tensor& t, const Shape& shape);
 // Copies src (any layout) into dst (any layout) of the same shape, converting dtypes.
 void copy_into(const Tensor& dst, const Tensor& src);
 
+// The same data as `x` through a new recorded identity node: gradients taken with respect to
+// the alias stop there (partial derivatives), while the alias stays connected to x's history.
+Tensor alias(const Tensor& x);
+
 // An uninitialised contiguous tensor like `t`.
 inline Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype(), t.device()); }
 

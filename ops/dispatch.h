@@ -19,4 +19,8 @@ void softmax_last(const kernels::SoftmaxParams& p, Device device);
 void index_select(const kernels::IndexParams& p, Device device);
 void index_add(const kernels::IndexParams& p, Device device);
 
+void attention_fwd(const kernels::AttentionArgs& a, Device device);
+void attention_bwd(const kernels::AttentionArgs& a, Device device);
+void attention_bwd_bwd(const kernels::AttentionArgs& a, Device device);
+
 }  // namespace gg::dispatch

@@ -125,6 +125,26 @@ struct AttentionOptions {
 // q, k, v: (B, H, N, d) (any leading dims; k, v may have their own N).
 Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options = {});
 
+// ------------------------------------------------------- fused attention (ops/attention.cpp)
+// softmax(scale·Q·Kᵀ + mask)·V for q, k, v of shape (B, H, N, d), without any N×N buffer in the
+// forward, the backward or the backward-over-backward. Differentiable to any order: orders 1
+// and 2 run fused kernels, order 3 and up fall back to differentiating attention_composite.
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options = {});
+
+// The three recorded primitives behind gg::attention, public for tests and for users who
+// want the pieces. L is the row log-sum-exp (B, H, N); it and O are saved values that take no
+// gradient. Absent (undefined) cotangents qt/kt/vt drop their terms.
+struct AttentionForward {
+  Tensor O;  // (B, H, N, d)
+  Tensor L;  // (B, H, N), a constant to autograd
+};
+AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options = {});
+TensorList attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,
+                              const Tensor& dO, const AttentionOptions& options = {});  // {dQ, dK, dV}
+TensorList attention_backward_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O,
+                                       const Tensor& L, const Tensor& dO, const Tensor& qt, const Tensor& kt,
+                                       const Tensor& vt, const AttentionOptions& options = {});  // {gQ, gK, gV, gdO}
+
 // ------------------------------------------------------- in place (ops/inplace.cpp)
 // Modify storage and bump its version. Refused on tensors that require grad while grad mode
 // is on (use NoGradGuard for optimizer updates).

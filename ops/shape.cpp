@@ -15,6 +15,14 @@ Tensor clone(const Tensor& x) {
   return y;
 }
 
+namespace detail {
+Tensor alias(const Tensor& x) {
+  Tensor y = make_view(x, x.shape(), x.strides(), x.offset());
+  record("alias", {x}, {y}, {}, [](const BackwardArgs& g) -> TensorList { return {g.grads[0]}; });
+  return y;
+}
+}  // namespace detail
+
 Tensor contiguous(const Tensor& x) {
   detail::check_defined("contiguous", x, "input");
   if (x.is_contiguous()) return x;

@@ -1,0 +1,251 @@
+// attention_bwd_bwd: backward-over-backward (BoB) of softmax attention on the CPU.
+//
+// BoB differentiates  ℒ = <Qt, dQ> + <Kt, dK> + <Vt, dV>  with respect to Q, K, V and dO, where
+// (dQ, dK, dV) is the first backward (attention_bwd.cpp) and Qt, Kt, Vt are their cotangents.
+// O and L are saved values: no gradient flows into them. Math (one head):
+//   P = exp(s·Q·Kᵀ - L) (masked: 0),  dP = dO·Vᵀ,  D = rowsum(dO∘O),  dS = P∘(dP - D)
+//   G = s·(Qt·Kᵀ + Q·Ktᵀ)          ℒ's weight on dS      (<Qt, s·dS·K> + <Kt, s·dSᵀ·Q> = Σ dS∘G)
+//   H = dO·Vtᵀ                     ℒ's weight on P       (<Vt, Pᵀ·dO> = Σ P∘H)
+//   E = Σ_j P∘G,   F = Σ_j P∘(dP∘G + H) - 2·D∘E     (row scalars; Σ_j P∘H = rowsum(dO∘(P·Vt)))
+//   P̄ = (dP - D)∘G - dP∘E + H,   S̄ = P∘(P̄ - F),   dP̄ = P∘(G - E)
+//   grad_Q  = s·(S̄·K + dS·Kt)        grad_K  = s·(S̄ᵀ·Q + dSᵀ·Qt)
+//   grad_V  = dP̄ᵀ·dO                 grad_dO = dP̄·V + P·Vt
+// An absent cotangent (nullptr) drops its terms: no Qt and no Kt means G = 0 (so E = 0, dP̄ = 0,
+// grad_V = 0, and dP is never formed); no Vt means H = 0. All absent: every output is 0.
+//
+// Shapes: Q, K, V, O, dO, Qt, Kt, Vt and the four outputs are (B, H, N, d); L, D, E, F are (B, H, N).
+//
+// Tiling, the two-pass schedule of shared/design/attention-bob.md. The outputs depend on E and F
+// only affinely, so a query block can accumulate pieces and combine them once its sweep ends:
+//   grad_Q_i  = s·(X1_i - E_i·X2_i - F_i·X3_i + X4_i)
+//       X1 = [P∘((dP - D)∘G + H)]·K,  X2 = (P∘dP)·K,  X3 = P·K,  X4 = dS·Kt
+//   grad_dO_i = Y1_i - E_i·O_i + Y2_i,   Y1 = (P∘G)·V,  Y2 = P·Vt      (using P·V = O)
+//   0. D = rowsum(dO∘O), parallel over rows.
+//   1. One task per (b, h, query block of kBlockM rows), sweeping the key blocks: E, F, grad_Q,
+//      grad_dO. E and F are stored per row (B·H·N scalars each).
+//   2. One task per (b, h, key block of kBlockN rows), sweeping the query blocks, with the rows'
+//      D, E, F at hand: grad_K, grad_V.
+// Causal: tiles entirely above the diagonal are skipped, the diagonal tile is masked (P = 0).
+// Scratch per thread: eight kBlockM x kBlockN tiles, six accumulators of max(kBlockM, kBlockN) x d.
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cpu/attention.h"
+
+namespace gg::kernels::cpu {
+
+template <typename T>
+void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T* V, const T* O,
+                       const T* L, const T* dO, const T* Qt, const T* Kt, const T* Vt, T* gQ,
+                       T* gK, T* gV, T* gdO) {
+  const int64_t B = p.B, num_heads = p.H, N = p.N, d = p.d;
+  const int64_t rows = B * num_heads * N;
+  const T s = static_cast<T>(p.scale);
+  const bool has_Qt = Qt != nullptr, has_Kt = Kt != nullptr, has_Vt = Vt != nullptr;
+  const bool has_G = has_Qt || has_Kt;  // G = s·(Qt·Kᵀ + Q·Ktᵀ) is nonzero
+  const bool has_H = has_Vt;            // H = dO·Vtᵀ is nonzero
+
+  if (!has_G && !has_H) {  // ℒ = 0: every gradient is zero
+    std::fill(gQ, gQ + rows * d, T(0));
+    std::fill(gK, gK + rows * d, T(0));
+    std::fill(gV, gV + rows * d, T(0));
+    std::fill(gdO, gdO + rows * d, T(0));
+    return;
+  }
+
+  const int64_t num_q_blocks = detail::num_blocks(N, kBlockM);
+  const int64_t num_k_blocks = detail::num_blocks(N, kBlockN);
+  std::vector<T> D(rows), E(rows), F(rows);  // (B, H, N) row scalars
+
+  // ---- pass 0: D = rowsum(dO∘O) ----
+  GG_OMP(parallel for)
+  for (int64_t r = 0; r < rows; ++r) D[r] = detail::dot(dO + r * d, O + r * d, d);
+
+  GG_OMP(parallel) {
+    const int64_t tile = kBlockM * kBlockN;
+    const int64_t acc_rows = std::max(kBlockM, kBlockN);
+    // Recomputed tiles.
+    std::vector<T> P(tile), dP(tile), G(tile), Hs(tile);  // Hs: the tile of H = dO·Vtᵀ
+    // Coefficient tiles, each multiplied into a block of rows.
+    std::vector<T> C1(tile);   // pass 1: P∘((dP - D)∘G + H);  pass 2: S̄
+    std::vector<T> PdP(tile);  // pass 1: P∘dP;                pass 2: dP̄
+    std::vector<T> dS(tile);   // P∘(dP - D)
+    std::vector<T> PG(tile);   // P∘G
+    // Row-block accumulators.
+    std::vector<T> X1(acc_rows * d), X2(acc_rows * d), X3(acc_rows * d), X4(acc_rows * d);
+    std::vector<T> Y1(acc_rows * d), Y2(acc_rows * d);
+
+    // Recomputes, for query rows [i0, i0 + mi) and key rows [j0, j0 + nj) of head `head`,
+    // P always, dP and G when has_G, H when has_H.
+    auto score_tiles = [&](int64_t head, int64_t i0, int64_t mi, int64_t j0, int64_t nj) {
+      const T* Qi = Q + (head + i0) * d;
+      const T* dOi = dO + (head + i0) * d;
+      const T* Kj = K + (head + j0) * d;
+      const T* Vj = V + (head + j0) * d;
+      detail::tile_abt(mi, nj, d, s, Qi, Kj, P.data(), false);  // S = s·Q·Kᵀ
+      detail::tile_probs(mi, nj, i0, j0, p.causal, P.data(), L + head + i0, P.data());
+      if (has_G) {
+        detail::tile_abt(mi, nj, d, T(1), dOi, Vj, dP.data(), false);  // dP = dO·Vᵀ
+        bool first = true;
+        if (has_Qt) {  // from dQ = s·dS·K
+          detail::tile_abt(mi, nj, d, s, Qt + (head + i0) * d, Kj, G.data(), false);
+          first = false;
+        }
+        if (has_Kt)  // from dK = s·dSᵀ·Q
+          detail::tile_abt(mi, nj, d, s, Qi, Kt + (head + j0) * d, G.data(), !first);
+      }
+      if (has_H)  // from dV = Pᵀ·dO
+        detail::tile_abt(mi, nj, d, T(1), dOi, Vt + (head + j0) * d, Hs.data(), false);
+    };
+
+    // ---- pass 1: E, F, grad_Q, grad_dO, one query block per task ----
+    GG_OMP(for collapse(3) schedule(dynamic, 1))
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < num_heads; ++h)
+        for (int64_t qb = 0; qb < num_q_blocks; ++qb) {
+          // prologue: query rows [i0, i0 + mi)
+          const int64_t head = (b * num_heads + h) * N;
+          const int64_t i0 = qb * kBlockM;
+          const int64_t mi = std::min(kBlockM, N - i0);
+          const T* Di = D.data() + head + i0;
+          T* Ei = E.data() + head + i0;
+          T* Fi = F.data() + head + i0;
+          std::fill(Ei, Ei + mi, T(0));  // Σ_j P∘G
+          std::fill(Fi, Fi + mi, T(0));  // Σ_j P∘(dP∘G + H), completed in the epilogue
+          for (auto* acc : {&X1, &X2, &X3, &X4, &Y1, &Y2})
+            std::fill(acc->begin(), acc->begin() + mi * d, T(0));
+
+          // main loop: sweep key blocks [j0, j0 + nj) up to the diagonal
+          for (int64_t kb = 0; kb < num_k_blocks; ++kb) {
+            const int64_t j0 = kb * kBlockN;
+            if (detail::tile_fully_masked(p.causal, i0, mi, j0)) break;
+            const int64_t nj = std::min(kBlockN, N - j0);
+            score_tiles(head, i0, mi, j0, nj);
+
+            // Coefficient tiles and row sums. P̄ = (dP - D)∘G - dP∘E + H splits into the part
+            // known now, C1 = P∘((dP - D)∘G + H), and E·(P∘dP), applied in the epilogue.
+            for (int64_t i = 0; i < mi; ++i) {
+              T e = 0, f = 0;
+              for (int64_t j = 0; j < nj; ++j) {
+                const int64_t ij = i * kBlockN + j;
+                T c1 = 0;
+                if (has_G) {  // ℒ ∋ Σ dS∘G, from dQ = s·dS·K and dK = s·dSᵀ·Q
+                  PG[ij] = P[ij] * G[ij];             // P∘G: E's terms, and dP̄ = P∘G - E·P
+                  PdP[ij] = P[ij] * dP[ij];           // P∘dP: the E·dP part of P̄
+                  dS[ij] = P[ij] * (dP[ij] - Di[i]);  // dS = P∘(dP - D), as in the backward
+                  c1 = dS[ij] * G[ij];                // P∘(dP - D)∘G
+                  e += PG[ij];                        // E = Σ P∘G
+                  f += dP[ij] * PG[ij];               // F ∋ Σ P∘dP∘G
+                }
+                if (has_H) {  // ℒ ∋ Σ P∘H, from dV = Pᵀ·dO
+                  c1 += P[ij] * Hs[ij];               // P∘H
+                  f += P[ij] * Hs[ij];                // F ∋ rowsum(dO∘(P·Vt)) = Σ P∘H
+                }
+                C1[ij] = c1;
+              }
+              Ei[i] += e;
+              Fi[i] += f;
+            }
+            const T* Kj = K + (head + j0) * d;
+            // S̄·K = X1 - E·X2 - F·X3: undoes S = s·Q·Kᵀ in Q (through P = softmax_rows(S))
+            detail::tile_ab_acc(mi, nj, d, C1.data(), Kj, X1.data());  // X1 += C1·K
+            detail::tile_ab_acc(mi, nj, d, P.data(), Kj, X3.data());   // X3 += P·K
+            if (has_G) {
+              detail::tile_ab_acc(mi, nj, d, PdP.data(), Kj, X2.data());  // X2 += (P∘dP)·K
+              // dP̄·V = (P∘G)·V - E·O: undoes dP = dO·Vᵀ in dO
+              detail::tile_ab_acc(mi, nj, d, PG.data(), V + (head + j0) * d, Y1.data());
+            }
+            if (has_Kt)  // undoes dK = s·dSᵀ·Q in Q: X4 += dS·Kt
+              detail::tile_ab_acc(mi, nj, d, dS.data(), Kt + (head + j0) * d, X4.data());
+            if (has_Vt)  // undoes dV = Pᵀ·dO in dO: Y2 += P·Vt
+              detail::tile_ab_acc(mi, nj, d, P.data(), Vt + (head + j0) * d, Y2.data());
+          }
+
+          // epilogue: complete F, combine the affine pieces (an absent piece is a zero
+          // accumulator here: O(d) work per row, nothing per tile)
+          for (int64_t i = 0; i < mi; ++i) {
+            Fi[i] -= T(2) * Di[i] * Ei[i];  // F = Σ P∘(dP∘G + H) - 2·D∘E
+            const T e = Ei[i], f = Fi[i];
+            const int64_t r = head + i0 + i;
+            const T* Oi = O + r * d;
+            const T *x1 = X1.data() + i * d, *x2 = X2.data() + i * d, *x3 = X3.data() + i * d,
+                    *x4 = X4.data() + i * d, *y1 = Y1.data() + i * d, *y2 = Y2.data() + i * d;
+            T* gQi = gQ + r * d;
+            T* gdOi = gdO + r * d;
+            GG_OMP(simd)
+            for (int64_t k = 0; k < d; ++k) {
+              gQi[k] = s * (x1[k] - e * x2[k] - f * x3[k] + x4[k]);  // grad_Q = s·(S̄·K + dS·Kt)
+              gdOi[k] = y1[k] - e * Oi[k] + y2[k];                    // grad_dO = dP̄·V + P·Vt
+            }
+          }
+        }
+    // (implicit barrier: pass 2 reads every row's E and F)
+
+    // ---- pass 2: grad_K, grad_V, one key block per task ----
+    GG_OMP(for collapse(3) schedule(dynamic, 1))
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < num_heads; ++h)
+        for (int64_t kb = 0; kb < num_k_blocks; ++kb) {
+          // prologue: key rows [j0, j0 + nj); causal: the first query block that sees them
+          const int64_t head = (b * num_heads + h) * N;
+          const int64_t j0 = kb * kBlockN;
+          const int64_t nj = std::min(kBlockN, N - j0);
+          T* gKj = X1.data();  // pass 1's accumulators, reused
+          T* gVj = Y1.data();
+          std::fill(gKj, gKj + nj * d, T(0));
+          std::fill(gVj, gVj + nj * d, T(0));
+          const int64_t qb_begin = p.causal ? j0 / kBlockM : 0;
+
+          // main loop: sweep query blocks [i0, i0 + mi)
+          for (int64_t qb = qb_begin; qb < num_q_blocks; ++qb) {
+            const int64_t i0 = qb * kBlockM;
+            const int64_t mi = std::min(kBlockM, N - i0);
+            if (detail::tile_fully_masked(p.causal, i0, mi, j0)) continue;
+            score_tiles(head, i0, mi, j0, nj);
+            const T* Di = D.data() + head + i0;
+            const T* Ei = E.data() + head + i0;
+            const T* Fi = F.data() + head + i0;
+
+            T* Sbar = C1.data();
+            T* dPbar = PdP.data();
+            for (int64_t i = 0; i < mi; ++i)
+              for (int64_t j = 0; j < nj; ++j) {
+                const int64_t ij = i * kBlockN + j;
+                T Pbar = 0;
+                if (has_G) {  // undoes dS = P∘(dP - D), D = Σ P∘dP, in P and in dP
+                  dS[ij] = P[ij] * (dP[ij] - Di[i]);
+                  Pbar = (dP[ij] - Di[i]) * G[ij] - dP[ij] * Ei[i];  // P̄ = (dP - D)∘G - dP∘E
+                  dPbar[ij] = P[ij] * (G[ij] - Ei[i]);               // dP̄ = P∘(G - E)
+                }
+                if (has_H) Pbar += Hs[ij];          // undoes dV = Pᵀ·dO in P: P̄ += H
+                Sbar[ij] = P[ij] * (Pbar - Fi[i]);  // undoes P = softmax_rows(S): S̄ = P∘(P̄ - F)
+              }
+            const T* Qi = Q + (head + i0) * d;
+            detail::tile_atb_acc(mi, nj, d, Sbar, Qi, gKj);  // undoes S = s·Q·Kᵀ: += S̄ᵀ·Q
+            if (has_Qt)  // undoes dQ = s·dS·K through K: += dSᵀ·Qt
+              detail::tile_atb_acc(mi, nj, d, dS.data(), Qt + (head + i0) * d, gKj);
+            if (has_G)  // undoes dP = dO·Vᵀ through V: grad_V += dP̄ᵀ·dO
+              detail::tile_atb_acc(mi, nj, d, dPbar, dO + (head + i0) * d, gVj);
+          }
+
+          // epilogue: grad_K = s·(S̄ᵀ·Q + dSᵀ·Qt), grad_V as accumulated (0 without G)
+          T* gK_out = gK + (head + j0) * d;
+          T* gV_out = gV + (head + j0) * d;
+          for (int64_t x = 0; x < nj * d; ++x) {
+            gK_out[x] = s * gKj[x];
+            gV_out[x] = gVj[x];
+          }
+        }
+  }
+}
+
+template void attention_bwd_bwd<float>(const AttentionShape&, const float*, const float*,
+                                       const float*, const float*, const float*, const float*,
+                                       const float*, const float*, const float*, float*, float*,
+                                       float*, float*);
+template void attention_bwd_bwd<double>(const AttentionShape&, const double*, const double*,
+                                        const double*, const double*, const double*, const double*,
+                                        const double*, const double*, const double*, double*,
+                                        double*, double*, double*);
+
+}  // namespace gg::kernels::cpu

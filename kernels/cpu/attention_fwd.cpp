@@ -1,0 +1,114 @@
+// attention_fwd: softmax attention forward, FlashAttention-style, on the CPU.
+//
+// Math (one head; b and h are independent):
+//   S = s·Q·Kᵀ, with S_ij = -inf where causal and j > i
+//   L_i = logsumexp_j S_ij                      (natural log; saved for the backward)
+//   P = exp(S - L) = softmax_rows(S),   O = P·V
+//
+// Shapes: Q, K, V, O are (B, H, N, d); L is (B, H, N).
+//
+// Tiling: one task per (b, h, query block of kBlockM rows). A task sweeps the key blocks
+// (kBlockN rows each) with an online softmax: per query row a running max m, a running sum
+// l = Σ exp(S - m), and an accumulator acc = Σ exp(S - m)·V_j that is rescaled by
+// exp(m_old - m_new) whenever the max grows. At the end O = acc / l and L = m + log(l).
+// Causal: key blocks entirely after the query block are never visited; the diagonal tile is
+// masked entry by entry. Every query row sees its own key, so l > 0 and m is finite at the end.
+// Scratch per thread: one kBlockM x kBlockN score tile, kBlockM x d accumulator, 2·kBlockM scalars.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/attention.h"
+
+namespace gg::kernels::cpu {
+
+template <typename T>
+void attention_fwd(const AttentionShape& p, const T* Q, const T* K, const T* V, T* O, T* L) {
+  const int64_t B = p.B, H = p.H, N = p.N, d = p.d;
+  const T s = static_cast<T>(p.scale);
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  const int64_t num_q_blocks = detail::num_blocks(N, kBlockM);
+  const int64_t num_k_blocks = detail::num_blocks(N, kBlockN);
+
+  GG_OMP(parallel) {
+    std::vector<T> S(kBlockM * kBlockN);  // scores, then probabilities exp(S - m)
+    std::vector<T> acc(kBlockM * d);      // Σ_j exp(S_ij - m_i)·V_j
+    std::vector<T> m(kBlockM);            // running row max
+    std::vector<T> l(kBlockM);            // running row sum of exp(S - m)
+
+    GG_OMP(for collapse(3) schedule(dynamic, 1))
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t qb = 0; qb < num_q_blocks; ++qb) {
+          // ---- prologue: this task's query rows [i0, i0 + mi) of head (b, h) ----
+          const int64_t head = (b * H + h) * N;  // first row of the head
+          const int64_t i0 = qb * kBlockM;
+          const int64_t mi = std::min(kBlockM, N - i0);
+          const T* Qi = Q + (head + i0) * d;
+          const T* Kh = K + head * d;
+          const T* Vh = V + head * d;
+          std::fill(m.begin(), m.end(), neg_inf);
+          std::fill(l.begin(), l.end(), T(0));
+          std::fill(acc.begin(), acc.end(), T(0));
+
+          // ---- main loop: sweep key blocks [j0, j0 + nj) ----
+          for (int64_t kb = 0; kb < num_k_blocks; ++kb) {
+            const int64_t j0 = kb * kBlockN;
+            if (detail::tile_fully_masked(p.causal, i0, mi, j0)) break;  // and all later ones
+            const int64_t nj = std::min(kBlockN, N - j0);
+            const T* Kj = Kh + j0 * d;
+            const T* Vj = Vh + j0 * d;
+            const bool masked = detail::tile_partly_masked(p.causal, i0, j0, nj);
+
+            // S = s·Q_i·K_jᵀ, masked entries -inf.
+            detail::tile_abt(mi, nj, d, s, Qi, Kj, S.data(), /*accumulate=*/false);
+            if (masked)
+              for (int64_t i = 0; i < mi; ++i)
+                for (int64_t j = 0; j < nj; ++j)
+                  if (j0 + j > i0 + i) S[i * kBlockN + j] = neg_inf;
+
+            // Online softmax, row by row.
+            for (int64_t i = 0; i < mi; ++i) {
+              T* Srow = S.data() + i * kBlockN;
+              T m_new = m[i];
+              for (int64_t j = 0; j < nj; ++j) m_new = std::max(m_new, Srow[j]);
+              if (m_new == neg_inf) {  // row fully masked in this tile (and so far): nothing to add
+                for (int64_t j = 0; j < nj; ++j) Srow[j] = T(0);
+                continue;
+              }
+              const T alpha = std::exp(m[i] - m_new);  // rescales the old state; 0 when m[i] = -inf
+              T row_sum = 0;
+              for (int64_t j = 0; j < nj; ++j) {
+                Srow[j] = std::exp(Srow[j] - m_new);  // exp(-inf) = 0 for masked keys
+                row_sum += Srow[j];
+              }
+              l[i] = alpha * l[i] + row_sum;
+              m[i] = m_new;
+              T* acc_i = acc.data() + i * d;
+              GG_OMP(simd)
+              for (int64_t k = 0; k < d; ++k) acc_i[k] *= alpha;
+            }
+            // acc += exp(S - m)·V_j
+            detail::tile_ab_acc(mi, nj, d, S.data(), Vj, acc.data());
+          }
+
+          // ---- epilogue: O = acc / l, L = m + log(l) ----
+          for (int64_t i = 0; i < mi; ++i) {
+            const T inv_l = T(1) / l[i];
+            T* Oi = O + (head + i0 + i) * d;
+            const T* acc_i = acc.data() + i * d;
+            GG_OMP(simd)
+            for (int64_t k = 0; k < d; ++k) Oi[k] = acc_i[k] * inv_l;
+            L[head + i0 + i] = m[i] + std::log(l[i]);
+          }
+        }
+  }
+}
+
+template void attention_fwd<float>(const AttentionShape&, const float*, const float*,
+                                   const float*, float*, float*);
+template void attention_fwd<double>(const AttentionShape&, const double*, const double*,
+                                    const double*, double*, double*);
+
+}  // namespace gg::kernels::cpu

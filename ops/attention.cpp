@@ -1,0 +1,200 @@
+// Fused attention as three recorded primitives (docs/attention.md derives the math):
+//
+//   attention_forward(Q, K, V)            -> O (and L, saved)      backward: attention_backward
+//   attention_backward(Q, K, V, dO; O, L) -> dQ, dK, dV            backward: attention_backward_backward
+//   attention_backward_backward(Q, K, V, dO, Q̃, K̃, Ṽ; O, L) -> gQ, gK, gV, gdO
+//                                                                  backward: composite fallback
+//
+// O and L are saved values, never inputs: no gradient flows into them, because the BoB
+// formulas already contain D = rowsum(dO∘O)'s dependence on Q, K, V and dO. The third level's
+// backward differentiates attention_composite (exact, O(N²) memory) and warns once.
+#include <cmath>
+
+#include "autograd/engine.h"
+#include "core/log.h"
+#include "ops/common.h"
+
+namespace gg {
+namespace {
+
+struct Checked {
+  kernels::AttentionShape shape;
+  Tensor q, k, v;  // contiguous
+};
+
+Checked check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
+  detail::check_defined(op, q, "q");
+  detail::check_defined(op, k, "k");
+  detail::check_defined(op, v, "v");
+  GG_CHECK(q.dim() == 4, ShapeError, "gg::", op, ": q must be (B, H, N, d), got shape ", shape_str(q.shape()));
+  GG_CHECK(k.shape() == q.shape() && v.shape() == q.shape(), ShapeError, "gg::", op,
+           ": q, k and v must have the same shape (B, H, N, d) (Nq = Nk and dv = d for the fused op; use "
+           "attention_composite otherwise), got q ", shape_str(q.shape()), ", k ", shape_str(k.shape()), ", v ",
+           shape_str(v.shape()));
+  detail::check_same_dtype(op, q, k);
+  detail::check_same_dtype(op, q, v);
+  detail::check_same_device(op, q, k);
+  detail::check_same_device(op, q, v);
+  detail::check_floating(op, q, "q");
+  const double scale = o.scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(3))));
+  GG_CHECK(std::isfinite(scale), ValueError, "gg::", op, ": scale must be finite, got ", scale);
+  Checked c;
+  c.shape = {q.size(0), q.size(1), q.size(2), q.size(3), scale, o.causal};
+  NoGradGuard ng;
+  c.q = contiguous(q);
+  c.k = contiguous(k);
+  c.v = contiguous(v);
+  return c;
+}
+
+Tensor contiguous_like(const char* op, const Tensor& t, const Tensor& q, const char* arg) {
+  detail::check_defined(op, t, arg);
+  GG_CHECK(t.shape() == q.shape(), ShapeError, "gg::", op, ": ", arg, " has shape ", shape_str(t.shape()),
+           ", expected ", shape_str(q.shape()));
+  detail::check_same_dtype(op, q, t);
+  detail::check_same_device(op, q, t);
+  NoGradGuard ng;
+  return contiguous(t);
+}
+
+kernels::AttentionArgs args_for(const Checked& c) {
+  kernels::AttentionArgs a{};
+  a.shape = c.shape;
+  a.dtype = c.q.dtype();
+  a.Q = c.q.raw_data();
+  a.K = c.k.raw_data();
+  a.V = c.v.raw_data();
+  return a;
+}
+
+const void* data_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
+
+// Order-3 fallback: the vector-Jacobian product of the composite BoB map
+//   (Q, K, V, dO, Q̃, K̃, Ṽ) -> (gQ, gK, gV, gdO)
+// with cotangents `cots`, by nested gg::grad over attention_composite. Inputs that require grad
+// enter through detail::alias when the caller records (create_graph), so the result stays
+// connected to their history and higher orders keep working; otherwise through fresh leaves.
+TensorList bob_composite_vjp(const TensorList& inputs, const TensorList& cots, const AttentionOptions& o) {
+  const bool record_result = GradMode::is_enabled();
+  EnableGradGuard eg;
+  TensorList x(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined()) continue;
+    if (record_result && inputs[i].requires_grad()) {
+      x[i] = detail::alias(inputs[i]);
+    } else {
+      x[i] = inputs[i].detach();
+      x[i].requires_grad_(true);
+    }
+  }
+  // First level: dQ, dK, dV of the composite, as functions of x.
+  Tensor O = attention_composite(x[0], x[1], x[2], o);
+  TensorList d = grad({O}, {x[0], x[1], x[2]}, {x[3]}, {/*create_graph=*/true});
+  // Second level: gradient of <Q̃, dQ> + <K̃, dK> + <Ṽ, dV> with respect to Q, K, V, dO.
+  Tensor inner;
+  for (size_t t = 0; t < 3; ++t)
+    if (x[4 + t].defined()) inner = inner.defined() ? inner + sum(x[4 + t] * d[t]) : sum(x[4 + t] * d[t]);
+  TensorList result(inputs.size());
+  if (!inner.defined()) return result;  // no cotangent at all: BoB is identically zero
+  TensorList g = grad({inner}, {x[0], x[1], x[2], x[3]}, {}, {/*create_graph=*/true, -1, /*allow_unused=*/true});
+  // Third level: the requested vector-Jacobian product.
+  TensorList outs, outs_cots, wrt;
+  std::vector<size_t> wrt_index;
+  for (size_t j = 0; j < g.size(); ++j)
+    if (g[j].defined() && g[j].requires_grad()) {
+      outs.push_back(g[j]);
+      outs_cots.push_back(cots[j]);
+    }
+  for (size_t i = 0; i < x.size(); ++i)
+    if (x[i].defined()) {
+      wrt.push_back(x[i]);
+      wrt_index.push_back(i);
+    }
+  if (outs.empty()) return result;
+  TensorList r = grad(outs, wrt, outs_cots, {record_result, -1, /*allow_unused=*/true});
+  for (size_t j = 0; j < r.size(); ++j) result[wrt_index[j]] = r[j];
+  return result;
+}
+
+}  // namespace
+
+AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
+  Checked c = check_qkv("attention", q, k, v, o);
+  const auto& s = c.shape;
+  Tensor O = empty(q.shape(), q.dtype(), q.device());
+  Tensor L = empty({s.B, s.H, s.N}, q.dtype(), q.device());
+  kernels::AttentionArgs a = args_for(c);
+  a.out0 = O.raw_data();
+  a.out1 = L.raw_data();
+  dispatch::attention_fwd(a, q.device());
+  record("attention_forward", {q, k, v}, {O}, {q, k, v, O, L}, [o](const BackwardArgs& g) -> TensorList {
+    const TensorList& sv = g.saved;  // Q, K, V, O, L
+    return attention_backward(sv[0], sv[1], sv[2], sv[3].detach(), sv[4], g.grads[0], o);
+  });
+  return {O, L};
+}
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
+  return attention_forward(q, k, v, o).O;
+}
+
+TensorList attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,
+                              const Tensor& dO, const AttentionOptions& o) {
+  const char* op = "attention_backward";
+  Checked c = check_qkv(op, q, k, v, o);
+  Tensor Oc = contiguous_like(op, O, q, "O"), dOc = contiguous_like(op, dO, q, "dO");
+  detail::check_defined(op, L, "L");
+  GG_CHECK(L.shape() == Shape({c.shape.B, c.shape.H, c.shape.N}) && L.is_contiguous() && L.dtype() == q.dtype(),
+           ShapeError, "gg::", op, ": L must be the contiguous (B, H, N) log-sum-exp from attention_forward, got shape ",
+           shape_str(L.shape()));
+  TensorList grads = {empty(q.shape(), q.dtype(), q.device()), empty(q.shape(), q.dtype(), q.device()),
+                      empty(q.shape(), q.dtype(), q.device())};
+  kernels::AttentionArgs a = args_for(c);
+  a.O = Oc.raw_data();
+  a.L = L.raw_data();
+  a.dO = dOc.raw_data();
+  a.out0 = grads[0].raw_data();
+  a.out1 = grads[1].raw_data();
+  a.out2 = grads[2].raw_data();
+  dispatch::attention_bwd(a, q.device());
+  auto node = record(op, {q, k, v, dO}, grads, {q, k, v, dO, Oc, L}, [o](const BackwardArgs& g) -> TensorList {
+    const TensorList& sv = g.saved;  // Q, K, V, dO, O, L; grads are the cotangents Q̃, K̃, Ṽ (maybe undefined)
+    return attention_backward_backward(sv[0], sv[1], sv[2], sv[4], sv[5], sv[3], g.grads[0], g.grads[1], g.grads[2], o);
+  });
+  if (node) node->materialize_grads = false;  // an absent cotangent skips its BoB terms
+  return grads;
+}
+
+TensorList attention_backward_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O,
+                                       const Tensor& L, const Tensor& dO, const Tensor& qt, const Tensor& kt,
+                                       const Tensor& vt, const AttentionOptions& o) {
+  const char* op = "attention_backward_backward";
+  Checked c = check_qkv(op, q, k, v, o);
+  Tensor Oc = contiguous_like(op, O, q, "O"), dOc = contiguous_like(op, dO, q, "dO");
+  Tensor qtc = qt.defined() ? contiguous_like(op, qt, q, "qt") : Tensor();
+  Tensor ktc = kt.defined() ? contiguous_like(op, kt, q, "kt") : Tensor();
+  Tensor vtc = vt.defined() ? contiguous_like(op, vt, q, "vt") : Tensor();
+  TensorList outs;
+  for (int i = 0; i < 4; ++i) outs.push_back(empty(q.shape(), q.dtype(), q.device()));
+  kernels::AttentionArgs a = args_for(c);
+  a.O = Oc.raw_data();
+  a.L = L.raw_data();
+  a.dO = dOc.raw_data();
+  a.Qt = data_or_null(qtc);
+  a.Kt = data_or_null(ktc);
+  a.Vt = data_or_null(vtc);
+  a.out0 = outs[0].raw_data();
+  a.out1 = outs[1].raw_data();
+  a.out2 = outs[2].raw_data();
+  a.out3 = outs[3].raw_data();
+  dispatch::attention_bwd_bwd(a, q.device());
+  record(op, {q, k, v, dO, qt, kt, vt}, outs, {q, k, v, dO, qt, kt, vt}, [o](const BackwardArgs& g) -> TensorList {
+    logging::warn_once("attention_order3",
+                   "gg::attention: third and higher derivatives fall back to differentiating attention_composite "
+                   "(exact, but O(N^2) memory)");
+    return bob_composite_vjp(g.saved, g.grads, o);
+  });
+  return outs;
+}
+
+}  // namespace gg
