@@ -15,3 +15,4 @@
 #include "core/tensor.h"
 #include "ops/ops.h"
 #include "core/cuda.h"
+#include "autograd/to_dot.h"

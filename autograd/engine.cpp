@@ -136,6 +136,16 @@ TensorList run_backward(const char* what, const TensorList& outputs, const Tenso
   std::vector<TensorList> buffers(n);
   for (size_t i = 0; i < n; ++i) buffers[i].resize(g.nodes[i]->outputs.size());
   AutoGradMode mode(create_graph);
+  // Nodes recorded during this pass (the backward ops and the sums of incoming gradients) sit
+  // one level above the deepest node differentiated: 1 for a first backward, 2 for a backward
+  // of a backward, and so on.
+  int level = 0;
+  for (Node* node : g.nodes) level = std::max(level, node->level + 1);
+  struct LevelGuard {
+    int saved = detail::current_backward_level();
+    explicit LevelGuard(int l) { detail::set_backward_level(l); }
+    ~LevelGuard() { detail::set_backward_level(saved); }
+  } level_guard(level);
   for (size_t r = 0; r < roots.size(); ++r) {
     if (!roots[r].valid()) continue;
     size_t idx = g.index[roots[r].node.get()];
@@ -150,11 +160,6 @@ TensorList run_backward(const char* what, const TensorList& outputs, const Tenso
 
   TensorList result(inputs.size());
   std::vector<char> reached(inputs.size(), 0);
-  // Nodes recorded during this pass sit one level above the deepest node differentiated:
-  // 1 for a first backward, 2 for a backward of a backward, and so on.
-  int level = 0;
-  for (Node* node : g.nodes) level = std::max(level, node->level + 1);
-  const int saved_level = detail::current_backward_level();
   while (!ready.empty()) {
     size_t idx = ready.top();
     ready.pop();
@@ -182,14 +187,7 @@ TensorList run_backward(const char* what, const TensorList& outputs, const Tenso
         const Edge& e = node->next_edges[k];
         needs[k] = e.valid() && needed[g.index[e.node.get()]];
       }
-      detail::set_backward_level(level);
-      try {
-        in_grads = node->apply(buf, needs);
-      } catch (...) {
-        detail::set_backward_level(saved_level);
-        throw;
-      }
-      detail::set_backward_level(saved_level);
+      in_grads = node->apply(buf, needs);
       GG_CHECK(in_grads.size() == node->next_edges.size(), AutogradError, "gg::", what, ": backward of '",
                node->name(), "' returned ", in_grads.size(), " gradients for ", node->next_edges.size(), " inputs");
     }

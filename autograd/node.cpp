@@ -21,6 +21,50 @@ void set_backward_level(int level) { t_backward_level = level; }
 
 Node::Node() : sequence_nr(g_next_sequence_nr++), level(t_backward_level) {}
 
+void Node::take_children(std::vector<std::shared_ptr<Node>>& out) {
+  for (Edge& e : next_edges)
+    if (e.node) out.push_back(std::move(e.node));
+  next_edges.clear();
+}
+
+namespace {
+// Frees `pending` and everything only they keep alive, one node at a time.
+void drain(std::vector<std::shared_ptr<Node>>& pending) {
+  while (!pending.empty()) {
+    std::shared_ptr<Node> n = std::move(pending.back());
+    pending.pop_back();
+    // Last owner: empty it first, so that its destructor (at the end of this scope) has
+    // nothing left to free recursively.
+    if (n.use_count() == 1) n->take_children(pending);
+  }
+}
+}  // namespace
+
+Node::~Node() {
+  std::vector<std::shared_ptr<Node>> pending;
+  Node::take_children(pending);
+  drain(pending);
+}
+
+FunctionNode::~FunctionNode() {
+  std::vector<std::shared_ptr<Node>> pending;
+  FunctionNode::take_children(pending);
+  drain(pending);
+}
+
+std::shared_ptr<Node> SavedVariable::take_grad_fn() {
+  std::shared_ptr<Node> out;
+  if (data_.defined() && data_.impl_ptr().use_count() == 1) out = std::move(data_.impl().grad_fn);
+  return out;
+}
+
+void FunctionNode::take_children(std::vector<std::shared_ptr<Node>>& out) {
+  Node::take_children(out);
+  for (SavedVariable& s : saved)
+    if (auto fn = s.take_grad_fn()) out.push_back(std::move(fn));
+  saved.clear();
+}
+
 SavedVariable::SavedVariable(const Tensor& t, bool is_output)
     : is_output_(is_output), version_(t.defined() ? t.version() : 0) {
   if (!t.defined()) return;

@@ -31,7 +31,8 @@ struct TensorMeta {
 class Node : public std::enable_shared_from_this<Node> {
  public:
   Node();
-  virtual ~Node() = default;
+  // Frees the graph below this node iteratively: a long tape must not recurse once per node.
+  virtual ~Node();
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
@@ -43,6 +44,9 @@ class Node : public std::enable_shared_from_this<Node> {
   virtual const char* name() const = 0;
   // Frees saved tensors after a backward without retain_graph.
   virtual void release_saved() {}
+  // Teardown helper: moves out every node this one keeps alive (edges, and the grad_fn of saved
+  // tensors nobody else holds), so the destructor can free them without recursion.
+  virtual void take_children(std::vector<std::shared_ptr<Node>>& out);
 
   std::vector<Edge> next_edges;     // one per input
   std::vector<TensorMeta> outputs;  // one per output
@@ -61,6 +65,8 @@ class SavedVariable {
   SavedVariable(const Tensor& t, bool is_output);
   Tensor unpack(const std::shared_ptr<Node>& owner, const char* node_name, size_t index) const;
   void reset() { data_ = Tensor(); }
+  // If this saved tensor is the last handle on its data, gives up its grad_fn (teardown).
+  std::shared_ptr<Node> take_grad_fn();
 
  private:
   Tensor data_;
@@ -81,9 +87,11 @@ using BackwardFn = std::function<TensorList(const BackwardArgs&)>;
 class FunctionNode final : public Node {
  public:
   FunctionNode(const char* name, BackwardFn fn) : name_(name), fn_(std::move(fn)) {}
+  ~FunctionNode() override;
   TensorList apply(const TensorList& grads, const std::vector<bool>& needs) override;
   const char* name() const override { return name_; }
   void release_saved() override;
+  void take_children(std::vector<std::shared_ptr<Node>>& out) override;
   std::vector<SavedVariable> saved;
 
  private:

@@ -165,6 +165,19 @@ TEST(Autograd, LongChainDoesNotOverflowTheStack) {
   EXPECT_DOUBLE_EQ(grad(y, x).item(), 1.0);
 }
 
+TEST(Autograd, LongTapesAreFreedWithoutRecursion) {
+  // 300k nodes, chained both through edges (neg) and through saved tensors (mul saves its
+  // inputs): freeing them must not recurse once per node.
+  {
+    Tensor x = scalar(1.0);
+    Tensor y = x;
+    for (int i = 0; i < 150000; ++i) y = neg(y);
+    Tensor z = y;
+    for (int i = 0; i < 150000; ++i) z = z * y;
+  }
+  SUCCEED();
+}
+
 TEST(Autograd, BroadcastGradientsHaveInputShapes) {
   Tensor a = randn({3, 1}, DType::f64).requires_grad_(true);
   Tensor b = randn({4}, DType::f64).requires_grad_(true);
