@@ -22,6 +22,10 @@ void gemm(const MatmulParams& p) {
   T* c = static_cast<T*>(p.c);
   const int64_t lda = OrderA == Eigen::RowMajor ? p.a_row_stride : p.a_col_stride;
   const int64_t ldb = OrderB == Eigen::RowMajor ? p.b_row_stride : p.b_col_stride;
+  // Many matrices: one thread per matrix (Eigen then runs single-threaded inside, since it is
+  // already in a parallel region). One matrix: Eigen splits it over threads itself.
+  const double macs = static_cast<double>(p.M) * static_cast<double>(p.N) * static_cast<double>(p.K);
+#pragma omp parallel for schedule(static) if (p.batch > 1 && macs * static_cast<double>(p.batch) > 2e5)
   for (int64_t i = 0; i < p.batch; ++i) {
     MatMap<T, OrderA> A(a + p.a_offsets[i], p.M, p.K, Eigen::OuterStride<>(std::max<int64_t>(lda, 1)));
     MatMap<T, OrderB> B(b + p.b_offsets[i], p.K, p.N, Eigen::OuterStride<>(std::max<int64_t>(ldb, 1)));
