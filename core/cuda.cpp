@@ -1,18 +1,50 @@
 #include "core/cuda.h"
 
+#include "core/error.h"
+
 #ifdef GG_HAS_CUDA
 #include "kernels/cuda/runtime.h"
 #endif
 
 namespace gg::cuda {
 
-int device_count() {
 #ifdef GG_HAS_CUDA
-  return kernels::cuda::device_count();
-#else
-  return 0;
-#endif
+namespace {
+class CudaAllocator final : public Allocator {
+ public:
+  void* allocate(size_t nbytes, int device) override { return kernels::cuda::allocate(nbytes, device); }
+  void deallocate(void* p, size_t nbytes, int device) override { kernels::cuda::deallocate(p, nbytes, device); }
+};
+CudaAllocator g_allocator;
+const bool g_registered = [] {
+  register_allocator(DeviceType::cuda, &g_allocator);
+  return true;
+}();
+}  // namespace
+
+int device_count() { return kernels::cuda::device_count(); }
+void synchronize() { kernels::cuda::synchronize(); }
+MemoryStats memory_stats(int device) {
+  auto s = kernels::cuda::memory_stats(device);
+  return {s.current_bytes, s.peak_bytes, s.allocations};
 }
+void reset_peak_memory_stats(int device) { kernels::cuda::reset_peak_memory_stats(device); }
+void set_allow_tf32(bool allow) { kernels::cuda::set_allow_tf32(allow); }
+bool allow_tf32() { return kernels::cuda::allow_tf32(); }
+#else
+namespace {
+[[noreturn]] void no_cuda(const char* what) {
+  throw DeviceError(std::string("gg::cuda::") + what + ": this build of gradgrad has no CUDA backend (GG_CUDA=OFF "
+                    "or no nvcc at configure time)");
+}
+}  // namespace
+int device_count() { return 0; }
+void synchronize() { no_cuda("synchronize"); }
+MemoryStats memory_stats(int) { no_cuda("memory_stats"); }
+void reset_peak_memory_stats(int) { no_cuda("reset_peak_memory_stats"); }
+void set_allow_tf32(bool) { no_cuda("set_allow_tf32"); }
+bool allow_tf32() { return false; }
+#endif
 
 bool is_available() { return device_count() > 0; }
 

@@ -1,9 +1,20 @@
-// Is a CUDA device usable? False when the library was built without GG_CUDA or no GPU is present.
+// The CUDA backend's public switches. Everything here is safe to call in a build without CUDA
+// or on a machine without a GPU: is_available() is then false and the rest throw DeviceError.
 #pragma once
+#include "core/storage.h"
 
 namespace gg::cuda {
 
-bool is_available();
+bool is_available();  // built with GG_CUDA and at least one GPU present
 int device_count();
+void synchronize();   // waits for all work the library queued on the current device
+
+// Bytes held by tensors on `device` (stream-ordered allocator, counted by the library).
+MemoryStats memory_stats(int device = 0);
+void reset_peak_memory_stats(int device = 0);
+
+// f32 matmuls on TF32 tensor cores (faster, ~1e-3 relative error) or exact f32 (default).
+void set_allow_tf32(bool allow);
+bool allow_tf32();
 
 }  // namespace gg::cuda

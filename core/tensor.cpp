@@ -5,6 +5,10 @@
 #include <iomanip>
 
 #include "kernels/cpu/kernels.h"
+#ifdef GG_HAS_CUDA
+#include "kernels/cuda/kernels.h"
+#include "kernels/cuda/runtime.h"
+#endif
 
 namespace gg {
 
@@ -54,9 +58,18 @@ template uint8_t* Tensor::data<uint8_t>() const;
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
-  GG_CHECK(device().is_cpu(), DeviceError, "gg::Tensor::to_vector: tensor is on ", device().str(),
-           "; move it to the CPU first (gg::to(t, Device::cpu()))");
-  const Tensor& c = *this;
+  Tensor c = *this;
+  if (device().is_cuda()) {
+#ifdef GG_HAS_CUDA
+    // Gather the view into contiguous device memory, then bring it over.
+    Tensor dense = empty(shape(), dtype(), device());
+    kernels::cuda::copy_strided({dtype(), dtype(), raw_data(), dense.raw_data(), kernels::make_layout(shape(), strides()),
+                                 kernels::make_layout(shape(), contiguous_strides(shape()))});
+    c = empty(shape(), dtype(), Device::cpu());
+    kernels::cuda::memcpy(c.raw_data(), dense.raw_data(), static_cast<size_t>(numel()) * dtype_size(dtype()),
+                          kernels::cuda::CopyKind::device_to_host);
+#endif
+  }
   std::vector<T> out(static_cast<size_t>(numel()));
   // Strided read with conversion to T through the CPU copy kernel.
   kernels::cpu::copy_strided({c.dtype(), dtype_of<T>(), c.raw_data(), out.data(),

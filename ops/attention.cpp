@@ -67,6 +67,9 @@ kernels::AttentionArgs args_for(const Checked& c) {
   return a;
 }
 
+// The row log-sum-exp is kept in f32 for low-precision inputs.
+DType lse_dtype(DType t) { return (t == DType::bf16 || t == DType::f16) ? DType::f32 : t; }
+
 const void* data_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
 
 // Order-3 fallback: the vector-Jacobian product of the composite BoB map
@@ -122,7 +125,7 @@ AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tenso
   Checked c = check_qkv("attention", q, k, v, o);
   const auto& s = c.shape;
   Tensor O = empty(q.shape(), q.dtype(), q.device());
-  Tensor L = empty({s.B, s.H, s.N}, q.dtype(), q.device());
+  Tensor L = empty({s.B, s.H, s.N}, lse_dtype(q.dtype()), q.device());
   kernels::AttentionArgs a = args_for(c);
   a.out0 = O.raw_data();
   a.out1 = L.raw_data();
@@ -144,7 +147,7 @@ TensorList attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   Checked c = check_qkv(op, q, k, v, o);
   Tensor Oc = contiguous_like(op, O, q, "O"), dOc = contiguous_like(op, dO, q, "dO");
   detail::check_defined(op, L, "L");
-  GG_CHECK(L.shape() == Shape({c.shape.B, c.shape.H, c.shape.N}) && L.is_contiguous() && L.dtype() == q.dtype(),
+  GG_CHECK(L.shape() == Shape({c.shape.B, c.shape.H, c.shape.N}) && L.is_contiguous() && L.dtype() == lse_dtype(q.dtype()),
            ShapeError, "gg::", op, ": L must be the contiguous (B, H, N) log-sum-exp from attention_forward, got shape ",
            shape_str(L.shape()));
   TensorList grads = {empty(q.shape(), q.dtype(), q.device()), empty(q.shape(), q.dtype(), q.device()),

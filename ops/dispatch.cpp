@@ -3,6 +3,14 @@
 #include "core/error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/kernels.h"
+#ifdef GG_HAS_CUDA
+#include "kernels/cuda/kernels.h"
+#include "kernels/cuda/runtime.h"
+#define GG_IF_CUDA(call) \
+  if (device.is_cuda()) return call;
+#else
+#define GG_IF_CUDA(call)
+#endif
 
 namespace gg::dispatch {
 namespace {
@@ -15,6 +23,7 @@ namespace {
 #define GG_DISPATCH(name, Params)                                   \
   void name(const kernels::Params& p, Device device) {              \
     if (device.is_cpu()) return kernels::cpu::name(p);              \
+    GG_IF_CUDA(kernels::cuda::name(p))                              \
     no_backend(#name, device);                                      \
   }
 
@@ -33,7 +42,26 @@ GG_DISPATCH(index_add, IndexParams)
 
 void copy(const kernels::CopyParams& p, Device device) {
   if (device.is_cpu()) return kernels::cpu::copy_strided(p);
+  GG_IF_CUDA(kernels::cuda::copy_strided(p))
   no_backend("copy", device);
+}
+
+void copy_between_devices(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
+#ifdef GG_HAS_CUDA
+  using kernels::cuda::CopyKind;
+  if (src_device.is_cpu() && dst_device.is_cuda())
+    return kernels::cuda::memcpy(dst, src, nbytes, CopyKind::host_to_device);
+  if (src_device.is_cuda() && dst_device.is_cpu())
+    return kernels::cuda::memcpy(dst, src, nbytes, CopyKind::device_to_host);
+  if (src_device.is_cuda() && dst_device.is_cuda())
+    return kernels::cuda::memcpy(dst, src, nbytes, CopyKind::device_to_device);
+#else
+  (void)dst;
+  (void)src;
+  (void)nbytes;
+#endif
+  throw DeviceError("gg::to: cannot copy from " + src_device.str() + " to " + dst_device.str() +
+                    " (this build has no CUDA backend)");
 }
 
 namespace {
@@ -57,6 +85,13 @@ void attention_cpu(int level, const kernels::AttentionArgs& a) {
 }
 
 void attention(int level, const kernels::AttentionArgs& a, Device device) {
+#ifdef GG_HAS_CUDA
+  if (device.is_cuda()) {
+    if (level == 0) return kernels::cuda::attention_fwd(a);
+    if (level == 1) return kernels::cuda::attention_bwd(a);
+    return kernels::cuda::attention_bwd_bwd(a);
+  }
+#endif
   if (!device.is_cpu()) no_backend("attention", device);
   switch (a.dtype) {
     case DType::f32: return attention_cpu<float>(level, a);

@@ -1,6 +1,8 @@
 // Runs a kernel on the device that holds the data. Ops call these; they never call a backend
 // directly, so adding a backend touches this file and kernels/<backend>/ only.
 #pragma once
+#include <cstddef>
+
 #include "core/device.h"
 #include "kernels/params.h"
 
@@ -18,6 +20,9 @@ void matmul(const kernels::MatmulParams& p, Device device);
 void softmax_last(const kernels::SoftmaxParams& p, Device device);
 void index_select(const kernels::IndexParams& p, Device device);
 void index_add(const kernels::IndexParams& p, Device device);
+
+// Copies `nbytes` of contiguous data between devices (at least one of them a GPU).
+void copy_between_devices(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
 
 void attention_fwd(const kernels::AttentionArgs& a, Device device);
 void attention_bwd(const kernels::AttentionArgs& a, Device device);

@@ -42,8 +42,18 @@ Tensor to(const Tensor& x, DType dtype) {
 Tensor to(const Tensor& x, Device device) {
   detail::check_defined("to", x, "input");
   if (x.device() == device) return x;
-  throw DeviceError("gg::to: moving tensors between " + x.device().str() + " and " + device.str() +
-                    " needs the CUDA backend, which this build does not have");
+  Tensor src;
+  {
+    NoGradGuard ng;
+    src = contiguous(x);
+  }
+  Tensor y = empty(x.shape(), x.dtype(), device);
+  dispatch::copy_between_devices(y.raw_data(), device, src.raw_data(), x.device(),
+                                 static_cast<size_t>(x.numel()) * dtype_size(x.dtype()));
+  record("to_device", {x}, {y}, {}, [from = x.device()](const BackwardArgs& g) -> TensorList {
+    return {to(g.grads[0], from)};
+  });
+  return y;
 }
 
 Tensor reshape(const Tensor& x, const Shape& shape_in) {

@@ -1,9 +1,40 @@
-// CUDA runtime queries used by the host side. No CUDA headers leak through this file.
+// The CUDA runtime as the rest of the library sees it: devices, the stream every kernel runs
+// on, stream-ordered allocation, copies, and error checks. No CUDA headers leak through here.
 #pragma once
+#include <cstddef>
+#include <cstdint>
 
 namespace gg::kernels::cuda {
 
 // Number of usable CUDA devices; 0 when the driver reports none (e.g. a CI machine without a GPU).
 int device_count();
+void set_device(int index);
+int current_device();
+
+// The library's stream on the current device (created once per device). Returned as void* so
+// that callers need no CUDA headers; kernels cast it back to cudaStream_t.
+void* stream();
+void synchronize();
+
+// Stream-ordered allocation (cudaMallocAsync on the device's default memory pool, whose release
+// threshold is raised so freed memory is kept for reuse). Counted for memory_stats.
+void* allocate(size_t nbytes, int device);
+void deallocate(void* ptr, size_t nbytes, int device);
+struct CudaMemoryStats {
+  int64_t current_bytes, peak_bytes, allocations;
+};
+CudaMemoryStats memory_stats(int device);
+void reset_peak_memory_stats(int device);
+
+enum class CopyKind { host_to_device, device_to_host, device_to_device };
+// Copies on the library stream; device_to_host waits for the copy to finish.
+void memcpy(void* dst, const void* src, size_t nbytes, CopyKind kind);
+
+// cuBLAS math mode for f32 matmuls: false (default) = exact f32, true = TF32 tensor cores.
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+
+// Throws gg::DeviceError("CUDA error ... at file:line") when the last launch failed.
+void check_last_launch(const char* file, int line);
 
 }  // namespace gg::kernels::cuda

@@ -1,0 +1,431 @@
+// attention_bwd: softmax attention backward on the GPU (FlashAttention-2 schedule, no atomics).
+//
+// Math (one head), forward lines on the left, what undoes them on the right
+// (as kernels/cpu/attention_bwd.cpp):
+//   S = s·Q·Kᵀ (masked)        P = exp(S - L)          recomputed from the saved L
+//   O = P·V                    dV = Pᵀ·dO,  dP = dO·Vᵀ
+//   P = softmax_rows(S)        D = rowsum(dO∘O) = Σ_j P∘dP,  dS = P∘(dP - D)
+//   S = s·Q·Kᵀ                 dQ = s·dS·K,  dK = s·dSᵀ·Q
+//
+// Shapes: Q, K, V, O, dO, dQ, dK, dV are (B, H, N, d) contiguous; L and D are (B, H, N), Acc
+// (f32 for bf16/f16/f32, f64 for f64). D is stream-ordered scratch.
+//
+// Three launches, all deterministic (every output element is written by exactly one thread,
+// summing in a fixed order):
+//   1. D = rowsum(dO∘O): one warp per row (row_dot_kernel, attention_common.cuh).
+//   2. dK, dV: key-parallel; one block per (b, h, key block) sweeps the query blocks (causal: from
+//      the first that sees the key block) and recomputes, per 16x16 sub-tile and warp,
+//        Sᵀ  = K·Qᵀ           mma   → Pᵀ = exp2(Sᵀ·s·log2e - L·log2e), 0 where masked
+//        dPᵀ = V·dOᵀ          mma   → dSᵀ = Pᵀ∘(dPᵀ - D)
+//        dV += Pᵀ·dO          mma (Pᵀ as the A operand straight from registers)
+//        dK += dSᵀ·Q          mma
+//   3. dQ: query-parallel; one block per (b, h, query block) sweeps the key blocks:
+//        S = Q·Kᵀ, dP = dO·Vᵀ (mma) → dS;  dQ += dS·K (mma)
+//   Products: 4 in pass 2 + 3 in pass 3 = 7 N²·d products (14·N²·d flops per head; the dQ sweep
+//   recomputes S and dP instead of adding dQ atomically). Causal halves all of it.
+// Tiles: TcConfig<d> (tensor cores, bf16/f16, d in {32, 64, 128}: 4 warps x 16 own rows, other
+// side double-buffered by cp.async) or GenConfig (everything else), attention_common.cuh.
+#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/kernels.h"
+
+namespace gg::kernels::cuda {
+namespace {
+
+using namespace attn;
+
+// ------------------------------------------------------------------------ generic kernels
+
+// dK, dV for key rows [j0, j0 + kRows): thread (o, r) owns key j0 + o and queries i0 + r + 8k.
+template <typename T>
+__global__ void __launch_bounds__(GenConfig::kThreads, 1) attention_bwd_dkdv_generic_kernel(const Params<T> p) {
+  using Acc = typename Elem<T>::Acc;
+  using C = GenConfig;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Acc* sK = reinterpret_cast<Acc*>(smem_raw);  // own chunks
+  Acc* sV = sK + C::kStage;
+  Acc* sQ = sV + C::kStage;                     // other chunks
+  Acc* sdO = sQ + C::kStage;
+  Acc* sP = sdO + C::kStage;                    // Pᵀ tile  [key][query]
+  Acc* sdS = sP + C::kTile;                     // dSᵀ tile [key][query]
+
+  // ---- prologue
+  const GenThread th = gen_thread();
+  const BlockCoord bc = block_coord(cdiv(p.N, C::kRows));
+  const int j0 = bc.blk * C::kRows, j = j0 + th.o;
+  const int c0 = blockIdx.y * C::kCols;
+  const int64_t head = bc.bh * p.N;
+  const T* Qh = p.Q + head * p.d;
+  const T* Kh = p.K + head * p.d;
+  const T* Vh = p.V + head * p.d;
+  const T* dOh = p.dO + head * p.d;
+  const Acc* Lh = p.L + head;
+  const Acc* Dh = p.D + head;
+  Acc dK[C::kColsPerThread] = {}, dV[C::kColsPerThread] = {};
+  const int num_q_tiles = cdiv(p.N, C::kOther);
+  const int q_begin = p.causal ? j0 / C::kOther : 0;
+
+  // ---- main loop over query tiles [i0, i0 + nx)
+  for (int qt = q_begin; qt < num_q_tiles; ++qt) {
+    const int i0 = qt * C::kOther, nx = min(C::kOther, p.N - i0);
+    Acc st[C::kPerThread] = {}, dpt[C::kPerThread] = {};  // Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ
+    for (int k0 = 0; k0 < p.d; k0 += C::kChunk) {
+      __syncthreads();
+      gen_stage(sK, Kh, j0, k0, p.N, p.d);
+      gen_stage(sV, Vh, j0, k0, p.N, p.d);
+      gen_stage(sQ, Qh, i0, k0, p.N, p.d);
+      gen_stage(sdO, dOh, i0, k0, p.N, p.d);
+      __syncthreads();
+      gen_dot(st, sK, sQ, th);
+      gen_dot(dpt, sV, sdO, th);
+    }
+#pragma unroll
+    for (int k = 0; k < C::kPerThread; ++k) {
+      const int i = i0 + th.r + 8 * k;
+      const bool visible = i < p.N && (!p.causal || j <= i);
+      const Acc P = visible ? acc_exp(st[k] * p.scale - Lh[i]) : Acc(0);  // undoes P = softmax(S)
+      const Acc dS = visible ? P * (dpt[k] - Dh[i]) : Acc(0);              // dS = P∘(dP - D)
+      sP[th.o * C::kStride + th.r + 8 * k] = P;
+      sdS[th.o * C::kStride + th.r + 8 * k] = dS;
+    }
+    __syncthreads();
+    gen_accumulate(dV, sP, dOh, i0, nx, c0, p.d, th);  // dV += Pᵀ·dO
+    gen_accumulate(dK, sdS, Qh, i0, nx, c0, p.d, th);  // dK += dSᵀ·Q
+  }
+
+  // ---- epilogue: dK = s·Σ dSᵀ·Q
+  if (j < p.N) {
+#pragma unroll
+    for (int k = 0; k < C::kColsPerThread; ++k) dK[k] *= p.scale;
+    gen_store(p.out1 + (head + j) * p.d, dK, c0, p.d, th);
+    gen_store(p.out2 + (head + j) * p.d, dV, c0, p.d, th);
+  }
+}
+
+// dQ for query rows [i0, i0 + kRows): thread (o, r) owns query i0 + o and keys j0 + r + 8k.
+template <typename T>
+__global__ void __launch_bounds__(GenConfig::kThreads, 1) attention_bwd_dq_generic_kernel(const Params<T> p) {
+  using Acc = typename Elem<T>::Acc;
+  using C = GenConfig;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Acc* sQ = reinterpret_cast<Acc*>(smem_raw);  // own chunks
+  Acc* sdO = sQ + C::kStage;
+  Acc* sK = sdO + C::kStage;                    // other chunks
+  Acc* sV = sK + C::kStage;
+  Acc* sdS = sV + C::kStage;                    // dS tile [query][key]
+
+  // ---- prologue
+  const GenThread th = gen_thread();
+  const BlockCoord bc = block_coord(cdiv(p.N, C::kRows));
+  const int i0 = bc.blk * C::kRows, i = i0 + th.o;
+  const int c0 = blockIdx.y * C::kCols;
+  const int64_t head = bc.bh * p.N;
+  const T* Qh = p.Q + head * p.d;
+  const T* Kh = p.K + head * p.d;
+  const T* Vh = p.V + head * p.d;
+  const T* dOh = p.dO + head * p.d;
+  const Acc L_i = i < p.N ? p.L[head + i] : Acc(0);
+  const Acc D_i = i < p.N ? p.D[head + i] : Acc(0);
+  Acc dQ[C::kColsPerThread] = {};
+  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + C::kRows), C::kOther) : cdiv(p.N, C::kOther);
+
+  // ---- main loop over key tiles [j0, j0 + nx)
+  for (int kb = 0; kb < num_k_tiles; ++kb) {
+    const int j0 = kb * C::kOther, nx = min(C::kOther, p.N - j0);
+    Acc s[C::kPerThread] = {}, dp[C::kPerThread] = {};  // S = Q·Kᵀ, dP = dO·Vᵀ
+    for (int k0 = 0; k0 < p.d; k0 += C::kChunk) {
+      __syncthreads();
+      gen_stage(sQ, Qh, i0, k0, p.N, p.d);
+      gen_stage(sdO, dOh, i0, k0, p.N, p.d);
+      gen_stage(sK, Kh, j0, k0, p.N, p.d);
+      gen_stage(sV, Vh, j0, k0, p.N, p.d);
+      __syncthreads();
+      gen_dot(s, sQ, sK, th);
+      gen_dot(dp, sdO, sV, th);
+    }
+#pragma unroll
+    for (int k = 0; k < C::kPerThread; ++k) {
+      const int j = j0 + th.r + 8 * k;
+      const bool visible = j < p.N && (!p.causal || j <= i);
+      const Acc P = visible ? acc_exp(s[k] * p.scale - L_i) : Acc(0);
+      sdS[th.o * C::kStride + th.r + 8 * k] = visible ? P * (dp[k] - D_i) : Acc(0);
+    }
+    __syncthreads();
+    gen_accumulate(dQ, sdS, Kh, j0, nx, c0, p.d, th);  // undoes S = s·Q·Kᵀ: dQ += dS·K
+  }
+
+  // ---- epilogue: dQ = s·Σ dS·K
+  if (i < p.N) {
+#pragma unroll
+    for (int k = 0; k < C::kColsPerThread; ++k) dQ[k] *= p.scale;
+    gen_store(p.out0 + (head + i) * p.d, dQ, c0, p.d, th);
+  }
+}
+
+// ------------------------------------------------------------------------ tensor-core kernels
+
+// dK, dV for key rows [j0, j0 + kBlockM); warp w owns keys [jw, jw + 16).
+template <typename T, int kD>
+__global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_bwd_dkdv_tc_kernel(const Params<T> p) {
+  using Cfg = TcConfig<kD>;
+  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sK = reinterpret_cast<T*>(smem_raw);      // own   [kBM][kStride]
+  T* sV = sK + Cfg::kOwnElems;                 // own   [kBM][kStride]
+  T* sQ = sV + Cfg::kOwnElems;                 // other [2][kBN][kStride]
+  T* sdO = sQ + 2 * Cfg::kTileElems;           // other [2][kBN][kStride]
+  float* sL = reinterpret_cast<float*>(sdO + 2 * Cfg::kTileElems);  // [2][kBN]
+  float* sD = sL + 2 * kBN;                                         // [2][kBN]
+
+  // ---- prologue: own key rows, first query tile
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const BlockCoord bc = block_coord(cdiv(p.N, kBM));
+  const int j0 = bc.blk * kBM, jw = j0 + 16 * warp;
+  const int64_t head = bc.bh * p.N;
+  const T* Qh = p.Q + head * kD;
+  const T* dOh = p.dO + head * kD;
+  const float* Lh = p.L + head;
+  const float* Dh = p.D + head;
+  const int num_q_tiles = cdiv(p.N, kBN);
+  const int q_begin = p.causal ? j0 / kBN : 0;
+  const float sl2 = p.scale * kLog2e;
+
+  auto load_tile = [&](int qt, int stage) {
+    load_rows_async<T, kD, kBN>(sQ + stage * Cfg::kTileElems, Qh, qt * kBN, p.N);
+    load_rows_async<T, kD, kBN>(sdO + stage * Cfg::kTileElems, dOh, qt * kBN, p.N);
+    load_scalars_async<Cfg::kThreads>(sL + stage * kBN, Lh, qt * kBN, kBN, p.N);
+    load_scalars_async<Cfg::kThreads>(sD + stage * kBN, Dh, qt * kBN, kBN, p.N);
+  };
+  load_rows_async<T, kD, kBM>(sK, p.K + head * kD, j0, p.N);
+  load_rows_async<T, kD, kBM>(sV, p.V + head * kD, j0, p.N);
+  load_tile(q_begin, 0);
+  cp_async_commit();
+
+  float dK[kD / 8][4], dV[kD / 8][4];
+  zero(dK);
+  zero(dV);
+
+  // ---- main loop over query tiles [i0, i0 + kBN)
+  for (int qt = q_begin; qt < num_q_tiles; ++qt) {
+    const int stage = (qt - q_begin) % 2;
+    if (qt + 1 < num_q_tiles) {
+      load_tile(qt + 1, 1 - stage);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int i0 = qt * kBN;
+    const T* sQs = sQ + stage * Cfg::kTileElems;
+    const T* sdOs = sdO + stage * Cfg::kTileElems;
+    const float* sLs = sL + stage * kBN;
+    const float* sDs = sD + stage * kBN;
+
+    if (jw < p.N) {
+#pragma unroll 1
+      for (int q = 0; q < kBN / 16; ++q) {
+        const int is = i0 + 16 * q;  // sub-tile queries [is, is + 16)
+        if (is >= p.N) break;
+        if (p.causal && is + 15 < jw) continue;  // every query before every key of the warp
+
+        // Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (16 keys x 16 queries)
+        float st[2][4], dpt[2][4];
+        zero(st);
+        zero(dpt);
+        mma_scores<T, kD>(st, sK + 16 * warp * kStride, sQs + 16 * q * kStride, lane);
+        mma_scores<T, kD>(dpt, sV + 16 * warp * kStride, sdOs + 16 * q * kStride, lane);
+
+        // Pᵀ = exp(Sᵀ - L) (0 where masked), dSᵀ = Pᵀ∘(dPᵀ - D), in place
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int li = 16 * q + frag_col(lane, n, e);  // query within the tile
+            const int key = jw + frag_row(lane, e);
+            const bool visible = i0 + li < p.N && (!p.causal || key <= i0 + li);
+            const float P = visible ? exp2f(st[n][e] * sl2 - sLs[li] * kLog2e) : 0.f;
+            st[n][e] = P;
+            dpt[n][e] = P * (dpt[n][e] - sDs[li]);
+          }
+
+        uint32_t a[4];
+        to_a_frag<T>(a, st);
+        mma_accumulate<T, kD, kD>(dV, a, sdOs + 16 * q * kStride, lane);  // dV += Pᵀ·dO
+        to_a_frag<T>(a, dpt);
+        mma_accumulate<T, kD, kD>(dK, a, sQs + 16 * q * kStride, lane);   // dK += dSᵀ·Q
+      }
+    }
+    __syncthreads();
+  }
+
+  // ---- epilogue: dK = s·Σ dSᵀ·Q, dV
+  const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
+  store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, dK, scale, jw, p.N, lane);
+  store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, dV, one, jw, p.N, lane);
+}
+
+// dQ for query rows [i0, i0 + kBlockM); warp w owns queries [iw, iw + 16).
+template <typename T, int kD>
+__global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_bwd_dq_tc_kernel(const Params<T> p) {
+  using Cfg = TcConfig<kD>;
+  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);  // own   [kBM][kStride]
+  T* sdO = sQ + Cfg::kOwnElems;            // own   [kBM][kStride]
+  T* sK = sdO + Cfg::kOwnElems;            // other [2][kBN][kStride]
+  T* sV = sK + 2 * Cfg::kTileElems;        // other [2][kBN][kStride]
+
+  // ---- prologue: own query rows and their L, D; first key tile
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const BlockCoord bc = block_coord(cdiv(p.N, kBM));
+  const int i0 = bc.blk * kBM, iw = i0 + 16 * warp;
+  const int64_t head = bc.bh * p.N;
+  const T* Kh = p.K + head * kD;
+  const T* Vh = p.V + head * kD;
+  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + kBM), kBN) : cdiv(p.N, kBN);
+  const float sl2 = p.scale * kLog2e;
+  float L2[2], D[2];  // L·log2e and D of own rows g, g + 8
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = iw + frag_row(lane, 2 * h);
+    L2[h] = row < p.N ? p.L[head + row] * kLog2e : 0.f;
+    D[h] = row < p.N ? p.D[head + row] : 0.f;
+  }
+
+  load_rows_async<T, kD, kBM>(sQ, p.Q + head * kD, i0, p.N);
+  load_rows_async<T, kD, kBM>(sdO, p.dO + head * kD, i0, p.N);
+  load_rows_async<T, kD, kBN>(sK, Kh, 0, p.N);
+  load_rows_async<T, kD, kBN>(sV, Vh, 0, p.N);
+  cp_async_commit();
+
+  float dQ[kD / 8][4];
+  zero(dQ);
+
+  // ---- main loop over key tiles [j0, j0 + kBN)
+  for (int kb = 0; kb < num_k_tiles; ++kb) {
+    const int stage = kb % 2;
+    if (kb + 1 < num_k_tiles) {
+      load_rows_async<T, kD, kBN>(sK + (1 - stage) * Cfg::kTileElems, Kh, (kb + 1) * kBN, p.N);
+      load_rows_async<T, kD, kBN>(sV + (1 - stage) * Cfg::kTileElems, Vh, (kb + 1) * kBN, p.N);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int j0 = kb * kBN;
+    const T* sKs = sK + stage * Cfg::kTileElems;
+    const T* sVs = sV + stage * Cfg::kTileElems;
+
+    if (iw < p.N) {
+#pragma unroll 1
+      for (int q = 0; q < kBN / 16; ++q) {
+        const int js = j0 + 16 * q;  // sub-tile keys [js, js + 16)
+        if (js >= p.N || (p.causal && js > iw + 15)) break;  // and every later sub-tile
+
+        // S = Q·Kᵀ, dP = dO·Vᵀ (16 queries x 16 keys)
+        float s[2][4], dp[2][4];
+        zero(s);
+        zero(dp);
+        mma_scores<T, kD>(s, sQ + 16 * warp * kStride, sKs + 16 * q * kStride, lane);
+        mma_scores<T, kD>(dp, sdO + 16 * warp * kStride, sVs + 16 * q * kStride, lane);
+
+        // dS = P∘(dP - D), P = exp(S - L), 0 where masked
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = js + frag_col(lane, n, e), row = iw + frag_row(lane, e);
+            const bool visible = key < p.N && (!p.causal || key <= row);
+            const float P = visible ? exp2f(s[n][e] * sl2 - L2[e / 2]) : 0.f;
+            dp[n][e] = P * (dp[n][e] - D[e / 2]);
+          }
+
+        uint32_t a[4];
+        to_a_frag<T>(a, dp);
+        mma_accumulate<T, kD, kD>(dQ, a, sKs + 16 * q * kStride, lane);  // dQ += dS·K
+      }
+    }
+    __syncthreads();
+  }
+
+  // ---- epilogue: dQ = s·Σ dS·K
+  const float scale[2] = {p.scale, p.scale};
+  store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, dQ, scale, iw, p.N, lane);
+}
+
+// ------------------------------------------------------------------------ launchers
+
+template <typename T, int kD>
+void launch_bwd_tc(const Params<T>& p) {
+  using Cfg = TcConfig<kD>;
+  const unsigned grid = grid_x(p.BH, cdiv(p.N, Cfg::kBlockM));
+  {
+    const size_t smem = (2 * Cfg::kOwnElems + 4 * Cfg::kTileElems) * sizeof(T) + 4 * Cfg::kBlockN * sizeof(float);
+    auto kernel = attention_bwd_dkdv_tc_kernel<T, kD>;
+    set_smem(kernel, smem);
+    kernel<<<grid, Cfg::kThreads, smem, cuda_stream()>>>(p);
+    CUDA_CHECK_LAUNCH();
+  }
+  {
+    const size_t smem = (2 * Cfg::kOwnElems + 4 * Cfg::kTileElems) * sizeof(T);
+    auto kernel = attention_bwd_dq_tc_kernel<T, kD>;
+    set_smem(kernel, smem);
+    kernel<<<grid, Cfg::kThreads, smem, cuda_stream()>>>(p);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+template <typename T>
+void launch_bwd_generic(const Params<T>& p) {
+  using C = GenConfig;
+  using Acc = typename Elem<T>::Acc;
+  const dim3 grid(grid_x(p.BH, cdiv(p.N, C::kRows)), cdiv(p.d, C::kCols));
+  {
+    const size_t smem = (4 * C::kStage + 2 * C::kTile) * sizeof(Acc);
+    auto kernel = attention_bwd_dkdv_generic_kernel<T>;
+    set_smem(kernel, smem);
+    kernel<<<grid, C::kThreads, smem, cuda_stream()>>>(p);
+    CUDA_CHECK_LAUNCH();
+  }
+  {
+    const size_t smem = (4 * C::kStage + C::kTile) * sizeof(Acc);
+    auto kernel = attention_bwd_dq_generic_kernel<T>;
+    set_smem(kernel, smem);
+    kernel<<<grid, C::kThreads, smem, cuda_stream()>>>(p);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+template <typename T>
+void bwd(const AttentionArgs& a) {
+  using Acc = typename Elem<T>::Acc;
+  Params<T> p = make_params<T>(a);
+  const int64_t rows = p.BH * p.N;
+  Scratch D(static_cast<size_t>(rows) * sizeof(Acc));
+  p.D = D.as<Acc>();
+  launch_row_dot<T>(p.dO, p.O, p.D, rows, p.d);  // phase 1: D = rowsum(dO∘O)
+  if constexpr (is_half_type<T>()) {
+    if (tc_supported(a)) {
+      if (p.d == 32) return launch_bwd_tc<T, 32>(p);
+      if (p.d == 64) return launch_bwd_tc<T, 64>(p);
+      return launch_bwd_tc<T, 128>(p);
+    }
+  }
+  launch_bwd_generic<T>(p);
+}
+
+}  // namespace
+
+void attention_bwd(const AttentionArgs& a) {
+  switch (a.dtype) {
+    case DType::f64: return bwd<double>(a);
+    case DType::f32: return bwd<float>(a);
+    case DType::bf16: return bwd<__nv_bfloat16>(a);
+    case DType::f16: return bwd<__half>(a);
+    default: break;
+  }
+  throw DTypeError(std::string("gg::attention_backward (CUDA): unsupported dtype ") + dtype_name(a.dtype));
+}
+
+}  // namespace gg::kernels::cuda

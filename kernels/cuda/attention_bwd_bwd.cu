@@ -1,0 +1,658 @@
+// attention_bwd_bwd: backward-over-backward (BoB) of softmax attention on the GPU.
+//
+// BoB differentiates  ℒ = <Qt, dQ> + <Kt, dK> + <Vt, dV>  with respect to Q, K, V and dO, where
+// (dQ, dK, dV) is the first backward and Qt, Kt, Vt are their cotangents. O and L are saved
+// values: no gradient flows into them. Math (one head), as kernels/cpu/attention_bwd_bwd.cpp:
+//   P = exp(s·Q·Kᵀ - L) (masked: 0),  dP = dO·Vᵀ,  D = rowsum(dO∘O),  dS = P∘(dP - D)
+//   G = s·(Qt·Kᵀ + Q·Ktᵀ)          ℒ's weight on dS
+//   H = dO·Vtᵀ                     ℒ's weight on P
+//   E = Σ_j P∘G,   F = Σ_j P∘(dP∘G + H) - 2·D∘E      (row scalars)
+//   P̄ = (dP - D)∘G - dP∘E + H,   S̄ = P∘(P̄ - F),   dP̄ = P∘(G - E)
+//   grad_Q  = s·(S̄·K + dS·Kt)        grad_K  = s·(S̄ᵀ·Q + dSᵀ·Qt)
+//   grad_V  = dP̄ᵀ·dO                 grad_dO = dP̄·V + P·Vt
+// An absent cotangent (nullptr) drops its terms (runtime, warp-uniform branches: its tile
+// products are never issued): no Qt and no Kt means G = 0 (E = 0, dP̄ = 0, grad_V = 0, dP never
+// formed); no Vt means H = 0. All absent: every output is 0 (a memset).
+//
+// Shapes: Q, K, V, O, dO, Qt, Kt, Vt and the four outputs are (B, H, N, d) contiguous; L, D, E, F
+// are (B, H, N), Acc (f32 for bf16/f16/f32, f64 for f64); D, E, F are stream-ordered scratch.
+//
+// Schedule: the two-pass schedule of shared/design/attention-bob.md, no atomics, no N x N buffer,
+// bitwise deterministic. The outputs depend on E and F only affinely, so a query block
+// accumulates pieces and combines them once its sweep ends:
+//   grad_Q_i  = s·(XA_i - E_i·X2_i - F_i·X3_i)
+//       XA = [P∘((dP - D)∘G + H)]·K + dS·Kt,   X2 = (P∘dP)·K,   X3 = P·K
+//   grad_dO_i = Y_i - E_i·O_i,   Y = (P∘G)·V + P·Vt                   (using P·V = O)
+//   0. D = rowsum(dO∘O): one warp per row.
+//   1. Query-parallel, one block per (b, h, query block [, column slice]) sweeping the key blocks:
+//      score tiles S, dP, G (2 products), H; output products C1·K, dS·Kt (into XA), (P∘dP)·K,
+//      P·K, (P∘G)·V, P·Vt (into Y): 5 + 6 = 11 N²·d products. Writes E, F, grad_Q, grad_dO.
+//      Precision: XA - E·X2 - F·X3 and Y - E·O cancel (exactly, for a row that sees a single key:
+//      its grad_Q is 0), so on the tensor-core path the coefficient tiles of C1·K, (P∘dP)·K, P·K
+//      and (P∘G)·V enter as hi + lo bf16/f16 pairs (to_a_frag_split): 4 extra mma products
+//      sharing their B fragments, 15 in pass 1. With single-rounded tiles the cancellation
+//      left errors of ~2^-8 of the output family's scale in such rows.
+//   2. Key-parallel, one block per (b, h, key block) sweeping the query blocks with the rows'
+//      L, D, E, F: score tiles Sᵀ, dPᵀ, Gᵀ (2), Hᵀ; outputs S̄ᵀ·Q, dSᵀ·Qt (grad_K), dP̄ᵀ·dO
+//      (grad_V): 5 + 3 = 8 products. 19 in all (38·N²·d flops per head; causal halves it), 23 as
+//      issued on tensor cores (the 4 split products).
+// Tensor-core kernels (bf16/f16, d in {32, 64, 128}; TcConfig): 4 warps x 16 own rows; the other
+// side's rows double-buffered by cp.async; per warp, 16x16 sub-tiles of every score product by
+// mma, coefficient tiles built in registers and fed straight back as mma A operands. Pass 1 holds
+// four f32 accumulators of 16 x kBobCols per warp; at d = 128 the columns are split in two
+// slices over grid.y (the score tiles are recomputed per slice). Generic kernels: GenConfig.
+#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/kernels.h"
+
+namespace gg::kernels::cuda {
+namespace {
+
+using namespace attn;
+
+// ------------------------------------------------------------------------ generic kernels
+
+// Pass 1 for query rows [i0, i0 + kRows): thread (o, r) owns query i0 + o and keys j0 + r + 8k.
+template <typename T>
+__global__ void __launch_bounds__(GenConfig::kThreads, 1) attention_bob_pass1_generic_kernel(const Params<T> p) {
+  using Acc = typename Elem<T>::Acc;
+  using C = GenConfig;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Acc* sQ = reinterpret_cast<Acc*>(smem_raw);  // own chunks
+  Acc* sdO = sQ + C::kStage;
+  Acc* sQt = sdO + C::kStage;
+  Acc* sK = sQt + C::kStage;                    // other chunks
+  Acc* sV = sK + C::kStage;
+  Acc* sKt = sV + C::kStage;
+  Acc* sVt = sKt + C::kStage;
+  Acc* sC1 = sVt + C::kStage;                   // coefficient tiles [query][key]
+  Acc* sP = sC1 + C::kTile;
+  Acc* sPdP = sP + C::kTile;
+  Acc* sPG = sPdP + C::kTile;
+  Acc* sdS = sPG + C::kTile;
+
+  // ---- prologue
+  const bool has_Qt = p.Qt != nullptr, has_Kt = p.Kt != nullptr, has_Vt = p.Vt != nullptr;
+  const bool has_G = has_Qt || has_Kt, has_H = has_Vt;
+  const GenThread th = gen_thread();
+  const BlockCoord bc = block_coord(cdiv(p.N, C::kRows));
+  const int i0 = bc.blk * C::kRows, i = i0 + th.o;
+  const int c0 = blockIdx.y * C::kCols;
+  const int64_t head = bc.bh * p.N;
+  const int64_t hd = head * p.d;
+  const T* Qh = p.Q + hd;
+  const T* Kh = p.K + hd;
+  const T* Vh = p.V + hd;
+  const T* dOh = p.dO + hd;
+  const T* Qth = has_Qt ? p.Qt + hd : nullptr;
+  const T* Kth = has_Kt ? p.Kt + hd : nullptr;
+  const T* Vth = has_Vt ? p.Vt + hd : nullptr;
+  const Acc L_i = i < p.N ? p.L[head + i] : Acc(0);
+  const Acc D_i = i < p.N ? p.D[head + i] : Acc(0);
+  Acc XA[C::kColsPerThread] = {}, X2[C::kColsPerThread] = {}, X3[C::kColsPerThread] = {},
+      Y[C::kColsPerThread] = {};
+  Acc e_part = 0, f_part = 0;  // this thread's share of Σ_j P∘G and Σ_j P∘(dP∘G + H)
+  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + C::kRows), C::kOther) : cdiv(p.N, C::kOther);
+
+  // ---- main loop over key tiles [j0, j0 + nx)
+  for (int kb = 0; kb < num_k_tiles; ++kb) {
+    const int j0 = kb * C::kOther, nx = min(C::kOther, p.N - j0);
+
+    // score tiles: S = Q·Kᵀ, dP = dO·Vᵀ, G = Qt·Kᵀ + Q·Ktᵀ (times s below), H = dO·Vtᵀ
+    Acc S[C::kPerThread] = {}, dP[C::kPerThread] = {}, G[C::kPerThread] = {}, Hs[C::kPerThread] = {};
+    for (int k0 = 0; k0 < p.d; k0 += C::kChunk) {
+      __syncthreads();
+      gen_stage(sQ, Qh, i0, k0, p.N, p.d);
+      gen_stage(sdO, dOh, i0, k0, p.N, p.d);
+      gen_stage(sQt, Qth, i0, k0, p.N, p.d);
+      gen_stage(sK, Kh, j0, k0, p.N, p.d);
+      gen_stage(sV, has_G ? Vh : nullptr, j0, k0, p.N, p.d);
+      gen_stage(sKt, Kth, j0, k0, p.N, p.d);
+      gen_stage(sVt, Vth, j0, k0, p.N, p.d);
+      __syncthreads();
+      gen_dot(S, sQ, sK, th);
+      if (has_G) gen_dot(dP, sdO, sV, th);
+      if (has_Qt) gen_dot(G, sQt, sK, th);
+      if (has_Kt) gen_dot(G, sQ, sKt, th);
+      if (has_H) gen_dot(Hs, sdO, sVt, th);
+    }
+
+    // coefficient tiles and row sums (absent G or H are zero tiles here)
+#pragma unroll
+    for (int k = 0; k < C::kPerThread; ++k) {
+      const int j = j0 + th.r + 8 * k;
+      const bool visible = j < p.N && (!p.causal || j <= i);
+      const Acc P = visible ? acc_exp(S[k] * p.scale - L_i) : Acc(0);
+      const Acc g = G[k] * p.scale;
+      const Acc PG = P * g;                       // P∘G: E's terms; dP̄ = P∘G - E·P
+      const Acc PdP = P * dP[k];                  // P∘dP: the E·dP part of P̄
+      const Acc dS = P * (dP[k] - D_i);           // dS = P∘(dP - D)
+      const Acc C1 = dS * g + P * Hs[k];          // P∘((dP - D)∘G + H)
+      e_part += PG;                               // E = Σ P∘G
+      f_part += dP[k] * PG + P * Hs[k];           // F ∋ Σ P∘dP∘G + Σ P∘H
+      const int at = th.o * C::kStride + th.r + 8 * k;
+      sC1[at] = C1;
+      sP[at] = P;
+      sPdP[at] = PdP;
+      sPG[at] = PG;
+      sdS[at] = dS;
+    }
+    __syncthreads();
+
+    // output products on this block's column slice
+    gen_accumulate(XA, sC1, Kh, j0, nx, c0, p.d, th);              // XA += C1·K
+    gen_accumulate(X3, sP, Kh, j0, nx, c0, p.d, th);               // X3 += P·K
+    if (has_G) {
+      gen_accumulate(X2, sPdP, Kh, j0, nx, c0, p.d, th);           // X2 += (P∘dP)·K
+      gen_accumulate(Y, sPG, Vh, j0, nx, c0, p.d, th);             // Y  += (P∘G)·V
+    }
+    if (has_Kt) gen_accumulate(XA, sdS, Kth, j0, nx, c0, p.d, th);  // XA += dS·Kt
+    if (has_Vt) gen_accumulate(Y, sP, Vth, j0, nx, c0, p.d, th);    // Y  += P·Vt
+  }
+
+  // ---- epilogue: E, F; grad_Q = s·(XA - E·X2 - F·X3), grad_dO = Y - E·O
+  const Acc E = group_sum(e_part);
+  const Acc F = group_sum(f_part) - Acc(2) * D_i * E;
+  if (i < p.N) {
+    const T* Oi = p.O + (head + i) * p.d;
+    Acc gQ[C::kColsPerThread], gdO[C::kColsPerThread];
+#pragma unroll
+    for (int k = 0; k < C::kColsPerThread; ++k) {
+      const int c = c0 + th.r + 8 * k;
+      gQ[k] = p.scale * (XA[k] - E * X2[k] - F * X3[k]);
+      gdO[k] = Y[k] - (c < p.d ? E * Elem<T>::to_acc(Oi[c]) : Acc(0));
+    }
+    gen_store(p.out0 + (head + i) * p.d, gQ, c0, p.d, th);
+    gen_store(p.out3 + (head + i) * p.d, gdO, c0, p.d, th);
+    if (blockIdx.y == 0 && th.r == 0) {
+      p.E[head + i] = E;
+      p.F[head + i] = F;
+    }
+  }
+}
+
+// Pass 2 for key rows [j0, j0 + kRows): thread (o, r) owns key j0 + o and queries i0 + r + 8k.
+template <typename T>
+__global__ void __launch_bounds__(GenConfig::kThreads, 1) attention_bob_pass2_generic_kernel(const Params<T> p) {
+  using Acc = typename Elem<T>::Acc;
+  using C = GenConfig;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Acc* sK = reinterpret_cast<Acc*>(smem_raw);  // own chunks
+  Acc* sV = sK + C::kStage;
+  Acc* sKt = sV + C::kStage;
+  Acc* sVt = sKt + C::kStage;
+  Acc* sQ = sVt + C::kStage;                    // other chunks
+  Acc* sdO = sQ + C::kStage;
+  Acc* sQt = sdO + C::kStage;
+  Acc* sSbar = sQt + C::kStage;                 // coefficient tiles [key][query]
+  Acc* sdS = sSbar + C::kTile;
+  Acc* sdPbar = sdS + C::kTile;
+
+  // ---- prologue
+  const bool has_Qt = p.Qt != nullptr, has_Kt = p.Kt != nullptr, has_Vt = p.Vt != nullptr;
+  const bool has_G = has_Qt || has_Kt, has_H = has_Vt;
+  const GenThread th = gen_thread();
+  const BlockCoord bc = block_coord(cdiv(p.N, C::kRows));
+  const int j0 = bc.blk * C::kRows, j = j0 + th.o;
+  const int c0 = blockIdx.y * C::kCols;
+  const int64_t head = bc.bh * p.N;
+  const int64_t hd = head * p.d;
+  const T* Qh = p.Q + hd;
+  const T* Kh = p.K + hd;
+  const T* Vh = p.V + hd;
+  const T* dOh = p.dO + hd;
+  const T* Qth = has_Qt ? p.Qt + hd : nullptr;
+  const T* Kth = has_Kt ? p.Kt + hd : nullptr;
+  const T* Vth = has_Vt ? p.Vt + hd : nullptr;
+  Acc gK[C::kColsPerThread] = {}, gV[C::kColsPerThread] = {};
+  const int num_q_tiles = cdiv(p.N, C::kOther);
+  const int q_begin = p.causal ? j0 / C::kOther : 0;
+
+  // ---- main loop over query tiles [i0, i0 + nx)
+  for (int qt = q_begin; qt < num_q_tiles; ++qt) {
+    const int i0 = qt * C::kOther, nx = min(C::kOther, p.N - i0);
+
+    // score tiles, transposed: Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, Gᵀ = K·Qtᵀ + Kt·Qᵀ (times s), Hᵀ = Vt·dOᵀ
+    Acc S[C::kPerThread] = {}, dP[C::kPerThread] = {}, G[C::kPerThread] = {}, Hs[C::kPerThread] = {};
+    for (int k0 = 0; k0 < p.d; k0 += C::kChunk) {
+      __syncthreads();
+      gen_stage(sK, Kh, j0, k0, p.N, p.d);
+      gen_stage(sV, has_G ? Vh : nullptr, j0, k0, p.N, p.d);
+      gen_stage(sKt, Kth, j0, k0, p.N, p.d);
+      gen_stage(sVt, Vth, j0, k0, p.N, p.d);
+      gen_stage(sQ, Qh, i0, k0, p.N, p.d);
+      gen_stage(sdO, dOh, i0, k0, p.N, p.d);
+      gen_stage(sQt, Qth, i0, k0, p.N, p.d);
+      __syncthreads();
+      gen_dot(S, sK, sQ, th);
+      if (has_G) gen_dot(dP, sV, sdO, th);
+      if (has_Qt) gen_dot(G, sK, sQt, th);
+      if (has_Kt) gen_dot(G, sKt, sQ, th);
+      if (has_H) gen_dot(Hs, sVt, sdO, th);
+    }
+
+    // coefficient tiles with the query rows' D, E, F (absent G or H are zero tiles here)
+#pragma unroll
+    for (int k = 0; k < C::kPerThread; ++k) {
+      const int i = i0 + th.r + 8 * k;
+      const bool visible = i < p.N && (!p.causal || j <= i);
+      Acc Sbar = 0, dS = 0, dPbar = 0;
+      if (visible) {
+        const Acc L = p.L[head + i], D = p.D[head + i], E = p.E[head + i], F = p.F[head + i];
+        const Acc P = acc_exp(S[k] * p.scale - L);
+        const Acc g = G[k] * p.scale;
+        const Acc Pbar = (dP[k] - D) * g - dP[k] * E + Hs[k];  // P̄ = (dP - D)∘G - dP∘E + H
+        Sbar = P * (Pbar - F);                                  // undoes P = softmax(S)
+        dS = P * (dP[k] - D);                                   // undoes dS = P∘(dP - D) in P
+        dPbar = P * (g - E);                                    // undoes it in dP
+      }
+      const int at = th.o * C::kStride + th.r + 8 * k;
+      sSbar[at] = Sbar;
+      sdS[at] = dS;
+      sdPbar[at] = dPbar;
+    }
+    __syncthreads();
+
+    gen_accumulate(gK, sSbar, Qh, i0, nx, c0, p.d, th);              // gK += S̄ᵀ·Q
+    if (has_Qt) gen_accumulate(gK, sdS, Qth, i0, nx, c0, p.d, th);   // gK += dSᵀ·Qt
+    if (has_G) gen_accumulate(gV, sdPbar, dOh, i0, nx, c0, p.d, th);  // gV += dP̄ᵀ·dO
+  }
+
+  // ---- epilogue: grad_K = s·(S̄ᵀ·Q + dSᵀ·Qt), grad_V (0 without G)
+  if (j < p.N) {
+#pragma unroll
+    for (int k = 0; k < C::kColsPerThread; ++k) gK[k] *= p.scale;
+    gen_store(p.out1 + (head + j) * p.d, gK, c0, p.d, th);
+    gen_store(p.out2 + (head + j) * p.d, gV, c0, p.d, th);
+  }
+}
+
+// ------------------------------------------------------------------------ tensor-core kernels
+
+// Pass 1 for query rows [i0, i0 + kBlockM), output columns [c0, c0 + kCols); warp w owns
+// queries [iw, iw + 16).
+template <typename T, int kD>
+__global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_bob_pass1_tc_kernel(const Params<T> p) {
+  using Cfg = TcConfig<kD>;
+  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride, kCols = Cfg::kBobCols;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);  // own   [kBM][kStride]
+  T* sdO = sQ + Cfg::kOwnElems;
+  T* sQt = sdO + Cfg::kOwnElems;
+  T* sK = sQt + Cfg::kOwnElems;            // other [2][kBN][kStride]
+  T* sV = sK + 2 * Cfg::kTileElems;
+  T* sKt = sV + 2 * Cfg::kTileElems;
+  T* sVt = sKt + 2 * Cfg::kTileElems;
+
+  // ---- prologue: own query rows and their L, D; first key tile
+  const bool has_Qt = p.Qt != nullptr, has_Kt = p.Kt != nullptr, has_Vt = p.Vt != nullptr;
+  const bool has_G = has_Qt || has_Kt, has_H = has_Vt;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const BlockCoord bc = block_coord(cdiv(p.N, kBM));
+  const int i0 = bc.blk * kBM, iw = i0 + 16 * warp;
+  const int c0 = blockIdx.y * kCols;
+  const int64_t head = bc.bh * p.N;
+  const int64_t hd = head * kD;
+  const T* Kh = p.K + hd;
+  const T* Vh = has_G ? p.V + hd : nullptr;
+  const T* Kth = has_Kt ? p.Kt + hd : nullptr;
+  const T* Vth = has_Vt ? p.Vt + hd : nullptr;
+  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + kBM), kBN) : cdiv(p.N, kBN);
+  const float sl2 = p.scale * kLog2e;
+  float L2[2], D[2];  // L·log2e and D of own rows g, g + 8
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = iw + frag_row(lane, 2 * h);
+    L2[h] = row < p.N ? p.L[head + row] * kLog2e : 0.f;
+    D[h] = row < p.N ? p.D[head + row] : 0.f;
+  }
+
+  auto load_tile = [&](int kb, int stage) {
+    load_rows_async<T, kD, kBN>(sK + stage * Cfg::kTileElems, Kh, kb * kBN, p.N);
+    load_rows_async<T, kD, kBN>(sV + stage * Cfg::kTileElems, Vh, kb * kBN, p.N);
+    load_rows_async<T, kD, kBN>(sKt + stage * Cfg::kTileElems, Kth, kb * kBN, p.N);
+    load_rows_async<T, kD, kBN>(sVt + stage * Cfg::kTileElems, Vth, kb * kBN, p.N);
+  };
+  load_rows_async<T, kD, kBM>(sQ, p.Q + hd, i0, p.N);
+  load_rows_async<T, kD, kBM>(sdO, p.dO + hd, i0, p.N);
+  load_rows_async<T, kD, kBM>(sQt, has_Qt ? p.Qt + hd : nullptr, i0, p.N);
+  load_tile(0, 0);
+  cp_async_commit();
+
+  float XA[kCols / 8][4], X2[kCols / 8][4], X3[kCols / 8][4], Y[kCols / 8][4];
+  zero(XA);
+  zero(X2);
+  zero(X3);
+  zero(Y);
+  float e_part[2] = {0.f, 0.f}, f_part[2] = {0.f, 0.f};  // this thread's share of E, F's sums
+  const T* sQw = sQ + 16 * warp * kStride;
+  const T* sdOw = sdO + 16 * warp * kStride;
+  const T* sQtw = sQt + 16 * warp * kStride;
+
+  // ---- main loop over key tiles [j0, j0 + kBN)
+  for (int kb = 0; kb < num_k_tiles; ++kb) {
+    const int stage = kb % 2;
+    if (kb + 1 < num_k_tiles) {
+      load_tile(kb + 1, 1 - stage);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int j0 = kb * kBN;
+    const T* sKs = sK + stage * Cfg::kTileElems;
+    const T* sVs = sV + stage * Cfg::kTileElems;
+    const T* sKts = sKt + stage * Cfg::kTileElems;
+    const T* sVts = sVt + stage * Cfg::kTileElems;
+
+    if (iw < p.N) {
+#pragma unroll 1
+      for (int q = 0; q < kBN / 16; ++q) {
+        const int js = j0 + 16 * q;  // sub-tile keys [js, js + 16)
+        if (js >= p.N || (p.causal && js > iw + 15)) break;  // and every later sub-tile
+        const int sub = 16 * q * kStride;
+
+        // score tiles (16 queries x 16 keys): S, dP, G (unscaled), H
+        float S[2][4], dP[2][4], G[2][4], Hs[2][4], dS[2][4];
+        zero(S);
+        zero(dP);
+        zero(G);
+        zero(Hs);
+        mma_scores<T, kD>(S, sQw, sKs + sub, lane);
+        if (has_G) mma_scores<T, kD>(dP, sdOw, sVs + sub, lane);
+        if (has_Qt) mma_scores<T, kD>(G, sQtw, sKs + sub, lane);
+        if (has_Kt) mma_scores<T, kD>(G, sQw, sKts + sub, lane);
+        if (has_H) mma_scores<T, kD>(Hs, sdOw, sVts + sub, lane);
+
+        // coefficient tiles, in place: S <- P, dP <- P∘dP, G <- P∘G, Hs <- C1; and dS
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e / 2;
+            const int key = js + frag_col(lane, n, e), row = iw + frag_row(lane, e);
+            const bool visible = key < p.N && (!p.causal || key <= row);
+            const float P = visible ? exp2f(S[n][e] * sl2 - L2[h]) : 0.f;
+            const float g = G[n][e] * p.scale;
+            const float PG = P * g;
+            const float ds = P * (dP[n][e] - D[h]);
+            e_part[h] += PG;
+            f_part[h] += dP[n][e] * PG + P * Hs[n][e];
+            Hs[n][e] = ds * g + P * Hs[n][e];  // C1 = P∘((dP - D)∘G + H)
+            dS[n][e] = ds;
+            dP[n][e] = P * dP[n][e];
+            G[n][e] = PG;
+            S[n][e] = P;
+          }
+
+        // output products on columns [c0, c0 + kCols) of the key rows. XA, X2, X3 and the
+        // (P∘G)·V part of Y cancel in the epilogue (exactly, for a row that sees one key), so
+        // their coefficient tiles go in as hi + lo pairs: ~2^-16 instead of 2^-8 relative.
+        const T* sKc = sKs + sub + c0;
+        uint32_t a[4], lo[4];
+        to_a_frag_split<T>(a, lo, Hs);
+        mma_accumulate_split<T, kD, kCols>(XA, a, lo, sKc, lane);             // XA += C1·K
+        to_a_frag_split<T>(a, lo, S);
+        mma_accumulate_split<T, kD, kCols>(X3, a, lo, sKc, lane);             // X3 += P·K
+        if (has_Vt) mma_accumulate<T, kD, kCols>(Y, a, sVts + sub + c0, lane);  // Y += P·Vt
+        if (has_G) {
+          to_a_frag_split<T>(a, lo, dP);
+          mma_accumulate_split<T, kD, kCols>(X2, a, lo, sKc, lane);           // X2 += (P∘dP)·K
+          to_a_frag_split<T>(a, lo, G);
+          mma_accumulate_split<T, kD, kCols>(Y, a, lo, sVs + sub + c0, lane);  // Y += (P∘G)·V
+        }
+        if (has_Kt) {
+          to_a_frag<T>(a, dS);
+          mma_accumulate<T, kD, kCols>(XA, a, sKts + sub + c0, lane);        // XA += dS·Kt
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+  // ---- epilogue: E, F; grad_Q = s·(XA - E·X2 - F·X3), grad_dO = Y - E·O
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float E = quad_sum(e_part[h]);
+    const float F = quad_sum(f_part[h]) - 2.f * D[h] * E;
+    const int row = iw + frag_row(lane, 2 * h);
+    if (row >= p.N) continue;
+    if (blockIdx.y == 0 && lane % 4 == 0) {
+      p.E[head + row] = E;
+      p.F[head + row] = F;
+    }
+    const int64_t at = (head + row) * kD + c0;
+#pragma unroll
+    for (int j = 0; j < kCols / 8; ++j) {
+      const int c = frag_col(lane, j, 0);
+      float gq[2], gdo[2];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int e = 2 * h + u;
+        gq[u] = p.scale * (XA[j][e] - E * X2[j][e] - F * X3[j][e]);
+        gdo[u] = Y[j][e] - E * Elem<T>::to_acc(p.O[at + c + u]);
+      }
+      *reinterpret_cast<uint32_t*>(p.out0 + at + c) = Elem<T>::pack(gq[0], gq[1]);
+      *reinterpret_cast<uint32_t*>(p.out3 + at + c) = Elem<T>::pack(gdo[0], gdo[1]);
+    }
+  }
+}
+
+// Pass 2 for key rows [j0, j0 + kBlockM); warp w owns keys [jw, jw + 16).
+template <typename T, int kD>
+__global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_bob_pass2_tc_kernel(const Params<T> p) {
+  using Cfg = TcConfig<kD>;
+  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sK = reinterpret_cast<T*>(smem_raw);  // own   [kBM][kStride]
+  T* sV = sK + Cfg::kOwnElems;
+  T* sKt = sV + Cfg::kOwnElems;
+  T* sVt = sKt + Cfg::kOwnElems;
+  T* sQ = sVt + Cfg::kOwnElems;            // other [2][kBN][kStride]
+  T* sdO = sQ + 2 * Cfg::kTileElems;
+  T* sQt = sdO + 2 * Cfg::kTileElems;
+  float* sL = reinterpret_cast<float*>(sQt + 2 * Cfg::kTileElems);  // [2][kBN] each
+  float* sD = sL + 2 * kBN;
+  float* sE = sD + 2 * kBN;
+  float* sF = sE + 2 * kBN;
+
+  // ---- prologue: own key rows; first query tile
+  const bool has_Qt = p.Qt != nullptr, has_Kt = p.Kt != nullptr, has_Vt = p.Vt != nullptr;
+  const bool has_G = has_Qt || has_Kt, has_H = has_Vt;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const BlockCoord bc = block_coord(cdiv(p.N, kBM));
+  const int j0 = bc.blk * kBM, jw = j0 + 16 * warp;
+  const int64_t head = bc.bh * p.N;
+  const int64_t hd = head * kD;
+  const T* Qh = p.Q + hd;
+  const T* dOh = p.dO + hd;
+  const T* Qth = has_Qt ? p.Qt + hd : nullptr;
+  const int num_q_tiles = cdiv(p.N, kBN);
+  const int q_begin = p.causal ? j0 / kBN : 0;
+  const float sl2 = p.scale * kLog2e;
+
+  auto load_tile = [&](int qt, int stage) {
+    load_rows_async<T, kD, kBN>(sQ + stage * Cfg::kTileElems, Qh, qt * kBN, p.N);
+    load_rows_async<T, kD, kBN>(sdO + stage * Cfg::kTileElems, dOh, qt * kBN, p.N);
+    load_rows_async<T, kD, kBN>(sQt + stage * Cfg::kTileElems, Qth, qt * kBN, p.N);
+    load_scalars_async<Cfg::kThreads>(sL + stage * kBN, p.L + head, qt * kBN, kBN, p.N);
+    load_scalars_async<Cfg::kThreads>(sD + stage * kBN, p.D + head, qt * kBN, kBN, p.N);
+    load_scalars_async<Cfg::kThreads>(sE + stage * kBN, p.E + head, qt * kBN, kBN, p.N);
+    load_scalars_async<Cfg::kThreads>(sF + stage * kBN, p.F + head, qt * kBN, kBN, p.N);
+  };
+  load_rows_async<T, kD, kBM>(sK, p.K + hd, j0, p.N);
+  load_rows_async<T, kD, kBM>(sV, has_G ? p.V + hd : nullptr, j0, p.N);
+  load_rows_async<T, kD, kBM>(sKt, has_Kt ? p.Kt + hd : nullptr, j0, p.N);
+  load_rows_async<T, kD, kBM>(sVt, has_Vt ? p.Vt + hd : nullptr, j0, p.N);
+  load_tile(q_begin, 0);
+  cp_async_commit();
+
+  float gK[kD / 8][4], gV[kD / 8][4];
+  zero(gK);
+  zero(gV);
+  const T* sKw = sK + 16 * warp * kStride;
+  const T* sVw = sV + 16 * warp * kStride;
+  const T* sKtw = sKt + 16 * warp * kStride;
+  const T* sVtw = sVt + 16 * warp * kStride;
+
+  // ---- main loop over query tiles [i0, i0 + kBN)
+  for (int qt = q_begin; qt < num_q_tiles; ++qt) {
+    const int stage = (qt - q_begin) % 2;
+    if (qt + 1 < num_q_tiles) {
+      load_tile(qt + 1, 1 - stage);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int i0 = qt * kBN;
+    const T* sQs = sQ + stage * Cfg::kTileElems;
+    const T* sdOs = sdO + stage * Cfg::kTileElems;
+    const T* sQts = sQt + stage * Cfg::kTileElems;
+    const float* sLs = sL + stage * kBN;
+    const float* sDs = sD + stage * kBN;
+    const float* sEs = sE + stage * kBN;
+    const float* sFs = sF + stage * kBN;
+
+    if (jw < p.N) {
+#pragma unroll 1
+      for (int q = 0; q < kBN / 16; ++q) {
+        const int is = i0 + 16 * q;  // sub-tile queries [is, is + 16)
+        if (is >= p.N) break;
+        if (p.causal && is + 15 < jw) continue;  // every query before every key of the warp
+        const int sub = 16 * q * kStride;
+
+        // score tiles, transposed (16 keys x 16 queries): Sᵀ, dPᵀ, Gᵀ (unscaled), Hᵀ
+        float S[2][4], dP[2][4], G[2][4], Hs[2][4];
+        zero(S);
+        zero(dP);
+        zero(G);
+        zero(Hs);
+        mma_scores<T, kD>(S, sKw, sQs + sub, lane);
+        if (has_G) mma_scores<T, kD>(dP, sVw, sdOs + sub, lane);
+        if (has_Qt) mma_scores<T, kD>(G, sKw, sQts + sub, lane);
+        if (has_Kt) mma_scores<T, kD>(G, sKtw, sQs + sub, lane);
+        if (has_H) mma_scores<T, kD>(Hs, sVtw, sdOs + sub, lane);
+
+        // coefficient tiles, in place: S <- S̄ᵀ, dP <- dSᵀ, G <- dP̄ᵀ
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int li = 16 * q + frag_col(lane, n, e);  // query within the tile
+            const int key = jw + frag_row(lane, e);
+            const bool visible = i0 + li < p.N && (!p.causal || key <= i0 + li);
+            const float P = visible ? exp2f(S[n][e] * sl2 - sLs[li] * kLog2e) : 0.f;
+            const float Dq = sDs[li], Eq = sEs[li], Fq = sFs[li];
+            const float g = G[n][e] * p.scale;
+            const float Pbar = (dP[n][e] - Dq) * g - dP[n][e] * Eq + Hs[n][e];
+            S[n][e] = P * (Pbar - Fq);         // S̄ = P∘(P̄ - F)
+            G[n][e] = P * (g - Eq);            // dP̄ = P∘(G - E)
+            dP[n][e] = P * (dP[n][e] - Dq);    // dS = P∘(dP - D)
+          }
+
+        uint32_t a[4];
+        to_a_frag<T>(a, S);
+        mma_accumulate<T, kD, kD>(gK, a, sQs + sub, lane);     // gK += S̄ᵀ·Q
+        if (has_Qt) {
+          to_a_frag<T>(a, dP);
+          mma_accumulate<T, kD, kD>(gK, a, sQts + sub, lane);  // gK += dSᵀ·Qt
+        }
+        if (has_G) {
+          to_a_frag<T>(a, G);
+          mma_accumulate<T, kD, kD>(gV, a, sdOs + sub, lane);  // gV += dP̄ᵀ·dO
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+  // ---- epilogue: grad_K = s·(S̄ᵀ·Q + dSᵀ·Qt), grad_V
+  const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
+  store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, gK, scale, jw, p.N, lane);
+  store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, gV, one, jw, p.N, lane);
+}
+
+// ------------------------------------------------------------------------ launchers
+
+template <typename T, int kD>
+void launch_bob_tc(const Params<T>& p) {
+  using Cfg = TcConfig<kD>;
+  const unsigned grid = grid_x(p.BH, cdiv(p.N, Cfg::kBlockM));
+  {
+    const size_t smem = (3 * Cfg::kOwnElems + 8 * Cfg::kTileElems) * sizeof(T);
+    auto kernel = attention_bob_pass1_tc_kernel<T, kD>;
+    set_smem(kernel, smem);
+    kernel<<<dim3(grid, kD / Cfg::kBobCols), Cfg::kThreads, smem, cuda_stream()>>>(p);
+    CUDA_CHECK_LAUNCH();
+  }
+  {
+    const size_t smem = (4 * Cfg::kOwnElems + 6 * Cfg::kTileElems) * sizeof(T) + 8 * Cfg::kBlockN * sizeof(float);
+    auto kernel = attention_bob_pass2_tc_kernel<T, kD>;
+    set_smem(kernel, smem);
+    kernel<<<grid, Cfg::kThreads, smem, cuda_stream()>>>(p);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+template <typename T>
+void launch_bob_generic(const Params<T>& p) {
+  using C = GenConfig;
+  using Acc = typename Elem<T>::Acc;
+  const dim3 grid(grid_x(p.BH, cdiv(p.N, C::kRows)), cdiv(p.d, C::kCols));
+  {
+    const size_t smem = (7 * C::kStage + 5 * C::kTile) * sizeof(Acc);
+    auto kernel = attention_bob_pass1_generic_kernel<T>;
+    set_smem(kernel, smem);
+    kernel<<<grid, C::kThreads, smem, cuda_stream()>>>(p);
+    CUDA_CHECK_LAUNCH();
+  }
+  {
+    const size_t smem = (7 * C::kStage + 3 * C::kTile) * sizeof(Acc);
+    auto kernel = attention_bob_pass2_generic_kernel<T>;
+    set_smem(kernel, smem);
+    kernel<<<grid, C::kThreads, smem, cuda_stream()>>>(p);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+template <typename T>
+void bwd_bwd(const AttentionArgs& a) {
+  using Acc = typename Elem<T>::Acc;
+  Params<T> p = make_params<T>(a);
+  const int64_t rows = p.BH * p.N;
+  if (p.Qt == nullptr && p.Kt == nullptr && p.Vt == nullptr) {  // ℒ = 0: every gradient is zero
+    const size_t bytes = static_cast<size_t>(rows) * p.d * sizeof(T);
+    for (void* out : {a.out0, a.out1, a.out2, a.out3}) CUDA_CHECK(cudaMemsetAsync(out, 0, bytes, cuda_stream()));
+    return;
+  }
+  Scratch scalars(3 * static_cast<size_t>(rows) * sizeof(Acc));  // D, E, F
+  p.D = scalars.as<Acc>();
+  p.E = p.D + rows;
+  p.F = p.E + rows;
+  launch_row_dot<T>(p.dO, p.O, p.D, rows, p.d);  // pass 0: D = rowsum(dO∘O)
+  if constexpr (is_half_type<T>()) {
+    if (tc_supported(a)) {
+      if (p.d == 32) return launch_bob_tc<T, 32>(p);
+      if (p.d == 64) return launch_bob_tc<T, 64>(p);
+      return launch_bob_tc<T, 128>(p);
+    }
+  }
+  launch_bob_generic<T>(p);
+}
+
+}  // namespace
+
+void attention_bwd_bwd(const AttentionArgs& a) {
+  switch (a.dtype) {
+    case DType::f64: return bwd_bwd<double>(a);
+    case DType::f32: return bwd_bwd<float>(a);
+    case DType::bf16: return bwd_bwd<__nv_bfloat16>(a);
+    case DType::f16: return bwd_bwd<__half>(a);
+    default: break;
+  }
+  throw DTypeError(std::string("gg::attention_backward_backward (CUDA): unsupported dtype ") + dtype_name(a.dtype));
+}
+
+}  // namespace gg::kernels::cuda

@@ -1,0 +1,562 @@
+// Shared pieces of the CUDA attention kernels (attention_fwd.cu, attention_bwd.cu,
+// attention_bwd_bwd.cu): the kernel parameter struct, element types, the tile constants of both
+// paths (all of them here, in one place), PTX wrappers (cp.async, ldmatrix, mma.sync) and the
+// warp-level tile products the tensor-core kernels are built from.
+//
+// Two paths, chosen per call by the launchers:
+//
+//   tensor-core path  bf16/f16 with d in {32, 64, 128} and 16-byte aligned pointers.
+//                     mma.sync.m16n8k16 (bf16/f16 operands, f32 accumulators), operands read
+//                     from padded shared-memory tiles with ldmatrix, tiles brought in by cp.async
+//                     (two stages). A block has kWarps warps; each warp owns 16 "own" rows (query
+//                     rows in a query-parallel kernel, key rows in a key-parallel one) and sweeps
+//                     the "other" side 16 rows at a time: it computes 16x16 score tiles
+//                     (Own·Otherᵀ), turns them into coefficient tiles in registers, and multiplies
+//                     those into the other side's rows (Coef·Other) into f32 accumulators.
+//   generic path      everything else: f64 (double arithmetic), f32 (exact FFMA, no TF32),
+//                     bf16/f16 with other head dims (f32 arithmetic), any d. Scalar FMA:
+//                     kRows own rows per block, kLanes threads per own row, score dots from
+//                     shared-memory chunks of kChunk columns, output products reading the other
+//                     side's rows from global memory (L1). d is split over the grid's y dimension
+//                     in kCols-column slices (score tiles are recomputed per slice).
+//
+// Row scalars (L, D, E, F) and all accumulators are "Acc": float, or double for f64.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "core/error.h"
+#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/runtime.h"
+#include "kernels/params.h"
+
+namespace gg::kernels::cuda::attn {
+
+// ------------------------------------------------------------------------ element types
+
+template <typename T>
+struct Elem;
+template <>
+struct Elem<double> {
+  using Acc = double;
+  static __device__ __forceinline__ double to_acc(double x) { return x; }
+  static __device__ __forceinline__ double from_acc(double v) { return v; }
+};
+template <>
+struct Elem<float> {
+  using Acc = float;
+  static __device__ __forceinline__ float to_acc(float x) { return x; }
+  static __device__ __forceinline__ float from_acc(float v) { return v; }
+};
+template <>
+struct Elem<__nv_bfloat16> {
+  using Acc = float;
+  static __device__ __forceinline__ float to_acc(__nv_bfloat16 x) { return __bfloat162float(x); }
+  static __device__ __forceinline__ __nv_bfloat16 from_acc(float v) { return __float2bfloat16_rn(v); }
+  // Two floats as one 32-bit mma operand register (lo in the low half).
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+};
+template <>
+struct Elem<__half> {
+  using Acc = float;
+  static __device__ __forceinline__ float to_acc(__half x) { return __half2float(x); }
+  static __device__ __forceinline__ __half from_acc(float v) { return __float2half_rn(v); }
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+};
+
+__device__ __forceinline__ float acc_exp(float x) { return expf(x); }
+__device__ __forceinline__ double acc_exp(double x) { return ::exp(x); }
+__device__ __forceinline__ float acc_log(float x) { return logf(x); }
+__device__ __forceinline__ double acc_log(double x) { return ::log(x); }
+
+template <typename Acc>
+__device__ __forceinline__ Acc neg_inf() {
+  return -static_cast<Acc>(INFINITY);
+}
+
+// ------------------------------------------------------------------------ parameters
+
+// What every attention kernel sees. Tensors are contiguous: X[(bh * N + i) * d + c] for
+// bh < BH = B·H, row i < N, column c < d; row scalars R[bh * N + i].
+template <typename T>
+struct Params {
+  using Acc = typename Elem<T>::Acc;
+  const T *Q, *K, *V;     // (BH, N, d)
+  const T *O, *dO;        // (BH, N, d) saved output, output cotangent
+  const T *Qt, *Kt, *Vt;  // (BH, N, d) BoB cotangents of dQ, dK, dV; nullptr = absent
+  const Acc* L;           // (BH, N) saved row log-sum-exp (natural log)
+  Acc *D, *E, *F;         // (BH, N) row scalars, stream-ordered scratch
+  T *out0, *out1, *out2, *out3;  // (BH, N, d): fwd O; bwd dQ dK dV; BoB gQ gK gV gdO
+  Acc* L_out;             // (BH, N) fwd: L
+  int64_t BH;
+  int N, d;
+  Acc scale;
+  bool causal;
+};
+
+template <typename T>
+Params<T> make_params(const AttentionArgs& a) {
+  using Acc = typename Elem<T>::Acc;
+  const AttentionShape& s = a.shape;
+  GG_CHECK(s.N >= 1 && s.d >= 1 && s.B * s.H >= 1, ValueError, "gg::attention (CUDA): empty shape");
+  GG_CHECK(s.N * s.d < (int64_t{1} << 31), ValueError, "gg::attention (CUDA): N·d = ", s.N * s.d,
+           " per head exceeds 2^31 elements");
+  Params<T> p{};
+  p.Q = static_cast<const T*>(a.Q);
+  p.K = static_cast<const T*>(a.K);
+  p.V = static_cast<const T*>(a.V);
+  p.O = static_cast<const T*>(a.O);
+  p.dO = static_cast<const T*>(a.dO);
+  p.Qt = static_cast<const T*>(a.Qt);
+  p.Kt = static_cast<const T*>(a.Kt);
+  p.Vt = static_cast<const T*>(a.Vt);
+  p.L = static_cast<const Acc*>(a.L);
+  p.out0 = static_cast<T*>(a.out0);
+  p.out1 = static_cast<T*>(a.out1);
+  p.out2 = static_cast<T*>(a.out2);
+  p.out3 = static_cast<T*>(a.out3);
+  p.BH = s.B * s.H;
+  p.N = static_cast<int>(s.N);
+  p.d = static_cast<int>(s.d);
+  p.scale = static_cast<Acc>(s.scale);
+  p.causal = s.causal;
+  return p;
+}
+
+__host__ __device__ inline int cdiv(int a, int b) { return (a + b - 1) / b; }
+
+// Grid x = BH · blocks_per_head, with the check that it fits.
+inline unsigned grid_x(int64_t BH, int blocks_per_head) {
+  const int64_t n = BH * blocks_per_head;
+  GG_CHECK(n < (int64_t{1} << 31), ValueError, "gg::attention (CUDA): grid of ", n, " blocks is too large");
+  return static_cast<unsigned>(n);
+}
+
+// Block index -> (bh, block within the head). Blocks run in reverse order within a head, so that
+// in causal query-parallel kernels the longest sweeps start first.
+struct BlockCoord {
+  int64_t bh;
+  int blk;
+};
+__device__ __forceinline__ BlockCoord block_coord(int blocks_per_head) {
+  BlockCoord c;
+  c.bh = blockIdx.x / blocks_per_head;
+  c.blk = blocks_per_head - 1 - static_cast<int>(blockIdx.x % blocks_per_head);
+  return c;
+}
+
+// Scratch (BH, N) row scalars from the stream-ordered allocator; freed (stream-ordered) on scope exit.
+class Scratch {
+ public:
+  explicit Scratch(size_t nbytes) : nbytes_(nbytes), device_(current_device()), ptr_(allocate(nbytes, device_)) {}
+  ~Scratch() { deallocate(ptr_, nbytes_, device_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  template <typename U>
+  U* as() const { return static_cast<U*>(ptr_); }
+
+ private:
+  size_t nbytes_;
+  int device_;
+  void* ptr_;
+};
+
+template <typename Kernel>
+void set_smem(Kernel kernel, size_t bytes) {
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
+// ------------------------------------------------------------------------ D = rowsum(dO∘O)
+
+// One warp per row. D is Acc (f32 for bf16/f16/f32, f64 for f64).
+template <typename T>
+__global__ void __launch_bounds__(256) row_dot_kernel(const T* __restrict__ a, const T* __restrict__ b,
+                                                      typename Elem<T>::Acc* __restrict__ out, int64_t rows, int d) {
+  using Acc = typename Elem<T>::Acc;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const T* ar = a + row * d;
+  const T* br = b + row * d;
+  Acc sum = 0;
+  for (int c = lane; c < d; c += 32) sum += Elem<T>::to_acc(ar[c]) * Elem<T>::to_acc(br[c]);
+  for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  if (lane == 0) out[row] = sum;
+}
+
+template <typename T>
+void launch_row_dot(const T* a, const T* b, typename Elem<T>::Acc* out, int64_t rows, int d) {
+  const int64_t blocks = (rows + 7) / 8;
+  GG_CHECK(blocks < (int64_t{1} << 31), ValueError, "gg::attention (CUDA): too many rows");
+  row_dot_kernel<T><<<static_cast<unsigned>(blocks), 256, 0, cuda_stream()>>>(a, b, out, rows, d);
+  CUDA_CHECK_LAUNCH();
+}
+
+// ======================================================================== generic path
+
+struct GenConfig {
+  static constexpr int kThreads = 256;
+  static constexpr int kRows = 32;   // own rows per block
+  static constexpr int kOther = 32;  // other rows per tile
+  static constexpr int kLanes = 8;   // threads per own row (consecutive lanes of one warp)
+  static constexpr int kPerThread = kOther / kLanes;  // score entries per thread per tile
+  static constexpr int kChunk = 32;  // columns of d staged per score step
+  static constexpr int kStride = kChunk + 1;          // padded smem row (bank spread)
+  static constexpr int kCols = 64;   // output columns per block (grid y splits d)
+  static constexpr int kColsPerThread = kCols / kLanes;
+  static constexpr int kStage = kRows * kStride;      // one staged operand chunk (Acc elements)
+  static constexpr int kTile = kRows * kStride;       // one coefficient tile (own x other)
+  static_assert(kRows * kLanes == kThreads, "one thread group of kLanes per own row");
+  static_assert(kRows == kOther, "staging helper assumes square tiles");
+  static_assert(kLanes == 8, "row reductions use shuffles over 8 lanes");
+  static_assert(kChunk == 32 && kRows == 32, "staging index math uses 32 x 32");
+};
+
+// Thread -> (own row o, lane r within the row). Thread (o, r) owns score entries (o, r + 8k),
+// k < kPerThread, and output columns c0 + r + 8k, k < kColsPerThread.
+struct GenThread {
+  int o, r;
+};
+__device__ __forceinline__ GenThread gen_thread() { return {static_cast<int>(threadIdx.x) / 8, static_cast<int>(threadIdx.x) % 8}; }
+
+// Sum / max over the 8 lanes of a row group.
+template <typename Acc>
+__device__ __forceinline__ Acc group_sum(Acc v) {
+  for (int off = 1; off < 8; off *= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+template <typename Acc>
+__device__ __forceinline__ Acc group_max(Acc v) {
+  for (int off = 1; off < 8; off *= 2) v = max(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+
+// s[r0 .. r0+32) x [c0 .. c0+32) of the head's (N, d) matrix g into sdst[32][kStride], converted
+// to Acc; zeros outside the matrix. No-op when g is null (absent operand).
+template <typename T>
+__device__ __forceinline__ void gen_stage(typename Elem<T>::Acc* sdst, const T* g, int r0, int c0, int N, int d) {
+  if (g == nullptr) return;
+  for (int idx = threadIdx.x; idx < 32 * 32; idx += GenConfig::kThreads) {
+    const int r = idx / 32, c = idx % 32;
+    const int gr = r0 + r, gc = c0 + c;
+    sdst[r * GenConfig::kStride + c] =
+        (gr < N && gc < d) ? Elem<T>::to_acc(g[static_cast<int64_t>(gr) * d + gc]) : typename Elem<T>::Acc(0);
+  }
+}
+
+// s[k] += Σ_c Own[o][c] · Other[r + 8k][c] over one staged chunk.
+template <typename Acc>
+__device__ __forceinline__ void gen_dot(Acc (&s)[GenConfig::kPerThread], const Acc* sown, const Acc* sother,
+                                        GenThread th) {
+  const Acc* a = sown + th.o * GenConfig::kStride;
+#pragma unroll 8
+  for (int c = 0; c < GenConfig::kChunk; ++c) {
+    const Acc av = a[c];
+#pragma unroll
+    for (int k = 0; k < GenConfig::kPerThread; ++k)
+      s[k] += av * sother[(th.r + 8 * k) * GenConfig::kStride + c];
+  }
+}
+
+// acc[k] += Σ_{x < nx} C[o][x] · Other[x][c0 + r + 8k]: a coefficient tile (smem) times the other
+// side's rows (global memory, the head's rows x0 ..), output columns of this block's slice.
+template <typename T>
+__device__ __forceinline__ void gen_accumulate(typename Elem<T>::Acc (&acc)[GenConfig::kColsPerThread],
+                                               const typename Elem<T>::Acc* sC, const T* other, int x0, int nx,
+                                               int c0, int d, GenThread th) {
+  const typename Elem<T>::Acc* crow = sC + th.o * GenConfig::kStride;
+  for (int x = 0; x < nx; ++x) {
+    const auto cv = crow[x];
+    const T* orow = other + static_cast<int64_t>(x0 + x) * d;
+#pragma unroll
+    for (int k = 0; k < GenConfig::kColsPerThread; ++k) {
+      const int c = c0 + th.r + 8 * k;
+      if (c < d) acc[k] += cv * Elem<T>::to_acc(orow[c]);
+    }
+  }
+}
+
+// out[row][c0 + r + 8k] = acc[k] (columns < d).
+template <typename T>
+__device__ __forceinline__ void gen_store(T* out_row, const typename Elem<T>::Acc (&acc)[GenConfig::kColsPerThread],
+                                          int c0, int d, GenThread th) {
+#pragma unroll
+  for (int k = 0; k < GenConfig::kColsPerThread; ++k) {
+    const int c = c0 + th.r + 8 * k;
+    if (c < d) out_row[c] = Elem<T>::from_acc(acc[k]);
+  }
+}
+
+// ======================================================================== tensor-core path
+
+// Tile constants per head dim. kBlockM: own rows per block (16 per warp). kBlockN: other rows per
+// pipeline stage. kStride: smem row length in elements, padded by 16 bytes so that the 8 row
+// addresses of an ldmatrix hit distinct bank groups.
+template <int kD>
+struct TcConfig {
+  static_assert(kD == 32 || kD == 64 || kD == 128, "tensor-core path: d in {32, 64, 128}");
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kBlockM = 16 * kWarps;
+  static constexpr int kBlockN = kD <= 64 ? 64 : 32;
+  static constexpr int kStride = kD + 8;
+  static constexpr int kTileElems = kBlockN * kStride;  // one other-side operand, one stage
+  static constexpr int kOwnElems = kBlockM * kStride;   // one own-side operand
+  // BoB pass 1 holds four kCols-wide accumulators per thread: d = 128 is split over the grid.
+  static constexpr int kBobCols = kD <= 64 ? kD : 64;
+  static_assert(kBlockN % 16 == 0 && kBlockM % 16 == 0, "16-row sub-tiles");
+  static_assert((kStride * 2) % 16 == 0, "cp.async / ldmatrix rows are 16-byte aligned");
+};
+
+template <typename T>
+constexpr bool is_half_type() {
+  return std::is_same<T, __nv_bfloat16>::value || std::is_same<T, __half>::value;
+}
+
+// Whether the tensor-core kernels apply: d in {32, 64, 128} and every row 16-byte aligned.
+inline bool tc_aligned(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+inline bool tc_supported(const AttentionArgs& a) {
+  const int64_t d = a.shape.d;
+  if (!(a.dtype == DType::bf16 || a.dtype == DType::f16)) return false;
+  if (d != 32 && d != 64 && d != 128) return false;
+  for (const void* p : {a.Q, a.K, a.V, a.O, a.dO, a.Qt, a.Kt, a.Vt, static_cast<const void*>(a.out0),
+                        static_cast<const void*>(a.out1), static_cast<const void*>(a.out2),
+                        static_cast<const void*>(a.out3)})
+    if (!tc_aligned(p)) return false;
+  return true;
+}
+
+// ---------------------------------------------------------------- PTX wrappers
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, asynchronously; zero-filled when !valid (src is then not read).
+__device__ __forceinline__ void cp_async16(void* sdst, const void* gsrc, bool valid) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(sdst)), "l"(gsrc),
+               "r"(src_bytes));
+}
+// 4 bytes global -> shared, likewise.
+__device__ __forceinline__ void cp_async4(void* sdst, const void* gsrc, bool valid) {
+  const int src_bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(sdst)), "l"(gsrc),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* s) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(s)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* s) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(s)));
+}
+
+// c (16x8 f32) += a (16x16) · b (16x8).
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+template <>
+__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                          uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma_16816<__half>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// ---------------------------------------------------------------- fragment layout
+//
+// A warp's 16x16 score tile is two m16n8 accumulators c[n][e], n in {0, 1}. With g = lane / 4 and
+// t = lane % 4, element c[n][e] sits at
+//   own row    g + 8 * (e / 2)            (0..15 within the warp's 16 own rows)
+//   other col  8 * n + 2 * t + (e % 2)    (0..15 within the 16-row other sub-tile)
+// Output accumulators acc[j][e] (16 x kCols) use the same map with column 8 * j + 2 * t + (e % 2).
+// A thread therefore holds two own rows (h = e / 2 selects which), shared with the 3 other lanes
+// of its quad: row reductions are a quad shuffle.
+
+__device__ __forceinline__ int frag_row(int lane, int e) { return lane / 4 + 8 * (e / 2); }
+__device__ __forceinline__ int frag_col(int lane, int n, int e) { return 8 * n + 2 * (lane % 4) + (e % 2); }
+
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  v += __shfl_xor_sync(0xffffffffu, v, 2);
+  return v;
+}
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+  return v;
+}
+
+// A 16x16 accumulator tile (f32, C layout) as the A operand (16 x k16) of the next product: the
+// C layout of two n8 tiles is the A layout of one k16 tile.
+template <typename T>
+__device__ __forceinline__ void to_a_frag(uint32_t (&a)[4], const float (&c)[2][4]) {
+  a[0] = Elem<T>::pack(c[0][0], c[0][1]);  // row g,     k 2t..2t+1
+  a[1] = Elem<T>::pack(c[0][2], c[0][3]);  // row g + 8, k 2t..2t+1
+  a[2] = Elem<T>::pack(c[1][0], c[1][1]);  // row g,     k 8+2t..
+  a[3] = Elem<T>::pack(c[1][2], c[1][3]);  // row g + 8, k 8+2t..
+}
+
+// The same tile as two A operands, hi = round(c) and lo = round(c - hi): hi·B + lo·B carries c to
+// about 2^-16 relative (bf16) instead of 2^-8. Used where products cancel later (BoB pass 1).
+template <typename T>
+__device__ __forceinline__ void to_a_frag_split(uint32_t (&hi)[4], uint32_t (&lo)[4], const float (&c)[2][4]) {
+  float rest[2][4];
+#pragma unroll
+  for (int n = 0; n < 2; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) rest[n][e] = c[n][e] - Elem<T>::to_acc(Elem<T>::from_acc(c[n][e]));
+  to_a_frag<T>(hi, c);
+  to_a_frag<T>(lo, rest);
+}
+
+template <int N>
+__device__ __forceinline__ void zero(float (&c)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) c[i][e] = 0.f;
+}
+
+// ---------------------------------------------------------------- warp tile products
+
+// c (16 own x 16 other, f32) += Own[16 x kD] · Other[16 x kD]ᵀ. sown: the warp's first own row;
+// sother: the sub-tile's first other row; both row-major with row stride kStride.
+template <typename T, int kD>
+__device__ __forceinline__ void mma_scores(float (&c)[2][4], const T* sown, const T* sother, int lane) {
+  constexpr int kStride = TcConfig<kD>::kStride;
+  // A: matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
+  const T* a_ptr = sown + (lane % 16) * kStride + (lane / 16) * 8;
+  // B (k = column of d, n = other row): matrices (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7),
+  // (n 8-15, k 8-15): registers b0, b1 of n-tile 0, then of n-tile 1.
+  const int mi = lane / 8;
+  const T* b_ptr = sother + ((lane % 8) + 8 * (mi / 2)) * kStride + 8 * (mi % 2);
+#pragma unroll
+  for (int k = 0; k < kD; k += 16) {
+    uint32_t a[4], b[4];
+    ldmatrix_x4(a, a_ptr + k);
+    ldmatrix_x4(b, b_ptr + k);
+    mma_16816<T>(c[0], a, b[0], b[1]);
+    mma_16816<T>(c[1], a, b[2], b[3]);
+  }
+}
+
+// acc (16 own x kCols, f32) += A (16 own x 16 other) · Other[16 x kCols]. sother: the sub-tile's
+// first other row at the first output column; row stride kStride.
+template <typename T, int kD, int kCols>
+__device__ __forceinline__ void mma_accumulate(float (&acc)[kCols / 8][4], const uint32_t (&a)[4], const T* sother,
+                                               int lane) {
+  constexpr int kStride = TcConfig<kD>::kStride;
+  static_assert(kCols % 16 == 0, "pairs of n8 tiles");
+  // B (k = other row, n = column), transposed load: matrices (k 0-7, n 0-7), (k 8-15, n 0-7),
+  // (k 0-7, n 8-15), (k 8-15, n 8-15): b0, b1 of n-tile 2p, then of n-tile 2p + 1.
+  const int mi = lane / 8;
+  const T* b_ptr = sother + ((lane % 8) + 8 * (mi % 2)) * kStride + 8 * (mi / 2);
+#pragma unroll
+  for (int p = 0; p < kCols / 16; ++p) {
+    uint32_t b[4];
+    ldmatrix_x4_trans(b, b_ptr + 16 * p);
+    mma_16816<T>(acc[2 * p], a, b[0], b[1]);
+    mma_16816<T>(acc[2 * p + 1], a, b[2], b[3]);
+  }
+}
+
+// acc += (hi + lo) · Other: mma_accumulate with a split A operand (to_a_frag_split); the B
+// fragments are loaded once for both products.
+template <typename T, int kD, int kCols>
+__device__ __forceinline__ void mma_accumulate_split(float (&acc)[kCols / 8][4], const uint32_t (&hi)[4],
+                                                     const uint32_t (&lo)[4], const T* sother, int lane) {
+  constexpr int kStride = TcConfig<kD>::kStride;
+  const int mi = lane / 8;
+  const T* b_ptr = sother + ((lane % 8) + 8 * (mi % 2)) * kStride + 8 * (mi / 2);
+#pragma unroll
+  for (int p = 0; p < kCols / 16; ++p) {
+    uint32_t b[4];
+    ldmatrix_x4_trans(b, b_ptr + 16 * p);
+    mma_16816<T>(acc[2 * p], hi, b[0], b[1]);
+    mma_16816<T>(acc[2 * p + 1], hi, b[2], b[3]);
+    mma_16816<T>(acc[2 * p], lo, b[0], b[1]);
+    mma_16816<T>(acc[2 * p + 1], lo, b[2], b[3]);
+  }
+}
+
+// ---------------------------------------------------------------- tile loads
+
+// Rows [r0, r0 + kRows) of a head's (N, kD) matrix into s[kRows][kStride], by cp.async; rows at or
+// past N are zero-filled. No-op for an absent (null) operand.
+template <typename T, int kD, int kRows>
+__device__ __forceinline__ void load_rows_async(T* s, const T* g, int r0, int N) {
+  using Cfg = TcConfig<kD>;
+  if (g == nullptr) return;
+  constexpr int kVecs = kD * static_cast<int>(sizeof(T)) / 16;  // 16-byte vectors per row
+  for (int v = threadIdx.x; v < kRows * kVecs; v += Cfg::kThreads) {
+    const int r = v / kVecs, cv = v % kVecs;
+    const bool ok = r0 + r < N;
+    const T* src = g + static_cast<int64_t>(ok ? r0 + r : 0) * kD + cv * (16 / sizeof(T));
+    cp_async16(s + r * Cfg::kStride + cv * (16 / sizeof(T)), src, ok);
+  }
+}
+
+// Row scalars [r0, r0 + n) of a head's (N) vector into s[n]; zero past N. No-op when null.
+template <int kThreads>
+__device__ __forceinline__ void load_scalars_async(float* s, const float* g, int r0, int n, int N) {
+  if (g == nullptr) return;
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    const bool ok = r0 + i < N;
+    cp_async4(s + i, g + (ok ? r0 + i : 0), ok);
+  }
+}
+
+// Stores a 16 x kCols f32 accumulator (scaled by alpha, per own row half) as T, rows < N.
+// out_rows: the warp's first own row of the head's output at the first output column.
+template <typename T, int kCols>
+__device__ __forceinline__ void store_acc(T* out_rows, int ld, const float (&acc)[kCols / 8][4], const float (&alpha)[2],
+                                          int row0, int N, int lane) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = frag_row(lane, 2 * h);
+    if (row0 + r >= N) continue;
+    T* o = out_rows + static_cast<int64_t>(r) * ld;
+#pragma unroll
+    for (int j = 0; j < kCols / 8; ++j) {
+      const int c = frag_col(lane, j, 0);
+      const uint32_t v = Elem<T>::pack(acc[j][2 * h] * alpha[h], acc[j][2 * h + 1] * alpha[h]);
+      *reinterpret_cast<uint32_t*>(o + c) = v;
+    }
+  }
+}
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+}  // namespace gg::kernels::cuda::attn

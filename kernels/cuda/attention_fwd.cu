@@ -1,0 +1,286 @@
+// attention_fwd: softmax attention forward on the GPU (FlashAttention-2 schedule).
+//
+// Math (one head; b and h are independent), as kernels/cpu/attention_fwd.cpp:
+//   S = s·Q·Kᵀ, with S_ij = -inf where causal and j > i (and for keys j >= N)
+//   L_i = logsumexp_j S_ij   (natural log; saved for the backward, Acc = f32 for bf16/f16)
+//   P = exp(S - L),  O = P·V
+//
+// Shapes: Q, K, V, O are (B, H, N, d) contiguous; L is (B, H, N).
+//
+// Schedule: one block per (b, h, query block); it sweeps the key blocks with an online softmax:
+// per query row a running max m, a running sum l = Σ exp(S - m) and an accumulator
+// acc = Σ exp(S - m)·V_j, rescaled by exp(m_old - m_new) when the max grows. At the end
+// O = acc / l and L = m + log(l). Causal: key blocks after the query block are never loaded;
+// the diagonal block is masked entry by entry. Every real row sees key 0, so l > 0 at the end.
+//
+// Tensor-core kernel (bf16/f16, d in {32, 64, 128}; TcConfig in attention_common.cuh):
+//   block = 4 warps x 16 query rows (kBlockM = 64); Q rows stay in shared memory, K/V tiles of
+//   kBlockN rows are double-buffered by cp.async. Per warp and key tile:
+//     S   = Q·Kᵀ            mma (16 x kBlockN, f32), scaled to log2 units: exp2 replaces exp
+//     P   = exp2(S - m)     registers; row max/sum over the quad
+//     O  += P·V             mma, P converted in registers to the A operand
+//   Products: 2 per key tile (4·N²·d flops per head, halved by causality).
+// Generic kernel (f64, f32 exact FFMA, bf16/f16 with other d): GenConfig; 32 query rows x 8
+//   lanes per block, score dots from staged chunks, P·V from global rows, d split over grid.y.
+#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/kernels.h"
+
+namespace gg::kernels::cuda {
+namespace {
+
+using namespace attn;
+
+// ------------------------------------------------------------------------ generic kernel
+
+template <typename T>
+__global__ void __launch_bounds__(GenConfig::kThreads, 1) attention_fwd_generic_kernel(const Params<T> p) {
+  using Acc = typename Elem<T>::Acc;
+  using C = GenConfig;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Acc* sQ = reinterpret_cast<Acc*>(smem_raw);  // [kRows][kStride] a chunk of Q's columns
+  Acc* sK = sQ + C::kStage;                     // [kOther][kStride] the same chunk of K
+  Acc* sP = sK + C::kStage;                     // [kRows][kStride] exp(S - m) of the tile
+
+  // ---- prologue: query rows [i0, i0 + kRows), output columns [c0, c0 + kCols)
+  const GenThread th = gen_thread();
+  const BlockCoord bc = block_coord(cdiv(p.N, C::kRows));
+  const int i0 = bc.blk * C::kRows, i = i0 + th.o;  // this thread's query row
+  const int c0 = blockIdx.y * C::kCols;
+  const int64_t head = bc.bh * p.N;
+  const T* Qh = p.Q + head * p.d;
+  const T* Kh = p.K + head * p.d;
+  const T* Vh = p.V + head * p.d;
+  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + C::kRows), C::kOther) : cdiv(p.N, C::kOther);
+  Acc m = neg_inf<Acc>(), l = 0;  // row max and row sum of exp(S - m): uniform over the row group
+  Acc acc[C::kColsPerThread] = {};
+
+  // ---- main loop over key tiles [j0, j0 + nx)
+  for (int kb = 0; kb < num_k_tiles; ++kb) {
+    const int j0 = kb * C::kOther, nx = min(C::kOther, p.N - j0);
+
+    // S = Q·Kᵀ for this thread's entries (i, j0 + r + 8k)
+    Acc s[C::kPerThread] = {};
+    for (int k0 = 0; k0 < p.d; k0 += C::kChunk) {
+      __syncthreads();  // the staging buffers and sP are free
+      gen_stage(sQ, Qh, i0, k0, p.N, p.d);
+      gen_stage(sK, Kh, j0, k0, p.N, p.d);
+      __syncthreads();
+      gen_dot(s, sQ, sK, th);
+    }
+
+    // online softmax: scale, mask, new max, rescale
+    Acc tile_max = neg_inf<Acc>();
+#pragma unroll
+    for (int k = 0; k < C::kPerThread; ++k) {
+      const int j = j0 + th.r + 8 * k;
+      const bool visible = j < p.N && (!p.causal || j <= i);
+      s[k] = visible ? s[k] * p.scale : neg_inf<Acc>();
+      tile_max = max(tile_max, s[k]);
+    }
+    const Acc m_new = max(m, group_max(tile_max));
+    const Acc m_use = m_new == neg_inf<Acc>() ? Acc(0) : m_new;  // no key seen yet: exp(-inf - 0) = 0
+    const Acc alpha = acc_exp(m - m_use);
+    Acc row_sum = 0;
+#pragma unroll
+    for (int k = 0; k < C::kPerThread; ++k) {
+      s[k] = acc_exp(s[k] - m_use);
+      row_sum += s[k];
+      sP[th.o * C::kStride + th.r + 8 * k] = s[k];
+    }
+    l = l * alpha + group_sum(row_sum);
+    m = m_new;
+#pragma unroll
+    for (int k = 0; k < C::kColsPerThread; ++k) acc[k] *= alpha;
+    __syncthreads();  // sP complete
+
+    // acc += P·V
+    gen_accumulate(acc, sP, Vh, j0, nx, c0, p.d, th);
+  }
+
+  // ---- epilogue: O = acc / l, L = m + log(l)
+  if (i < p.N) {
+    const Acc inv_l = Acc(1) / l;
+#pragma unroll
+    for (int k = 0; k < C::kColsPerThread; ++k) acc[k] *= inv_l;
+    gen_store(p.out0 + (head + i) * p.d, acc, c0, p.d, th);
+    if (blockIdx.y == 0 && th.r == 0) p.L_out[head + i] = m + acc_log(l);
+  }
+}
+
+// ------------------------------------------------------------------------ tensor-core kernel
+
+template <typename T, int kD>
+__global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_fwd_tc_kernel(const Params<T> p) {
+  using Cfg = TcConfig<kD>;
+  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);  // [kBM][kStride]
+  T* sK = sQ + Cfg::kOwnElems;             // [2][kBN][kStride]
+  T* sV = sK + 2 * Cfg::kTileElems;        // [2][kBN][kStride]
+
+  // ---- prologue: query rows [i0, i0 + kBM); this warp's rows [iw, iw + 16)
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const BlockCoord bc = block_coord(cdiv(p.N, kBM));
+  const int i0 = bc.blk * kBM, iw = i0 + 16 * warp;
+  const int64_t head = bc.bh * p.N;
+  const T* Qh = p.Q + head * kD;
+  const T* Kh = p.K + head * kD;
+  const T* Vh = p.V + head * kD;
+  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + kBM), kBN) : cdiv(p.N, kBN);
+  const float sl2 = p.scale * kLog2e;  // S in log2 units
+
+  load_rows_async<T, kD, kBM>(sQ, Qh, i0, p.N);
+  load_rows_async<T, kD, kBN>(sK, Kh, 0, p.N);
+  load_rows_async<T, kD, kBN>(sV, Vh, 0, p.N);
+  cp_async_commit();
+
+  float m[2] = {-INFINITY, -INFINITY};  // running max (log2 units) of rows g and g + 8
+  float l[2] = {0.f, 0.f};              // this thread's part of the running row sums
+  float acc[kD / 8][4];
+  zero(acc);
+
+  // ---- main loop over key tiles [j0, j0 + kBN)
+  for (int kb = 0; kb < num_k_tiles; ++kb) {
+    const int stage = kb % 2;
+    if (kb + 1 < num_k_tiles) {  // prefetch the next tile into the other stage
+      load_rows_async<T, kD, kBN>(sK + (1 - stage) * Cfg::kTileElems, Kh, (kb + 1) * kBN, p.N);
+      load_rows_async<T, kD, kBN>(sV + (1 - stage) * Cfg::kTileElems, Vh, (kb + 1) * kBN, p.N);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // this stage (and Q) visible to all warps
+    const int j0 = kb * kBN;
+    const T* sKs = sK + stage * Cfg::kTileElems;
+    const T* sVs = sV + stage * Cfg::kTileElems;
+
+    if (iw < p.N && !(p.causal && j0 > iw + 15)) {  // some key of the tile is visible to the warp
+      // S = Q·Kᵀ: 16 x kBN per warp, as kBN/16 sub-tiles
+      float s[kBN / 16][2][4];
+#pragma unroll
+      for (int q = 0; q < kBN / 16; ++q) {
+        zero(s[q]);
+        mma_scores<T, kD>(s[q], sQ + 16 * warp * kStride, sKs + 16 * q * kStride, lane);
+      }
+
+      // scale to log2 units; mask keys past N and (causal) after the row
+      const bool need_mask = j0 + kBN > p.N || (p.causal && j0 + kBN - 1 > iw);
+#pragma unroll
+      for (int q = 0; q < kBN / 16; ++q)
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float v = s[q][n][e] * sl2;
+            if (need_mask) {
+              const int key = j0 + 16 * q + frag_col(lane, n, e), row = iw + frag_row(lane, e);
+              if (key >= p.N || (p.causal && key > row)) v = -INFINITY;
+            }
+            s[q][n][e] = v;
+          }
+
+      // online softmax, per own row h (rows g and g + 8)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int q = 0; q < kBN / 16; ++q)
+#pragma unroll
+          for (int n = 0; n < 2; ++n) mx = fmaxf(mx, fmaxf(s[q][n][2 * h], s[q][n][2 * h + 1]));
+        const float m_new = fmaxf(m[h], quad_max(mx));
+        const float m_use = m_new == -INFINITY ? 0.f : m_new;
+        const float alpha = exp2f(m[h] - m_use);
+        m[h] = m_new;
+        float row_sum = 0.f;
+#pragma unroll
+        for (int q = 0; q < kBN / 16; ++q)
+#pragma unroll
+          for (int n = 0; n < 2; ++n)
+#pragma unroll
+            for (int e = 2 * h; e < 2 * h + 2; ++e) {
+              s[q][n][e] = exp2f(s[q][n][e] - m_use);
+              row_sum += s[q][n][e];
+            }
+        l[h] = l[h] * alpha + row_sum;
+#pragma unroll
+        for (int j = 0; j < kD / 8; ++j) {
+          acc[j][2 * h] *= alpha;
+          acc[j][2 * h + 1] *= alpha;
+        }
+      }
+
+      // O += P·V
+#pragma unroll
+      for (int q = 0; q < kBN / 16; ++q) {
+        uint32_t a[4];
+        to_a_frag<T>(a, s[q]);
+        mma_accumulate<T, kD, kD>(acc, a, sVs + 16 * q * kStride, lane);
+      }
+    }
+    __syncthreads();  // all warps are done with this stage before it is refilled
+  }
+
+  // ---- epilogue: O = acc / l, L = (m + log2 l)·ln 2
+  float inv_l[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float l_row = quad_sum(l[h]);
+    inv_l[h] = 1.f / l_row;
+    const int row = iw + frag_row(lane, 2 * h);
+    if (lane % 4 == 0 && row < p.N) p.L_out[head + row] = (m[h] + log2f(l_row)) * kLn2;
+  }
+  store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, acc, inv_l, iw, p.N, lane);
+}
+
+// ------------------------------------------------------------------------ launchers
+
+template <typename T, int kD>
+void launch_fwd_tc(const Params<T>& p) {
+  using Cfg = TcConfig<kD>;
+  const size_t smem = (Cfg::kOwnElems + 4 * Cfg::kTileElems) * sizeof(T);
+  auto kernel = attention_fwd_tc_kernel<T, kD>;
+  set_smem(kernel, smem);
+  kernel<<<grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), Cfg::kThreads, smem, cuda_stream()>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void launch_fwd_generic(const Params<T>& p) {
+  using C = GenConfig;
+  const size_t smem = 3 * C::kStage * sizeof(typename Elem<T>::Acc);
+  auto kernel = attention_fwd_generic_kernel<T>;
+  set_smem(kernel, smem);
+  const dim3 grid(grid_x(p.BH, cdiv(p.N, C::kRows)), cdiv(p.d, C::kCols));
+  kernel<<<grid, C::kThreads, smem, cuda_stream()>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void fwd(const AttentionArgs& a) {
+  Params<T> p = make_params<T>(a);
+  p.L_out = static_cast<typename Elem<T>::Acc*>(a.out1);
+  if constexpr (is_half_type<T>()) {
+    if (tc_supported(a)) {
+      if (p.d == 32) return launch_fwd_tc<T, 32>(p);
+      if (p.d == 64) return launch_fwd_tc<T, 64>(p);
+      return launch_fwd_tc<T, 128>(p);
+    }
+  }
+  launch_fwd_generic<T>(p);
+}
+
+}  // namespace
+
+void attention_fwd(const AttentionArgs& a) {
+  switch (a.dtype) {
+    case DType::f64: return fwd<double>(a);
+    case DType::f32: return fwd<float>(a);
+    case DType::bf16: return fwd<__nv_bfloat16>(a);
+    case DType::f16: return fwd<__half>(a);
+    default: break;
+  }
+  throw DTypeError(std::string("gg::attention (CUDA): unsupported dtype ") + dtype_name(a.dtype));
+}
+
+}  // namespace gg::kernels::cuda

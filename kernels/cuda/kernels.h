@@ -1,0 +1,28 @@
+// CUDA kernels: the same functions and parameter structs as kernels/cpu/kernels.h, run on the
+// library's stream for the current device (kernels/cuda/runtime.h). This header includes no CUDA
+// headers, so host code that dispatches here compiles with the plain C++ compiler.
+#pragma once
+#include "kernels/params.h"
+
+namespace gg::kernels::cuda {
+
+void copy_strided(const CopyParams& p);  // both pointers on the device
+void fill(const FillParams& p);
+void random(const RandomParams& p);      // the same numbers as the CPU kernel for the same seed
+void arange(const ArangeParams& p);
+void unary(const UnaryParams& p);
+void binary(const BinaryParams& p);
+void where(const WhereParams& p);
+void reduce_last(const ReduceParams& p);
+void matmul(const MatmulParams& p);      // cuBLAS; a_offsets/b_offsets are host arrays
+void softmax_last(const SoftmaxParams& p);
+void index_select(const IndexParams& p);  // idx is a device pointer
+void index_add(const IndexParams& p);
+
+// Fused attention (kernels/cuda/attention_*.cu). L is f32 for bf16/f16 inputs, else the input
+// dtype; scratch comes from the stream-ordered allocator.
+void attention_fwd(const AttentionArgs& a);
+void attention_bwd(const AttentionArgs& a);
+void attention_bwd_bwd(const AttentionArgs& a);
+
+}  // namespace gg::kernels::cuda

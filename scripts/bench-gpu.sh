@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# On the GPU machine: builds (sm_90a, Release), runs the GPU benchmarks and their PyTorch twins
+# in the same call, and writes bench/results/<card>-<date>.jsonl (copied to $OUT with the logs).
+# Prints a short table last.  Usage: scripts/bench-gpu.sh [cuda|attention|all]   (default all)
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+what="${1:-all}"
+OUT="${OUT:-$PWD/gpu-logs}"
+mkdir -p "$OUT" bench/results
+BUILD="${GG_GPU_BUILD:-build-gpu}"
+card="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '-')"
+day="$(date -u +%F)"
+results="bench/results/${card}-${day}.jsonl"
+: >"$results"
+
+if ! cmake -S . -B "$BUILD" -G Ninja -DGG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DGG_BUILD_BENCH=ON \
+      ${GG_CMAKE_ARGS:-} >"$OUT/bench-configure.log" 2>&1 ||
+   ! cmake --build "$BUILD" -j "$(nproc)" >"$OUT/bench-build.log" 2>&1; then
+  tail -40 "$OUT/bench-build.log" "$OUT/bench-configure.log" 2>/dev/null; echo "bench-gpu: build failed"; exit 1
+fi
+echo "{\"bench\":\"run\",\"card\":\"$card\",\"date\":\"$day\",\"commit\":\"$(git rev-parse --short HEAD 2>/dev/null || echo unknown)\"}" >>"$results"
+
+if [ "$what" = cuda ] || [ "$what" = all ]; then
+  "$BUILD/bench/bench_cuda" >>"$results" 2>"$OUT/bench_cuda.err"
+  PYTHONUNBUFFERED=1 python3 bench/mlp_torch.py >>"$results" 2>"$OUT/mlp_torch.err"
+  [ -f bench/maml_sine_torch.py ] && [ -x "$BUILD/examples/maml_sine/maml_sine" ] && {
+    PYTHONUNBUFFERED=1 python3 bench/maml_sine_torch.py --device cuda >>"$results" 2>"$OUT/maml_torch_gpu.err"
+    PYTHONUNBUFFERED=1 python3 bench/maml_sine_torch.py --device cpu >>"$results" 2>"$OUT/maml_torch_cpu.err"
+  }
+fi
+if [ "$what" = attention ] || [ "$what" = all ]; then
+  if [ -x "$BUILD/bench/bench_attention_gpu" ]; then
+    "$BUILD/bench/bench_attention_gpu" >>"$results" 2>"$OUT/bench_attention_gpu.err"
+    for c in "" "--causal"; do
+      PYTHONUNBUFFERED=1 python3 ../shared/anchors/torch_attention.py --n 1024,4096,8192,16384 --d 64 --heads 16 $c \
+        >>"$results" 2>>"$OUT/torch_attention.err" ||
+      PYTHONUNBUFFERED=1 python3 shared/anchors/torch_attention.py --n 1024,4096,8192,16384 --d 64 --heads 16 $c \
+        >>"$results" 2>>"$OUT/torch_attention.err"
+    done
+  fi
+fi
+cp "$results" "$OUT/"
+echo
+echo "results: $results"
+python3 - "$results" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    print("  ".join(f"{k}={v}" for k, v in r.items()))
+PY

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# On the GPU machine (H200): builds with CUDA for sm_90a, runs the GPU tests with
+# GG_REQUIRE_GPU=1 (a skip is a failure), the CPU suite, and compute-sanitizer memcheck on the GPU
+# test binary. Logs go to $OUT (the device tool's folder) or ./gpu-logs; a short table is last.
+# Usage: scripts/gpu-test.sh [gtest filter for memcheck]
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+OUT="${OUT:-$PWD/gpu-logs}"
+mkdir -p "$OUT"
+BUILD="${GG_GPU_BUILD:-build-gpu}"
+MEMCHECK_FILTER="${1:-Cuda.*:Ops/CudaOpTable.F32*}"
+status() { printf '%-28s %s\n' "$1" "$2" | tee -a "$OUT/summary.txt"; }
+: >"$OUT/summary.txt"
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$OUT/gpu.txt" 2>&1
+status "gpu" "$(head -1 "$OUT/gpu.txt")"
+status "date" "$(date -u +%FT%TZ)"
+
+if ! cmake -S . -B "$BUILD" -G Ninja -DGG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a >"$OUT/configure.log" 2>&1; then
+  tail -30 "$OUT/configure.log"; status "configure" "FAILED"; exit 1
+fi
+if ! cmake --build "$BUILD" -j "$(nproc)" >"$OUT/build.log" 2>&1; then
+  grep -E "error" -A5 "$OUT/build.log" | head -60; status "build" "FAILED"; exit 1
+fi
+status "build" "ok"
+
+(cd "$BUILD" && GG_REQUIRE_GPU=1 ctest -L gpu -j 8 --output-on-failure --timeout 600 >"$OUT/ctest-gpu.log" 2>&1)
+gpu_rc=$?
+status "ctest -L gpu" "$(grep -E 'tests passed' "$OUT/ctest-gpu.log" | tail -1) (rc $gpu_rc)"
+if [ $gpu_rc -ne 0 ]; then grep -E "Failure|FAILED|Expected|error" "$OUT/ctest-gpu.log" | head -40; fi
+
+(cd "$BUILD" && ctest -L cpu -j "$(nproc)" --timeout 600 >"$OUT/ctest-cpu.log" 2>&1)
+status "ctest -L cpu" "$(grep -E 'tests passed' "$OUT/ctest-cpu.log" | tail -1) (rc $?)"
+
+if command -v compute-sanitizer >/dev/null; then
+  compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/tests/gg_gpu_tests" --gtest_filter="$MEMCHECK_FILTER" \
+    >"$OUT/memcheck.log" 2>&1
+  mc_rc=$?
+  status "memcheck" "$(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1) (rc $mc_rc, filter $MEMCHECK_FILTER)"
+else
+  status "memcheck" "compute-sanitizer not found"
+fi
+echo
+cat "$OUT/summary.txt"
+[ $gpu_rc -eq 0 ]

@@ -1,0 +1,439 @@
+// The CUDA attention kernels (kernels/cuda/attention_*.cu) at every level: forward (O, L),
+// backward (dQ, dK, dV) and backward-over-backward (gQ, gK, gV, gdO), through the public ops.
+//
+//   F64AndF32MatchCpu      GPU f64 (generic kernels) vs the CPU f64 kernels: ≤ 1e-12 relative;
+//                          GPU f32 (exact-FFMA generic kernels) vs CPU f64: ≤ 1e-5.
+//   PartialCotangents      BoB with every subset of (Qt, Kt, Vt), the same tolerances.
+//   LowPrecision*          bf16/f16 (tensor-core kernels for d in {32, 64, 128}, generic else)
+//                          vs an f64 reference from the same rounded inputs: error ≤ 2 x the
+//                          error of attention_composite run in the same dtype on the GPU, or
+//                          ≤ a floor of 2 units of the dtype's rounding (see low_precision_bound).
+//   PoisonedOutputs        kernels called directly on NaN-filled outputs write every element.
+//   ExplicitScale          a non-default scale on every path.
+//   BobIsDeterministic     bitwise identical BoB outputs across runs at bf16, N = 1024.
+//   AutogradChain          gg::attention differentiated twice on the GPU runs the fused kernels.
+// Errors are max|Δ| / max|ref over the output's family| (see family_scale); NaN/Inf never pass
+// (checked explicitly). GG_ATTN_VERBOSE=1 prints every error measured.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <tuple>
+
+#include "../test_util.h"
+#include "gpu_util.h"
+#include "kernels/cuda/kernels.h"
+
+namespace gg::test {
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+// ------------------------------------------------------------------------ helpers
+
+struct Inputs {
+  Shape shape;
+  Values Q, K, V, dO, Qt, Kt, Vt;
+};
+
+// Standard normal inputs, rounded to `round_to` so that every dtype under test (and the f64
+// references) sees exactly the same values.
+Inputs make_inputs(int64_t B, int64_t H, int64_t N, int64_t d, uint64_t seed, DType round_to) {
+  manual_seed(seed);
+  Inputs in;
+  in.shape = {B, H, N, d};
+  auto draw = [&] { return to(to(randn(in.shape, DType::f64), round_to), DType::f64).to_vector<double>(); };
+  in.Q = draw();
+  in.K = draw();
+  in.V = draw();
+  in.dO = draw();
+  in.Qt = draw();
+  in.Kt = draw();
+  in.Vt = draw();
+  return in;
+}
+
+// Outputs of the three levels. cot_mask: bit 0 = Qt present, bit 1 = Kt, bit 2 = Vt.
+struct Levels {
+  Values O, L;
+  std::vector<Values> bwd;  // dQ, dK, dV
+  std::vector<Values> bob;  // gQ, gK, gV, gdO
+};
+
+const char* const kBwdNames[] = {"dQ", "dK", "dV"};
+const char* const kBobNames[] = {"gQ", "gK", "gV", "gdO"};
+
+// The fused ops (gg::attention_forward / _backward / _backward_backward) in `dtype` on `device`.
+Levels run_fused(const Inputs& in, DType dtype, Device device, bool causal, int cot_mask = 7,
+                 std::optional<double> scale = std::nullopt) {
+  auto t = [&](const Values& v) { return from_vector(v, in.shape, dtype, device); };
+  const AttentionOptions o{scale, causal};
+  Tensor q = t(in.Q), k = t(in.K), v = t(in.V), dO = t(in.dO);
+  Tensor qt = (cot_mask & 1) ? t(in.Qt) : Tensor();
+  Tensor kt = (cot_mask & 2) ? t(in.Kt) : Tensor();
+  Tensor vt = (cot_mask & 4) ? t(in.Vt) : Tensor();
+  Levels r;
+  AttentionForward f = attention_forward(q, k, v, o);
+  r.O = f.O.to_vector<double>();
+  r.L = f.L.to_vector<double>();
+  for (const Tensor& g : attention_backward(q, k, v, f.O, f.L, dO, o)) r.bwd.push_back(g.to_vector<double>());
+  for (const Tensor& g : attention_backward_backward(q, k, v, f.O, f.L, dO, qt, kt, vt, o))
+    r.bob.push_back(g.to_vector<double>());
+  return r;
+}
+
+// The composite attention in `dtype` on `device`, differentiated with the engine's own ops:
+// O, then (dQ, dK, dV) for cotangent dO with create_graph, then the gradient of
+// <Qt, dQ> + <Kt, dK> + <Vt, dV> with respect to (Q, K, V, dO). L is not part of it.
+Levels run_composite(const Inputs& in, DType dtype, Device device, bool causal, int cot_mask = 7,
+                     std::optional<double> scale = std::nullopt) {
+  auto t = [&](const Values& v) { return leaf(from_vector(v, in.shape, dtype, device)); };
+  TensorList x = {t(in.Q), t(in.K), t(in.V)};
+  Tensor dO = t(in.dO);
+  const TensorList tilde = {from_vector(in.Qt, in.shape, dtype, device), from_vector(in.Kt, in.shape, dtype, device),
+                            from_vector(in.Vt, in.shape, dtype, device)};
+  Levels r;
+  Tensor O = attention_composite(x[0], x[1], x[2], {scale, causal});
+  r.O = O.to_vector<double>();
+  TensorList d = grad({O}, x, {dO}, {/*create_graph=*/true});
+  for (const Tensor& g : d) r.bwd.push_back(g.to_vector<double>());
+  Tensor inner;
+  for (int i = 0; i < 3; ++i)
+    if (cot_mask & (1 << i)) inner = inner.defined() ? inner + sum(tilde[i] * d[i]) : sum(tilde[i] * d[i]);
+  if (!inner.defined()) {
+    r.bob.assign(4, Values(r.O.size(), 0.0));
+    return r;
+  }
+  TensorList g = grad({inner}, {x[0], x[1], x[2], dO}, {}, {false, -1, /*allow_unused=*/true});
+  for (const Tensor& gi : g) r.bob.push_back(gi.defined() ? gi.to_vector<double>() : Values(r.O.size(), 0.0));
+  return r;
+}
+
+bool verbose() {
+  const char* v = std::getenv("GG_ATTN_VERBOSE");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+bool all_finite(const Values& v) {
+  for (double x : v)
+    if (!std::isfinite(x)) return false;
+  return true;
+}
+
+// max|got - want| / scale, where scale is max|ref| over the output's family (O; L; dQ dK dV;
+// gQ gK gV gdO): some outputs are exactly zero in exact arithmetic (dQ, dK, gQ, gK at N = 1,
+// every BoB output without cotangents) and both sides then return rounding noise of the
+// family's scale. An all-zero family is compared absolutely.
+double family_scale(const std::vector<Values>& family) {
+  double m = 1e-300;
+  for (const Values& v : family)
+    for (double x : v) m = std::max(m, std::abs(x));
+  return m < 1e-290 ? 1.0 : m;
+}
+double rel_err(const Values& got, const Values& want, double scale) {
+  double m = 0;
+  for (size_t i = 0; i < got.size(); ++i) m = std::max(m, std::abs(got[i] - want[i]));
+  return m / scale;
+}
+
+double max_abs_diff(const Values& a, const Values& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  return m;
+}
+
+void expect_rel(const Values& got, const Values& want, double scale, double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  ASSERT_TRUE(all_finite(got)) << what << ": non-finite output";
+  const double err = rel_err(got, want, scale);
+  if (verbose()) std::printf("  %-60s err %.3g (tol %.3g)\n", what.c_str(), err, tol);
+  EXPECT_LE(err, tol) << what;
+}
+
+std::string case_name(DType dtype, const Inputs& in, bool causal, int cot_mask = 7) {
+  return std::string(dtype_name(dtype)) + " B=" + std::to_string(in.shape[0]) + " H=" + std::to_string(in.shape[1]) +
+         " N=" + std::to_string(in.shape[2]) + " d=" + std::to_string(in.shape[3]) + (causal ? " causal" : "") +
+         " cot=" + std::to_string(cot_mask);
+}
+
+void expect_levels_close(const Levels& got, const Levels& want, double tol, const std::string& what) {
+  expect_rel(got.O, want.O, family_scale({want.O}), tol, what + " O");
+  expect_rel(got.L, want.L, family_scale({want.L}), tol, what + " L");
+  ASSERT_EQ(got.bwd.size(), 3u);
+  ASSERT_EQ(got.bob.size(), 4u);
+  const double s1 = family_scale(want.bwd), s2 = family_scale(want.bob);
+  for (int i = 0; i < 3; ++i) expect_rel(got.bwd[i], want.bwd[i], s1, tol, what + " " + kBwdNames[i]);
+  for (int i = 0; i < 4; ++i) expect_rel(got.bob[i], want.bob[i], s2, tol, what + " " + kBobNames[i]);
+}
+
+// ------------------------------------------------------------------------ f64 / f32 vs the CPU
+
+// Inputs are rounded to f32, so the f64 runs (CPU and GPU) and the f32 run see the same values.
+// f32 tolerance 1e-5: f32 arithmetic (unit roundoff 6e-8) over sums of ≤ 200 terms of d ≤ 128
+// products, plus BoB's cancellations (F = ... - 2·D·E) stay well under it.
+class CudaAttentionVsCpu : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, bool>> {};
+
+TEST_P(CudaAttentionVsCpu, F64AndF32MatchCpu) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  const auto [N, d, causal] = GetParam();
+  const Inputs in = make_inputs(2, 3, N, d, 1000 + N * 7 + d + causal, DType::f32);
+  const Levels cpu = run_fused(in, DType::f64, Device::cpu(), causal);
+  const Levels gpu64 = run_fused(in, DType::f64, kGpu, causal);
+  const Levels gpu32 = run_fused(in, DType::f32, kGpu, causal);
+  expect_levels_close(gpu64, cpu, 1e-12, case_name(DType::f64, in, causal));
+  expect_levels_close(gpu32, cpu, 1e-5, case_name(DType::f32, in, causal));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionVsCpu,
+                         ::testing::Combine(::testing::Values<int64_t>(1, 7, 64, 200),
+                                            ::testing::Values<int64_t>(32, 64, 128, 80), ::testing::Bool()));
+
+class CudaAttentionCotangents : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, bool>> {};
+
+TEST_P(CudaAttentionCotangents, PartialCotangents) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  const auto [N, d, causal] = GetParam();
+  const Inputs in = make_inputs(2, 3, N, d, 2000 + N * 7 + d + causal, DType::f32);
+  for (int mask = 0; mask < 8; ++mask) {
+    const Levels cpu = run_fused(in, DType::f64, Device::cpu(), causal, mask);
+    const Levels gpu64 = run_fused(in, DType::f64, kGpu, causal, mask);
+    const Levels gpu32 = run_fused(in, DType::f32, kGpu, causal, mask);
+    const double scale = family_scale(cpu.bob);
+    for (int i = 0; i < 4; ++i) {
+      expect_rel(gpu64.bob[i], cpu.bob[i], scale, 1e-12, case_name(DType::f64, in, causal, mask) + " " + kBobNames[i]);
+      expect_rel(gpu32.bob[i], cpu.bob[i], scale, 1e-5, case_name(DType::f32, in, causal, mask) + " " + kBobNames[i]);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionCotangents,
+                         ::testing::Combine(::testing::Values<int64_t>(7, 200), ::testing::Values<int64_t>(32, 80),
+                                            ::testing::Bool()));
+
+// ------------------------------------------------------------------------ bf16 / f16
+
+// The floor of the low-precision bound: 2 units of the dtype's rounding (2^-8 for bf16, 2^-11
+// for f16) relative to max|ref|. Outputs are stored in the dtype, so even an exact kernel is
+// off by up to one unit; the floor keeps a composite that happens to be nearly exact on an output
+// (e.g. O at N = 1, where softmax is exactly 1) from failing a kernel that rounds once more.
+double low_precision_floor(DType dtype) { return dtype == DType::bf16 ? 2.0 / 256 : 2.0 / 2048; }
+
+void expect_within_composite(const Values& fused, const Values& comp, const Values& ref, double scale, DType dtype,
+                             const std::string& what) {
+  ASSERT_EQ(fused.size(), ref.size()) << what;
+  ASSERT_TRUE(all_finite(fused)) << what << ": non-finite output";
+  const double err_fused = rel_err(fused, ref, scale), err_comp = rel_err(comp, ref, scale);
+  const double bound = std::max(2 * err_comp, low_precision_floor(dtype));
+  if (verbose()) std::printf("  %-60s fused %.3g composite %.3g\n", what.c_str(), err_fused, err_comp);
+  EXPECT_LE(err_fused, bound) << what << ": fused error " << err_fused << ", composite error " << err_comp;
+}
+
+// L is f32 and has no composite counterpart: it is compared absolutely. Its inputs are exact
+// products of rounded values summed in f32, so its error is ~1e-6·|L|; 1e-3 is a loose bound.
+void compare_low_precision(const Inputs& in, DType dtype, bool causal, int cot_mask, bool gpu_reference,
+                           std::optional<double> scale = std::nullopt) {
+  const std::string what = case_name(dtype, in, causal, cot_mask) + (scale ? " scale=" + std::to_string(*scale) : "");
+  // At large N the f64 reference runs on the GPU (the generic f64 kernels, validated against the
+  // CPU kernels by F64AndF32MatchCpu and PartialCotangents): the CPU f64 kernels would take minutes.
+  const Levels ref = run_fused(in, DType::f64, gpu_reference ? kGpu : Device::cpu(), causal, cot_mask, scale);
+  const Levels fused = run_fused(in, dtype, kGpu, causal, cot_mask, scale);
+  const Levels comp = run_composite(in, dtype, kGpu, causal, cot_mask, scale);
+  expect_within_composite(fused.O, comp.O, ref.O, family_scale({ref.O}), dtype, what + " O");
+  ASSERT_TRUE(all_finite(fused.L)) << what << " L: non-finite";
+  EXPECT_LE(max_abs_diff(fused.L, ref.L), 1e-3) << what << " L";
+  const double s1 = family_scale(ref.bwd), s2 = family_scale(ref.bob);
+  for (int i = 0; i < 3; ++i)
+    expect_within_composite(fused.bwd[i], comp.bwd[i], ref.bwd[i], s1, dtype, what + " " + kBwdNames[i]);
+  for (int i = 0; i < 4; ++i)
+    expect_within_composite(fused.bob[i], comp.bob[i], ref.bob[i], s2, dtype, what + " " + kBobNames[i]);
+}
+
+DType dtype_of(bool f16) { return f16 ? DType::f16 : DType::bf16; }
+
+// Small and ragged N (tile tails, single rows, partial sub-tiles), all head dims: the tensor-core
+// kernels for d in {32, 64, 128} (d = 128 splits BoB pass 1 in two column slices), generic else.
+class CudaAttentionLowPrecisionSmall : public ::testing::TestWithParam<std::tuple<bool, int64_t, int64_t, bool>> {};
+
+TEST_P(CudaAttentionLowPrecisionSmall, WithinTwiceComposite) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  const auto [f16, N, d, causal] = GetParam();
+  const DType dtype = dtype_of(f16);
+  const Inputs in = make_inputs(2, 3, N, d, 3000 + N * 7 + d + causal, dtype);
+  compare_low_precision(in, dtype, causal, 7, /*gpu_reference=*/false);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionLowPrecisionSmall,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values<int64_t>(1, 7, 200),
+                                            ::testing::Values<int64_t>(32, 64, 128, 80), ::testing::Bool()));
+
+// The sizes that matter for speed: N = 512 (CPU reference) and 4096 (GPU f64 reference).
+class CudaAttentionLowPrecisionLarge : public ::testing::TestWithParam<std::tuple<bool, int64_t, int64_t, bool>> {};
+
+TEST_P(CudaAttentionLowPrecisionLarge, WithinTwiceComposite) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  const auto [f16, N, d, causal] = GetParam();
+  const DType dtype = dtype_of(f16);
+  const Inputs in = make_inputs(1, 2, N, d, 4000 + N + d + causal, dtype);
+  compare_low_precision(in, dtype, causal, 7, /*gpu_reference=*/N > 1024);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionLowPrecisionLarge,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values<int64_t>(512, 4096),
+                                            ::testing::Values<int64_t>(64, 128), ::testing::Bool()));
+
+// Every subset of cotangents through the tensor-core BoB kernels (d = 64: one slice; d = 128: two).
+class CudaAttentionLowPrecisionCotangents : public ::testing::TestWithParam<std::tuple<bool, int64_t, bool>> {};
+
+TEST_P(CudaAttentionLowPrecisionCotangents, WithinTwiceComposite) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  const auto [f16, d, causal] = GetParam();
+  const DType dtype = dtype_of(f16);
+  const Inputs in = make_inputs(1, 2, 200, d, 5000 + d + causal, dtype);
+  for (int mask = 0; mask < 8; ++mask) compare_low_precision(in, dtype, causal, mask, /*gpu_reference=*/false);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionLowPrecisionCotangents,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values<int64_t>(64, 128), ::testing::Bool()));
+
+// A scale other than 1/sqrt(d), on every path (f64, f32, tensor cores, generic bf16).
+TEST(CudaAttention, ExplicitScale) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  for (int64_t d : {64, 80})
+    for (bool causal : {false, true}) {
+      const Inputs in = make_inputs(2, 3, 100, d, 9000 + d + causal, DType::bf16);  // bf16 values: exact in f32
+      const Levels cpu = run_fused(in, DType::f64, Device::cpu(), causal, 7, 0.37);
+      expect_levels_close(run_fused(in, DType::f64, kGpu, causal, 7, 0.37), cpu, 1e-12,
+                          case_name(DType::f64, in, causal) + " scale=0.37");
+      expect_levels_close(run_fused(in, DType::f32, kGpu, causal, 7, 0.37), cpu, 1e-5,
+                          case_name(DType::f32, in, causal) + " scale=0.37");
+      compare_low_precision(in, DType::bf16, causal, 7, /*gpu_reference=*/false, 0.37);
+    }
+}
+
+// ------------------------------------------------------------------------ every element written
+
+// Calls the kernels directly with output buffers pre-filled with NaN: every element must be
+// overwritten, and with the values the ops return.
+void check_poisoned(DType dtype, int64_t N, int64_t d, bool causal) {
+  const Inputs in = make_inputs(2, 2, N, d, 6000 + N + d + causal, dtype);
+  const std::string what = case_name(dtype, in, causal);
+  auto t = [&](const Values& v) { return from_vector(v, in.shape, dtype, kGpu); };
+  const Tensor q = t(in.Q), k = t(in.K), v = t(in.V), dO = t(in.dO), qt = t(in.Qt), kt = t(in.Kt), vt = t(in.Vt);
+  const DType lse = (dtype == DType::bf16 || dtype == DType::f16) ? DType::f32 : dtype;
+  const Shape rows = {in.shape[0], in.shape[1], in.shape[2]};
+  const AttentionOptions o{std::nullopt, causal};
+  auto nan_like = [&](const Shape& s, DType dt) { return full(s, NAN, dt, kGpu); };
+
+  kernels::AttentionArgs a{};
+  a.shape = {in.shape[0], in.shape[1], N, d, 1.0 / std::sqrt(static_cast<double>(d)), causal};
+  a.dtype = dtype;
+  a.Q = q.raw_data();
+  a.K = k.raw_data();
+  a.V = v.raw_data();
+
+  // forward
+  const AttentionForward want_f = attention_forward(q, k, v, o);
+  Tensor O = nan_like(in.shape, dtype), L = nan_like(rows, lse);
+  a.out0 = O.raw_data();
+  a.out1 = L.raw_data();
+  kernels::cuda::attention_fwd(a);
+  ASSERT_TRUE(all_finite(O.to_vector<double>())) << what << " O";
+  ASSERT_TRUE(all_finite(L.to_vector<double>())) << what << " L";
+  EXPECT_EQ(O.to_vector<double>(), want_f.O.to_vector<double>()) << what << " O";
+  EXPECT_EQ(L.to_vector<double>(), want_f.L.to_vector<double>()) << what << " L";
+
+  // backward
+  a.O = want_f.O.raw_data();
+  a.L = want_f.L.raw_data();
+  a.dO = dO.raw_data();
+  const TensorList want_b = attention_backward(q, k, v, want_f.O, want_f.L, dO, o);
+  TensorList outs = {nan_like(in.shape, dtype), nan_like(in.shape, dtype), nan_like(in.shape, dtype)};
+  a.out0 = outs[0].raw_data();
+  a.out1 = outs[1].raw_data();
+  a.out2 = outs[2].raw_data();
+  kernels::cuda::attention_bwd(a);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(all_finite(outs[i].to_vector<double>())) << what << " " << kBwdNames[i];
+    EXPECT_EQ(outs[i].to_vector<double>(), want_b[i].to_vector<double>()) << what << " " << kBwdNames[i];
+  }
+
+  // BoB, with all, some and no cotangents
+  for (int mask : {7, 1, 2, 4, 0}) {
+    const Tensor qm = (mask & 1) ? qt : Tensor(), km = (mask & 2) ? kt : Tensor(), vm = (mask & 4) ? vt : Tensor();
+    const TensorList want = attention_backward_backward(q, k, v, want_f.O, want_f.L, dO, qm, km, vm, o);
+    TensorList g = {nan_like(in.shape, dtype), nan_like(in.shape, dtype), nan_like(in.shape, dtype),
+                    nan_like(in.shape, dtype)};
+    a.Qt = qm.defined() ? qm.raw_data() : nullptr;
+    a.Kt = km.defined() ? km.raw_data() : nullptr;
+    a.Vt = vm.defined() ? vm.raw_data() : nullptr;
+    a.out0 = g[0].raw_data();
+    a.out1 = g[1].raw_data();
+    a.out2 = g[2].raw_data();
+    a.out3 = g[3].raw_data();
+    kernels::cuda::attention_bwd_bwd(a);
+    for (int i = 0; i < 4; ++i) {
+      const std::string w = what + " cot=" + std::to_string(mask) + " " + kBobNames[i];
+      ASSERT_TRUE(all_finite(g[i].to_vector<double>())) << w;
+      EXPECT_EQ(g[i].to_vector<double>(), want[i].to_vector<double>()) << w;
+    }
+  }
+}
+
+TEST(CudaAttention, PoisonedOutputs) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  for (bool causal : {false, true}) {
+    check_poisoned(DType::bf16, 77, 64, causal);   // tensor cores, one pass-1 slice
+    check_poisoned(DType::f16, 77, 128, causal);   // tensor cores, two pass-1 slices
+    check_poisoned(DType::bf16, 77, 80, causal);   // generic, f32 arithmetic, two column slices
+    check_poisoned(DType::f32, 77, 32, causal);    // generic
+    check_poisoned(DType::f64, 77, 16, causal);    // generic, d smaller than a staging chunk
+  }
+}
+
+// ------------------------------------------------------------------------ determinism
+
+TEST(CudaAttention, BobIsDeterministic) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  for (bool causal : {false, true}) {
+    const Inputs in = make_inputs(2, 4, 1024, 64, 7000 + causal, DType::bf16);
+    const Levels a = run_fused(in, DType::bf16, kGpu, causal);
+    const Levels b = run_fused(in, DType::bf16, kGpu, causal);
+    const std::string what = case_name(DType::bf16, in, causal);
+    EXPECT_EQ(a.O, b.O) << what;
+    EXPECT_EQ(a.L, b.L) << what;
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(a.bwd[i], b.bwd[i]) << what << " " << kBwdNames[i];
+    for (int i = 0; i < 4; ++i) {
+      ASSERT_TRUE(all_finite(a.bob[i])) << what << " " << kBobNames[i];
+      EXPECT_EQ(a.bob[i], b.bob[i]) << what << " " << kBobNames[i];
+    }
+  }
+}
+
+// ------------------------------------------------------------------------ through autograd
+
+// gg::attention differentiated twice with create_graph on the GPU gives the BoB op's outputs.
+TEST(CudaAttention, AutogradChain) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  const DType dtype = DType::bf16;
+  const Inputs in = make_inputs(1, 2, 100, 64, 8000, dtype);
+  auto t = [&](const Values& v) { return from_vector(v, in.shape, dtype, kGpu); };
+  const AttentionOptions o{std::nullopt, true};
+  TensorList x = {leaf(t(in.Q)), leaf(t(in.K)), leaf(t(in.V))};
+  Tensor dO = leaf(t(in.dO));
+  const TensorList tilde = {t(in.Qt), t(in.Kt), t(in.Vt)};
+  Tensor O = attention(x[0], x[1], x[2], o);
+  TensorList d = grad({O}, x, {dO}, {/*create_graph=*/true});
+  Tensor inner = sum(tilde[0] * d[0]) + sum(tilde[1] * d[1]) + sum(tilde[2] * d[2]);
+  TensorList g = grad({inner}, {x[0], x[1], x[2], dO});
+
+  const Levels direct = run_fused(in, dtype, kGpu, true);
+  EXPECT_LE(rel_err(O.to_vector<double>(), direct.O, family_scale({direct.O})), 1e-6);
+  const double s1 = family_scale(direct.bwd), s2 = family_scale(direct.bob);
+  for (int i = 0; i < 3; ++i) EXPECT_LE(rel_err(d[i].to_vector<double>(), direct.bwd[i], s1), 1e-6) << kBwdNames[i];
+  for (int i = 0; i < 4; ++i) EXPECT_LE(rel_err(g[i].to_vector<double>(), direct.bob[i], s2), 1e-6) << kBobNames[i];
+}
+
+}  // namespace
+}  // namespace gg::test
