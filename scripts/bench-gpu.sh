@@ -11,11 +11,13 @@ BUILD="${GG_GPU_BUILD:-build-gpu}"
 card="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '-')"
 day="$(date -u +%F)"
 results="bench/results/${card}-${day}.jsonl"
+targets="bench_cuda"
+[ "$what" = cuda ] || targets="$targets bench_attention_gpu"
 : >"$results"
 
 if ! cmake -S . -B "$BUILD" -G Ninja -DGG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DGG_BUILD_BENCH=ON \
       ${GG_CMAKE_ARGS:-} >"$OUT/bench-configure.log" 2>&1 ||
-   ! cmake --build "$BUILD" -j "$(nproc)" >"$OUT/bench-build.log" 2>&1; then
+   ! cmake --build "$BUILD" -j "$(nproc)" --target $targets >"$OUT/bench-build.log" 2>&1; then
   tail -40 "$OUT/bench-build.log" "$OUT/bench-configure.log" 2>/dev/null; echo "bench-gpu: build failed"; exit 1
 fi
 echo "{\"bench\":\"run\",\"card\":\"$card\",\"date\":\"$day\",\"commit\":\"$(git rev-parse --short HEAD 2>/dev/null || echo unknown)\"}" >>"$results"
@@ -23,10 +25,6 @@ echo "{\"bench\":\"run\",\"card\":\"$card\",\"date\":\"$day\",\"commit\":\"$(git
 if [ "$what" = cuda ] || [ "$what" = all ]; then
   "$BUILD/bench/bench_cuda" >>"$results" 2>"$OUT/bench_cuda.err"
   PYTHONUNBUFFERED=1 python3 bench/mlp_torch.py >>"$results" 2>"$OUT/mlp_torch.err"
-  [ -f bench/maml_sine_torch.py ] && [ -x "$BUILD/examples/maml_sine/maml_sine" ] && {
-    PYTHONUNBUFFERED=1 python3 bench/maml_sine_torch.py --device cuda >>"$results" 2>"$OUT/maml_torch_gpu.err"
-    PYTHONUNBUFFERED=1 python3 bench/maml_sine_torch.py --device cpu >>"$results" 2>"$OUT/maml_torch_cpu.err"
-  }
 fi
 if [ "$what" = attention ] || [ "$what" = all ]; then
   if [ -x "$BUILD/bench/bench_attention_gpu" ]; then
