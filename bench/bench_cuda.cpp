@@ -5,7 +5,7 @@
 //   sum       gg::sum of a 1 GiB f32 tensor: GB/s (1 read) and % of copy
 //   matmul    gg::matmul vs a raw cuBLAS call at 4096³, bf16 and f32 (exact f32, TF32 off)
 //   mlp       a 3-layer MLP step: forward + backward(create_graph) + double backward
-// Times: median of repeats after warm-up, host clock around a device synchronize.
+// Times: median of repeats after warm-up, host clock around cudaDeviceSynchronize.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -23,12 +23,12 @@ namespace {
 
 double median_ms(const std::function<void()>& f, int warm = 3, int reps = 15) {
   for (int i = 0; i < warm; ++i) f();
-  cuda::synchronize();
+  cudaDeviceSynchronize();  // all streams: the library's and the raw cuBLAS/cudaMemcpy calls
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
     auto a = std::chrono::steady_clock::now();
     f();
-    cuda::synchronize();
+    cudaDeviceSynchronize();
     t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
   }
   std::sort(t.begin(), t.end());
