@@ -75,6 +75,12 @@ class Tensor {
   void backward(const Tensor& gradient = Tensor(), bool create_graph = false,
                 int retain_graph = -1) const;
 
+  // ---- moves and casts (differentiable; defined with the ops in ops/shape.cpp) ----
+  Tensor to(Device device) const;  // this tensor itself when already there
+  Tensor to(DType dtype) const;
+  Tensor cuda(int index = 0) const { return to(Device::cuda(index)); }
+  Tensor cpu() const { return to(Device::cpu()); }
+
   // ---- identity ----
   TensorImpl& impl() const;
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }

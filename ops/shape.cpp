@@ -56,6 +56,9 @@ Tensor to(const Tensor& x, Device device) {
   return y;
 }
 
+Tensor Tensor::to(Device device) const { return gg::to(*this, device); }
+Tensor Tensor::to(DType dtype) const { return gg::to(*this, dtype); }
+
 Tensor reshape(const Tensor& x, const Shape& shape_in) {
   detail::check_defined("reshape", x, "input");
   detail::check_max_dims("reshape", shape_in);

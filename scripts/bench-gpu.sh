@@ -27,15 +27,19 @@ if [ "$what" = cuda ] || [ "$what" = all ]; then
   PYTHONUNBUFFERED=1 python3 bench/mlp_torch.py >>"$results" 2>"$OUT/mlp_torch.err"
 fi
 if [ "$what" = attention ] || [ "$what" = all ]; then
-  if [ -x "$BUILD/bench/bench_attention_gpu" ]; then
-    "$BUILD/bench/bench_attention_gpu" >>"$results" 2>"$OUT/bench_attention_gpu.err"
+  # The PyTorch reference: ../shared/anchors beside a checkout, or a copy carried into .anchors/.
+  anchor=../shared/anchors/torch_attention.py
+  [ -f "$anchor" ] || anchor=.anchors/torch_attention.py
+  for d in 64 128; do
     for c in "" "--causal"; do
-      PYTHONUNBUFFERED=1 python3 ../shared/anchors/torch_attention.py --n 1024,4096,8192,16384 --d 64 --heads 16 $c \
-        >>"$results" 2>>"$OUT/torch_attention.err" ||
-      PYTHONUNBUFFERED=1 python3 shared/anchors/torch_attention.py --n 1024,4096,8192,16384 --d 64 --heads 16 $c \
-        >>"$results" 2>>"$OUT/torch_attention.err"
+      "$BUILD/bench/bench_attention_gpu" --n 1024,4096,8192,16384,32768 --d $d --heads 16 $c >>"$results" \
+        2>>"$OUT/bench_attention_gpu.err"
+      if [ -f "$anchor" ] && [ $d = 64 ]; then
+        PYTHONUNBUFFERED=1 python3 "$anchor" --n 1024,4096,8192,16384 --d $d --heads 16 $c >>"$results" \
+          2>>"$OUT/torch_attention.err"
+      fi
     done
-  fi
+  done
 fi
 cp "$results" "$OUT/"
 echo

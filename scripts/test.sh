@@ -11,4 +11,6 @@ if ! ctest --output-on-failure -j "$(nproc)" --timeout 900 >ctest.log 2>&1; then
   grep -vE "^\s*[0-9]+/[0-9]+ Test +#[0-9]+: .* Passed" ctest.log | tail -80 >&2
   gg_die "tests failed (full log: $GG_BUILD/ctest.log)"
 fi
-tail -3 ctest.log
+summary="$(grep -E 'tests passed' ctest.log | tail -1)"
+skipped="$(grep -c '(Skipped)' ctest.log || true)"
+echo "gradgrad: $summary; $skipped skipped (GPU tests skip without a GPU unless GG_REQUIRE_GPU=1)"

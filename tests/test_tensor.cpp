@@ -67,6 +67,8 @@ TEST(Tensor, CastsBetweenDtypes) {
   EXPECT_EQ(to(x, DType::f16).to_vector<double>(), (Values{1.5, -2.25, 3.0}));
   EXPECT_EQ(to(from_vector({1.0 / 3}, {1}, DType::f64), DType::bf16).item(), 0.333984375);  // nearest bf16
   EXPECT_EQ(gt(x, zeros({}, DType::f64)).to_vector<uint8_t>(), (std::vector<uint8_t>{1, 0, 1}));
+  EXPECT_EQ(x.to(DType::f32).dtype(), DType::f32);
+  EXPECT_TRUE(x.cpu().is_same(x));  // already there: the same tensor
 }
 
 TEST(Tensor, PrintsShapeDtypeDeviceAndValues) {

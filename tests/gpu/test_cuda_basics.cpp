@@ -14,6 +14,9 @@ TEST(Cuda, RoundTripAndStrides) {
   EXPECT_EQ(transpose(g, 0, 1).to_vector<double>(), (Values{0, 3, 1, 4, 2, 5}));
   EXPECT_EQ(to(transpose(g, 0, 1), Device::cpu()).to_vector<double>(), (Values{0, 3, 1, 4, 2, 5}));
   EXPECT_EQ(to(g, DType::bf16).to_vector<double>(), x.to_vector<double>());
+  EXPECT_EQ(to(g, DType::f16).to_vector<double>(), x.to_vector<double>());
+  EXPECT_TRUE(x.cuda().device().is_cuda());
+  EXPECT_EQ(x.cuda().cpu().to_vector<double>(), x.to_vector<double>());
 }
 
 TEST(Cuda, GradientFlowsBackAcrossDevices) {
