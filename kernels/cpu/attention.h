@@ -87,6 +87,13 @@ namespace detail {
 
 inline int64_t num_blocks(int64_t n, int64_t block) { return (n + block - 1) / block; }
 
+// Threads only pay when there is real work: below ~4M multiply-adds a parallel region costs
+// more than it saves, and far more when the machine is busy (spinning OpenMP workers).
+inline bool worth_threads(const AttentionShape& p) {
+  return static_cast<double>(p.B * p.H) * static_cast<double>(p.N) * static_cast<double>(p.N) *
+             static_cast<double>(p.d) > 4e6;
+}
+
 // Causal masking at tile granularity, for query rows [i0, i0 + mi) and key rows [j0, j0 + nj).
 inline bool tile_fully_masked(bool causal, int64_t i0, int64_t mi, int64_t j0) {
   return causal && j0 > i0 + mi - 1;  // every key is after every query

@@ -31,17 +31,18 @@ void attention_bwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
   const T s = static_cast<T>(p.scale);
   const int64_t num_q_blocks = detail::num_blocks(N, kBlockM);
   const int64_t num_k_blocks = detail::num_blocks(N, kBlockN);
+  [[maybe_unused]] const bool par = detail::worth_threads(p);
   std::vector<T> D(B * H * N);  // (B, H, N)
 
   // ---- phase 1: D = rowsum(dO∘O) ----
-  GG_OMP(parallel for collapse(2))
+  GG_OMP(parallel for collapse(2) if (par))
   for (int64_t bh = 0; bh < B * H; ++bh)
     for (int64_t i = 0; i < N; ++i) {
       const int64_t row = bh * N + i;
       D[row] = detail::dot(dO + row * d, O + row * d, d);  // undoes P = softmax_rows(S)
     }
 
-  GG_OMP(parallel) {
+  GG_OMP(parallel if (par)) {
     std::vector<T> P(kBlockM * kBlockN);   // exp(S - L), 0 where masked
     std::vector<T> dS(kBlockM * kBlockN);  // dP, then P∘(dP - D) in place
     std::vector<T> acc_a(std::max(kBlockM, kBlockN) * d);  // dK (phase 2) or dQ (phase 3)

@@ -55,13 +55,14 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
 
   const int64_t num_q_blocks = detail::num_blocks(N, kBlockM);
   const int64_t num_k_blocks = detail::num_blocks(N, kBlockN);
+  [[maybe_unused]] const bool par = detail::worth_threads(p);
   std::vector<T> D(rows), E(rows), F(rows);  // (B, H, N) row scalars
 
   // ---- pass 0: D = rowsum(dO∘O) ----
-  GG_OMP(parallel for)
+  GG_OMP(parallel for if (par))
   for (int64_t r = 0; r < rows; ++r) D[r] = detail::dot(dO + r * d, O + r * d, d);
 
-  GG_OMP(parallel) {
+  GG_OMP(parallel if (par)) {
     const int64_t tile = kBlockM * kBlockN;
     const int64_t acc_rows = std::max(kBlockM, kBlockN);
     // Recomputed tiles.

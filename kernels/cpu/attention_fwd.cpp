@@ -30,8 +30,9 @@ void attention_fwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
   const T neg_inf = -std::numeric_limits<T>::infinity();
   const int64_t num_q_blocks = detail::num_blocks(N, kBlockM);
   const int64_t num_k_blocks = detail::num_blocks(N, kBlockN);
+  [[maybe_unused]] const bool par = detail::worth_threads(p);
 
-  GG_OMP(parallel) {
+  GG_OMP(parallel if (par)) {
     std::vector<T> S(kBlockM * kBlockN);  // scores, then probabilities exp(S - m)
     std::vector<T> acc(kBlockM * d);      // Σ_j exp(S_ij - m_i)·V_j
     std::vector<T> m(kBlockM);            // running row max

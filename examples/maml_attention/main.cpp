@@ -1,0 +1,640 @@
+// MAML through attention: second-order MAML (Finn, Abbeel & Levine 2017) on sinusoid tasks, with
+// a small attention model, so the inner gradient step differentiates attention and the outer
+// gradient runs through attention's backward-over-backward.
+//
+//   The model (model.h) reads a task's points as tokens [x, y, is_target] and predicts y at the
+//   target tokens: context points carry their label, target points do not. Two pre-norm
+//   attention blocks (4 heads, d_model 32) over all tokens of a sequence, then a linear readout.
+//   Inner loss: two-fold cross-validation on the K support points (half the points as context,
+//   predict the other half, and the other way round). Outer loss: all K support points as
+//   context, predict the query points. One inner SGD step with create_graph, Adam on θ.
+//   --attention fused|composite runs gg::attention or gg::attention_composite in the same model.
+//
+// Modes:
+//   (default)          checks; MAML meta-training and two baselines trained as long on the same
+//                      kind of episodes: 'in-context' (the query loss, no inner step) and 'joint'
+//                      (the same with every label hidden: plain regression on all tasks); query
+//                      MSE of MAML / in-context / joint / random initialisation after 0, 1, 5, 10
+//                      SGD steps on 300 held-out tasks; training-curve plot
+//   --check            only the checks: fused vs composite meta-gradient in f64 (≤ 1e-9), and
+//                      the meta-gradient against finite differences
+//   --long-context N   one meta-gradient at N support points per task (1 task): time and peak
+//                      memory, fused, then composite (caught out-of-memory, or skipped above
+//                      --max-composite-bytes)
+//   --smoke            a few seconds of everything (the ctest)
+//
+// Files: episodes.h (tasks as token sequences), model.h (model, losses, inner step), this file
+// (CLI, checks, long-context, training, evaluation, report). Reused from examples/maml_sine:
+// sine_tasks.h (the task family), maml.h (Adam), report.h (progress bar, mean ± 95% CI).
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <new>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "episodes.h"
+#include "gradgrad.h"
+#include "maml.h"    // maml::Adam
+#include "model.h"
+#include "report.h"  // maml::ProgressBar, maml::mean_ci95, maml::shell_quote
+
+namespace {
+
+using mattn::AttentionOp;
+using mattn::Episode;
+using mattn::ModelShape;
+using mattn::Params;
+using nlohmann::json;
+
+// ------------------------------------------------------------------------- settings
+constexpr double kInnerLr = 0.01;  // α, training and test time (--inner-lr)
+constexpr double kMetaLr = 1e-3;   // Adam, for MAML and the baselines
+constexpr int64_t kMetaBatch = 16, kShots = 10, kQueries = 10;
+constexpr int kDefaultIterations = 3000;  // a few minutes on a 2-core CPU
+constexpr int kSmokeIterations = 10;
+constexpr int kLogEvery = 10;
+constexpr uint64_t kEvalSeed = 2017;  // held-out tasks, independent of --seed
+constexpr int64_t kEvalTasks = 300, kSmokeEvalTasks = 8, kEvalQuery = 100;
+const std::vector<int64_t> kEvalShots = {5, 10, 20};
+const std::vector<int> kEvalSteps = {0, 1, 5, 10};
+constexpr int64_t kLongQueries = 256;       // query points in --long-context mode
+constexpr int64_t kSmokeLongContext = 256;  // --long-context N used by --smoke
+constexpr double kCheckTolerance = 1e-9;    // fused vs composite meta-gradient, f64
+// N×N buffers the composite's meta-gradient holds at its peak, per (block, head, sequence),
+// measured with gg::cpu::memory_stats: 3.4, 3.6, 3.6 at N = 512, 1024, 2048 (f32, CPU).
+constexpr double kCompositeNxNBuffers = 4.0;
+
+struct Config {
+  std::string device_name, attention_name = "fused";
+  gg::Device device = gg::Device::cpu();
+  AttentionOp op = AttentionOp::fused;
+  uint64_t seed = 0;
+  double inner_lr = kInnerLr;
+  int iterations = kDefaultIterations;
+  bool smoke = false, check_only = false;
+  int64_t long_context = 0;            // 0: off
+  int64_t max_composite_bytes = -1;    // -1: automatic (CPU: 40% of RAM; GPU: no cap); 0: no cap
+  int64_t eval_tasks = kEvalTasks;
+  std::string out_dir = "maml_attention_out";
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+std::string mib(double bytes) {
+  char s[64];
+  if (bytes >= 1024.0 * 1024 * 1024)
+    std::snprintf(s, sizeof s, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+  else
+    std::snprintf(s, sizeof s, "%.1f MiB", bytes / (1024.0 * 1024));
+  return s;
+}
+
+// ------------------------------------------------------------------------- device helpers
+gg::MemoryStats memory_stats(gg::Device d) {
+  return d.is_cuda() ? gg::cuda::memory_stats(d.index) : gg::cpu::memory_stats();
+}
+void reset_peak_memory_stats(gg::Device d) {
+  if (d.is_cuda())
+    gg::cuda::reset_peak_memory_stats(d.index);
+  else
+    gg::cpu::reset_peak_memory_stats();
+}
+void synchronize(gg::Device d) {
+  if (d.is_cuda()) gg::cuda::synchronize();
+}
+
+// Max |a − b| over all tensors, divided by max |b| over all tensors.
+double relative_difference(const gg::TensorList& a, const gg::TensorList& b) {
+  double num = 0.0, den = 1e-300;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num = std::max(num, gg::max(gg::abs(a[i] - b[i])).item());
+    den = std::max(den, gg::max(gg::abs(b[i])).item());
+  }
+  return num / den;
+}
+
+Params copy_params(const Params& p) {
+  Params out;
+  for (const gg::Tensor& w : p) out.push_back(gg::clone(w.detach()).requires_grad_());
+  return out;
+}
+
+// ------------------------------------------------------------------------- (a) checks
+// In f64, on a small meta-batch: the meta-gradient (outer gradient with respect to every
+// initial weight, through one inner step with create_graph) with the fused op must equal the
+// one with the composite; and the composite's must match central finite differences of the
+// meta-loss along a random direction.
+struct CheckResult {
+  double relative = 0.0;         // max |fused − composite| / max |composite|, all weights
+  double worst_tensor = 0.0;     // the same, per tensor, worst one
+  std::string worst_name;
+  double fd_relative = 0.0;      // directional derivative vs finite differences
+  bool ok = false;
+};
+
+CheckResult run_check(gg::Device device, std::ofstream& metrics) {
+  const gg::DType f64 = gg::DType::f64;
+  const ModelShape m;
+  maml::SineTaskSampler sampler(7);
+  const Episode e = mattn::sample_episode(sampler, 3, kShots, kQueries, f64, device);
+  gg::manual_seed(7);
+  const Params theta = mattn::init_params(m, f64, device);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const gg::TensorList fused = mattn::meta_gradient(theta, m, e, kInnerLr, AttentionOp::fused);
+  const double fused_s = seconds_since(t0);
+  const auto t1 = std::chrono::steady_clock::now();
+  const gg::TensorList composite = mattn::meta_gradient(theta, m, e, kInnerLr, AttentionOp::composite);
+  const double composite_s = seconds_since(t1);
+
+  CheckResult r;
+  r.relative = relative_difference(fused, composite);
+  const std::vector<std::string> names = mattn::param_names(m);
+  for (size_t i = 0; i < fused.size(); ++i) {
+    const double rel = relative_difference({fused[i]}, {composite[i]});
+    if (rel >= r.worst_tensor) {
+      r.worst_tensor = rel;
+      r.worst_name = names[i];
+    }
+  }
+
+  // Finite differences of the meta-loss along v (composite op; the loss itself needs only a
+  // first-order inner step).
+  Params v;
+  for (const gg::Tensor& w : theta) v.push_back(gg::randn_like(w));
+  double directional = 0.0;
+  for (size_t i = 0; i < composite.size(); ++i) directional += gg::sum(composite[i] * v[i]).item();
+  auto loss_at = [&](double h) {
+    Params shifted;
+    for (size_t i = 0; i < theta.size(); ++i) shifted.push_back((theta[i].detach() + v[i] * h).requires_grad_());
+    return mattn::meta_loss(shifted, m, e, kInnerLr, AttentionOp::composite, /*second_order=*/false).item();
+  };
+  // Five-point central differences (error O(h⁴)): the meta-loss is strongly curved along a
+  // random direction through all weights, so the three-point formula would need a tiny h.
+  const double h = 1e-5;
+  const double fd = (8.0 * (loss_at(h) - loss_at(-h)) - (loss_at(2 * h) - loss_at(-2 * h))) / (12 * h);
+  r.fd_relative = std::abs(directional - fd) / std::max(std::abs(fd), 1e-12);
+  r.ok = r.relative <= kCheckTolerance && r.fd_relative < 1e-6;
+
+  std::printf("  [%s] meta-gradient, fused vs composite (f64, 3 tasks, K = %lld, %zu weight tensors):\n",
+              device.str().c_str(), static_cast<long long>(kShots), fused.size());
+  std::printf("    max |fused - composite| / max |composite| = %.2e (tolerance %.0e), worst tensor %s: %.2e  %s\n",
+              r.relative, kCheckTolerance, r.worst_name.c_str(), r.worst_tensor, r.relative <= kCheckTolerance ? "ok" : "FAILED");
+  std::printf("    along a random direction: finite differences %.10f, meta-gradient %.10f (rel. error %.1e)  %s\n", fd,
+              directional, r.fd_relative, r.fd_relative < 1e-6 ? "ok" : "FAILED");
+  std::printf("    time: fused %.3f s, composite %.3f s\n", fused_s, composite_s);
+  metrics << json{{"phase", "check"},           {"device", device.str()},     {"relative_error", r.relative},
+                  {"worst_tensor", r.worst_name}, {"worst_tensor_relative_error", r.worst_tensor},
+                  {"fd_relative_error", r.fd_relative}, {"fd", fd}, {"meta_gradient_along_v", directional},
+                  {"ok", r.ok}}.dump()
+          << "\n";
+  return r;
+}
+
+// ------------------------------------------------------------------------- (b) long context
+struct LongRun {
+  std::string status = "ok";  // ok | out of memory | error | skipped
+  double seconds = 0.0;
+  int64_t peak_bytes = 0;     // peak tensor bytes above what was held before the run
+  int64_t tried_bytes = -1;   // the allocation that failed (out of memory)
+  std::string message;
+  gg::TensorList grads;
+};
+
+// Bytes of the N×N buffers the composite's meta-gradient holds at its peak: per block and head,
+// the two support sequences (N tokens each) and the query sequence (N + Q tokens).
+double estimate_composite_bytes(const ModelShape& m, int64_t N, int64_t Q, gg::DType dtype) {
+  const double n = static_cast<double>(N), nq = static_cast<double>(N + Q);
+  return kCompositeNxNBuffers * static_cast<double>(m.blocks * m.heads) * static_cast<double>(gg::dtype_size(dtype)) *
+         (2.0 * n * n + nq * nq);
+}
+
+LongRun timed_meta_gradient(const Params& theta, const ModelShape& m, const Episode& e, AttentionOp op,
+                            gg::Device device) {
+  LongRun r;
+  synchronize(device);
+  const int64_t before = memory_stats(device).current_bytes;
+  reset_peak_memory_stats(device);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    r.grads = mattn::meta_gradient(theta, m, e, kInnerLr, op);
+    synchronize(device);
+  } catch (const gg::DeviceError& err) {  // the CUDA allocator's out-of-memory (or cuBLAS's)
+    r.message = err.what();
+    const bool oom = r.message.find("out of memory") != std::string::npos ||
+                     r.message.find("ALLOC_FAILED") != std::string::npos;
+    r.status = oom ? "out of memory" : "error";
+    std::smatch match;
+    if (std::regex_search(r.message, match, std::regex("tried to allocate ([0-9]+) bytes")))
+      r.tried_bytes = std::stoll(match[1].str());
+  } catch (const std::bad_alloc&) {  // the host allocator's
+    r.status = "out of memory";
+    r.message = "std::bad_alloc (host memory)";
+  }
+  r.seconds = seconds_since(start);
+  synchronize(device);
+  r.peak_bytes = memory_stats(device).peak_bytes - before;
+  return r;
+}
+
+int64_t auto_composite_cap(gg::Device device) {
+  if (device.is_cuda()) return 0;  // try it, and catch the allocator's out-of-memory
+  const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  return static_cast<int64_t>(0.4 * ram);
+}
+
+int run_long_context(const Config& cfg, std::ofstream& metrics) {
+  const ModelShape m;
+  const int64_t N = cfg.long_context, Q = kLongQueries;
+  const gg::DType dtype = gg::DType::f32;
+  std::printf("\nlong context: one meta-gradient (one inner SGD step with create_graph, outer loss, gradient with\n"
+              "respect to all %zu initial weights) for ONE task with N = %lld support points and %lld query points\n"
+              "  sequences: support loss 2 x %lld tokens, query loss %lld tokens; d_model %lld, %lld heads of %lld, "
+              "%lld blocks, f32, %s\n",
+              mattn::param_names(m).size(), static_cast<long long>(N), static_cast<long long>(Q),
+              static_cast<long long>(N), static_cast<long long>(N + Q), static_cast<long long>(m.d_model),
+              static_cast<long long>(m.heads), static_cast<long long>(m.head_dim()), static_cast<long long>(m.blocks),
+              cfg.device.str().c_str());
+
+  gg::manual_seed(cfg.seed);
+  const Params theta = mattn::init_params(m, dtype, cfg.device);
+  maml::SineTaskSampler sampler(cfg.seed + 11);
+  {  // warm-up at a small size (library and device start-up), both ops
+    const Episode small = mattn::sample_episode(sampler, 1, 64, 16, dtype, cfg.device);
+    mattn::meta_gradient(theta, m, small, kInnerLr, AttentionOp::fused);
+    mattn::meta_gradient(theta, m, small, kInnerLr, AttentionOp::composite);
+    synchronize(cfg.device);
+  }
+  const Episode e = mattn::sample_episode(sampler, 1, N, Q, dtype, cfg.device);
+
+  auto log = [&](const char* op, const LongRun& r, double estimate) {
+    json j{{"phase", "long_context"}, {"attention", op},         {"N", N},
+           {"queries", Q},            {"device", cfg.device.str()}, {"status", r.status},
+           {"seconds", r.seconds},    {"peak_bytes", r.peak_bytes}};
+    if (estimate > 0) j["estimated_nxn_bytes"] = estimate;
+    if (r.tried_bytes >= 0) j["tried_bytes"] = r.tried_bytes;
+    if (!r.message.empty()) j["message"] = r.message;
+    metrics << j.dump() << "\n";
+  };
+
+  const LongRun fused = timed_meta_gradient(theta, m, e, AttentionOp::fused, cfg.device);
+  log("fused", fused, 0);
+  if (fused.status != "ok") {
+    std::printf("  fused:     %s: %s\n", fused.status.c_str(), fused.message.c_str());
+    return 1;
+  }
+  std::printf("  fused:     %8.2f s   peak tensor memory %s (%.0f bytes per support point)\n", fused.seconds,
+              mib(static_cast<double>(fused.peak_bytes)).c_str(), static_cast<double>(fused.peak_bytes) / N);
+
+  const double estimate = estimate_composite_bytes(m, N, Q, dtype);
+  const int64_t cap = cfg.max_composite_bytes >= 0 ? cfg.max_composite_bytes : auto_composite_cap(cfg.device);
+  LongRun comp;
+  if (cap > 0 && estimate > static_cast<double>(cap)) {
+    comp.status = "skipped";
+    char why[256];
+    std::snprintf(why, sizeof why,
+                  "estimated %s of N x N buffers (%.0f per block, head and sequence) exceeds --max-composite-bytes %s",
+                  mib(estimate).c_str(), kCompositeNxNBuffers, mib(static_cast<double>(cap)).c_str());
+    comp.message = why;
+    std::printf("  composite: skipped: %s\n", comp.message.c_str());
+    log("composite", comp, estimate);
+    return 0;
+  }
+  comp = timed_meta_gradient(theta, m, e, AttentionOp::composite, cfg.device);
+  log("composite", comp, estimate);
+  if (comp.status == "error") {
+    std::printf("  composite: failed after %.2f s: %s\n", comp.seconds, comp.message.c_str());
+    return 1;
+  }
+  if (comp.status == "out of memory") {
+    std::printf("  composite: out of memory after %.2f s: tried to allocate %s bytes (%s); peak before failing %s\n",
+                comp.seconds, comp.tried_bytes >= 0 ? std::to_string(comp.tried_bytes).c_str() : "?",
+                comp.tried_bytes >= 0 ? mib(static_cast<double>(comp.tried_bytes)).c_str() : "unknown size",
+                mib(static_cast<double>(comp.peak_bytes)).c_str());
+    std::printf("             (%s)\n", comp.message.c_str());
+    return 0;
+  }
+  const double rel = relative_difference(fused.grads, comp.grads);
+  std::printf("  composite: %8.2f s   peak tensor memory %s (estimate of its N x N buffers: %s)\n", comp.seconds,
+              mib(static_cast<double>(comp.peak_bytes)).c_str(), mib(estimate).c_str());
+  std::printf("  composite / fused: peak memory %.1fx, time %.2fx; meta-gradients agree to %.1e (max |diff| / max, f32)\n",
+              static_cast<double>(comp.peak_bytes) / std::max<double>(1.0, fused.peak_bytes), comp.seconds / fused.seconds,
+              rel);
+  metrics << json{{"phase", "long_context_compare"}, {"N", N}, {"memory_ratio",
+                  static_cast<double>(comp.peak_bytes) / std::max<double>(1.0, fused.peak_bytes)},
+                  {"time_ratio", comp.seconds / fused.seconds}, {"relative_difference", rel}}.dump()
+          << "\n";
+  return rel < 1e-3 ? 0 : 1;
+}
+
+// ------------------------------------------------------------------------- (c) training
+// Three ways to train the same model on the same kind of episodes.
+enum class Objective {
+  maml,        // the query loss after one inner SGD step on the support loss (second order)
+  in_context,  // the query loss directly (support points as context, no inner step)
+  joint,       // the query loss with every label hidden: ordinary regression on all tasks jointly
+};
+const char* name(Objective o) {
+  return o == Objective::maml ? "maml" : o == Objective::in_context ? "in_context" : "joint";
+}
+bool labels_visible(Objective o) { return o != Objective::joint; }
+
+struct TrainResult {
+  double seconds = 0.0;
+  bool finite = true;
+  std::vector<std::pair<int, double>> curve;  // (iteration, loss) every kLogEvery iterations
+};
+
+TrainResult train(const Config& cfg, const ModelShape& m, Params& params, Objective objective, std::ofstream& metrics) {
+  const char* phase = name(objective);
+  maml::SineTaskSampler sampler(cfg.seed * 3 + static_cast<uint64_t>(objective));
+  maml::Adam adam(params, kMetaLr);
+  maml::ProgressBar bar(phase, cfg.iterations);
+  TrainResult r;
+  double last = NAN;
+  const auto start = std::chrono::steady_clock::now();
+  for (int it = 1; it <= cfg.iterations; ++it) {
+    const Episode e = mattn::sample_episode(sampler, kMetaBatch, kShots, kQueries, gg::DType::f32, cfg.device,
+                                            labels_visible(objective));
+    const gg::Tensor loss = objective == Objective::maml ? mattn::meta_loss(params, m, e, cfg.inner_lr, cfg.op)
+                                                         : mattn::mean_task_loss(params, m, e.query, cfg.op);
+    adam.step(gg::grad({loss}, params));
+    if (it % kLogEvery == 0 || it == cfg.iterations) {
+      last = loss.item();
+      r.curve.emplace_back(it, last);
+      metrics << json{{"phase", phase}, {"iteration", it}, {"loss", last}, {"time_s", seconds_since(start)}}.dump()
+              << "\n";
+      if (!std::isfinite(last)) {
+        bar.finish();
+        std::fprintf(stderr, "error: %s loss is %f at iteration %d\n", phase, last, it);
+        r.finite = false;
+        break;
+      }
+    }
+    bar.update(it, last);
+  }
+  bar.finish();
+  r.seconds = seconds_since(start);
+  return r;
+}
+
+// ------------------------------------------------------------------------- evaluation
+struct EvalSet {
+  mattn::HostPoints support;  // (T, 20): the first K are the K-shot support set
+  mattn::HostPoints query;    // (T, 100)
+};
+
+EvalSet make_eval_set(int64_t count) {
+  maml::SineTaskSampler sampler(kEvalSeed);
+  const maml::SineTasks tasks = sampler.tasks(count);
+  EvalSet e;
+  e.support = mattn::sample_points(sampler, tasks, kEvalShots.back());
+  e.query = mattn::sample_points(sampler, tasks, kEvalQuery);
+  return e;
+}
+
+// table[k][s]: query MSE over tasks with K = kEvalShots[k] after kEvalSteps[s] SGD steps. The 100
+// query points go in sequences of kQueries targets, as in training.
+using EvalTable = std::vector<std::vector<maml::MeanCI>>;
+
+EvalTable evaluate(const Config& cfg, const ModelShape& m, const Params& params, const EvalSet& eval,
+                   bool labels_visible) {
+  EvalTable table;
+  for (int64_t K : kEvalShots) {
+    const mattn::HostPoints support = mattn::first_points(eval.support, K);
+    const Episode e = mattn::make_episode(support, eval.query, kQueries, gg::DType::f32, cfg.device, labels_visible);
+    std::vector<maml::MeanCI> row;
+    mattn::fine_tune(params, m, e.support, cfg.inner_lr, kEvalSteps.back(), cfg.op, [&](int step, const Params& p) {
+      if (std::find(kEvalSteps.begin(), kEvalSteps.end(), step) != kEvalSteps.end())
+        row.push_back(maml::mean_ci95(mattn::per_task_mse(p, m, e.query, cfg.op)));
+    });
+    table.push_back(row);
+  }
+  return table;
+}
+
+void print_table(const char* model, const EvalTable& t) {
+  for (size_t k = 0; k < kEvalShots.size(); ++k) {
+    std::printf("  %-11s K = %-3lld", model, static_cast<long long>(kEvalShots[k]));
+    for (const maml::MeanCI& c : t[k]) std::printf("   %6.3f ± %5.3f", c.mean, c.ci95);
+    std::printf("\n");
+  }
+}
+
+void log_table(std::ofstream& metrics, const char* model, const EvalTable& t) {
+  for (size_t k = 0; k < kEvalShots.size(); ++k)
+    for (size_t s = 0; s < kEvalSteps.size(); ++s)
+      metrics << json{{"phase", "eval"}, {"model", model}, {"K", kEvalShots[k]}, {"steps", kEvalSteps[s]},
+                      {"mse", t[k][s].mean}, {"ci95", t[k][s].ci95}}.dump()
+              << "\n";
+}
+
+// ------------------------------------------------------------------------- plot
+// The training curves: MAML's query MSE after one inner step and the baselines' query MSE (no
+// inner step), on the training batches, each also as a moving average over 20 logged points.
+struct Curve {
+  const TrainResult* run;
+  const char* title;
+  const char* light;  // colour of the raw curve
+  const char* dark;   // colour of the moving average
+};
+
+std::string make_plot(const Config& cfg, const std::vector<Curve>& curves) {
+  {
+    std::ofstream dat(cfg.out_dir + "/training_curve.dat");
+    if (!dat) throw std::runtime_error("cannot write " + cfg.out_dir + "/training_curve.dat");
+    for (const Curve& c : curves) {
+      dat << "# " << c.title << "\n# iteration loss moving_average\n";
+      const size_t w = 20;
+      double window = 0.0;
+      const auto& pts = c.run->curve;
+      for (size_t i = 0; i < pts.size(); ++i) {
+        window += pts[i].second;
+        if (i >= w) window -= pts[i - w].second;
+        dat << pts[i].first << " " << pts[i].second << " " << window / static_cast<double>(std::min(i + 1, w)) << "\n";
+      }
+      dat << "\n\n";  // two blank lines end a gnuplot data block
+    }
+  }  // closed, so flushed, before gnuplot reads it
+  {
+    std::ofstream gp(cfg.out_dir + "/maml_attention.gp");
+    if (!gp) throw std::runtime_error("cannot write " + cfg.out_dir + "/maml_attention.gp");
+    gp << "set terminal pngcairo size 1000,600 font 'Sans,11'\n"
+       << "set output 'maml_attention.png'\n"
+       << "set title \"MAML through " << mattn::name(cfg.op) << " attention (2 blocks, 4 heads, d_model 32) on "
+       << "sinusoid tasks: K = " << kShots << ", meta-batch " << kMetaBatch << ", seed " << cfg.seed << "\" noenhanced\n"
+       << "set xrange [0:*]\nset xlabel 'iteration'\nset ylabel 'query MSE on the training batches'\nset logscale y\nset grid\n"
+       << "set key top right noenhanced\n"
+       << "plot ";
+    for (size_t i = 0; i < curves.size(); ++i)
+      gp << (i == 0 ? "'training_curve.dat'" : "     ''") << " index " << i << " using 1:2 with lines lc rgb '"
+         << curves[i].light << "' notitle, \\\n"
+         << "     '' index " << i << " using 1:3 with lines lc rgb '" << curves[i].dark << "' lw 2 title '"
+         << curves[i].title << " (average of 200 it.)'" << (i + 1 < curves.size() ? ", \\\n" : "\n");
+  }
+  if (std::system("command -v gnuplot > /dev/null 2>&1") != 0)
+    return "gnuplot not found on PATH: skipped the PNG (data and script are in " + cfg.out_dir + ")";
+  const std::string cmd = "cd " + maml::shell_quote(cfg.out_dir) + " && gnuplot maml_attention.gp";
+  if (std::system(cmd.c_str()) != 0) return "gnuplot failed on " + cfg.out_dir + "/maml_attention.gp: no PNG";
+  return "plot: " + cfg.out_dir + "/maml_attention.png";
+}
+
+// ------------------------------------------------------------------------- main
+int run_training(const Config& cfg, std::ofstream& metrics) {
+  const ModelShape m;
+  std::printf("\ntraining: %d iterations each, meta-batch %lld tasks, K = %lld support + %lld query points, "
+              "inner SGD α = %g, Adam %g, %s attention\n",
+              cfg.iterations, static_cast<long long>(kMetaBatch), static_cast<long long>(kShots),
+              static_cast<long long>(kQueries), cfg.inner_lr, kMetaLr, mattn::name(cfg.op));
+  gg::manual_seed(cfg.seed);
+  const Params init = mattn::init_params(m, gg::DType::f32, cfg.device);  // every model starts here
+  Params maml_params = copy_params(init), in_context = copy_params(init), joint = copy_params(init);
+
+  struct Phase {
+    Params* params;
+    Objective objective;
+    const char* what;
+  };
+  const Phase phases[] = {
+      {&maml_params, Objective::maml, "meta-training (second-order MAML)"},
+      {&in_context, Objective::in_context,
+       "baseline 'in-context': the query loss with the support points as context, no inner step"},
+      {&joint, Objective::joint, "baseline 'joint': the query loss with every label hidden (joint regression)"}};
+  std::vector<TrainResult> runs;
+  for (const Phase& ph : phases) {
+    std::printf("%s:\n", ph.what);
+    runs.push_back(train(cfg, m, *ph.params, ph.objective, metrics));
+    std::printf("  %d iterations in %.1f s: %.1f ms per iteration\n", cfg.iterations, runs.back().seconds,
+                1e3 * runs.back().seconds / cfg.iterations);
+    if (!runs.back().finite) return 1;
+  }
+
+  const EvalSet eval = make_eval_set(cfg.eval_tasks);
+  const auto eval_start = std::chrono::steady_clock::now();
+  const std::vector<std::pair<const char*, EvalTable>> tables = {
+      {"MAML", evaluate(cfg, m, maml_params, eval, true)},
+      {"in-context", evaluate(cfg, m, in_context, eval, true)},
+      {"joint", evaluate(cfg, m, joint, eval, false)},
+      {"random init", evaluate(cfg, m, init, eval, true)}};
+  for (const auto& t : tables) log_table(metrics, t.first, t.second);
+
+  std::printf("\nresults: query MSE (mean ± 95%% CI) on %lld held-out tasks (seed %llu), %lld query points each\n"
+              "(in sequences of the K support points as context + %lld query points as targets), after SGD steps\n"
+              "(α = %g) on the support loss; 'joint' sees no labels (evaluated in %.1f s)\n\n",
+              static_cast<long long>(cfg.eval_tasks), static_cast<unsigned long long>(kEvalSeed),
+              static_cast<long long>(kEvalQuery), static_cast<long long>(kQueries), cfg.inner_lr,
+              seconds_since(eval_start));
+  std::printf("  %-18s", "model");
+  for (int st : kEvalSteps) std::printf("   %8d step%s", st, st == 1 ? " " : "s");
+  std::printf("\n");
+  for (const auto& t : tables) print_table(t.first, t.second);
+  const std::string plot = make_plot(cfg, {{&runs[0], "MAML: after 1 inner SGD step", "#aec7e8", "#1f77b4"},
+                                           {&runs[1], "in-context: no inner step", "#ffbb78", "#ff7f0e"},
+                                           {&runs[2], "joint: no inner step, labels hidden", "#98df8a", "#2ca02c"}});
+  std::printf("\n%s\n", plot.c_str());
+  std::printf("time per meta-iteration: %.1f ms (%s, %s attention)\n", 1e3 * runs[0].seconds / cfg.iterations,
+              cfg.device.str().c_str(), mattn::name(cfg.op));
+  return 0;
+}
+
+int run(const Config& cfg) {
+  std::printf("MAML through attention on sinusoid tasks, with gradgrad\n");
+  std::printf("  device %s, seed %llu, output %s\n", cfg.device.str().c_str(),
+              static_cast<unsigned long long>(cfg.seed), cfg.out_dir.c_str());
+  std::ofstream metrics(cfg.out_dir + "/metrics.jsonl");
+  if (!metrics) throw std::runtime_error("cannot write " + cfg.out_dir + "/metrics.jsonl");
+
+  std::printf("\ncheck (f64):\n");
+  bool ok = run_check(gg::Device::cpu(), metrics).ok;
+  if (cfg.device.is_cuda()) ok = run_check(cfg.device, metrics).ok && ok;
+  if (cfg.check_only) return ok ? 0 : 1;
+
+  int rc = 0;
+  if (cfg.long_context > 0) {
+    rc = run_long_context(cfg, metrics);
+    if (!cfg.smoke) return ok ? rc : 1;
+  }
+  rc = std::max(rc, run_training(cfg, metrics));
+  std::printf("metrics: %s/metrics.jsonl\n", cfg.out_dir.c_str());
+  return ok ? rc : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // line-buffered even into a log file
+  CLI::App app{"MAML through attention: second-order MAML on sinusoid tasks with a 2-block attention model"};
+  Config cfg;
+  cfg.device_name = gg::cuda::is_available() ? "cuda" : "cpu";
+  app.add_option("--device", cfg.device_name, "cpu or cuda (default: cuda when available)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  app.add_option("--attention", cfg.attention_name, "attention op for training and evaluation")
+      ->check(CLI::IsMember({"fused", "composite"}))
+      ->capture_default_str();
+  app.add_option("--inner-lr", cfg.inner_lr, "inner SGD step size α (training and evaluation)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--seed", cfg.seed, "seed for initialisation and training tasks")->capture_default_str();
+  auto* iters = app.add_option("--iterations", cfg.iterations, "meta-iterations (also used for the baselines)")
+                    ->check(CLI::Range(1, 10000000))
+                    ->capture_default_str();
+  auto* check = app.add_flag("--check", cfg.check_only,
+                             "only the checks: fused vs composite meta-gradient (f64), finite differences");
+  auto* longc = app.add_option("--long-context", cfg.long_context,
+                               "only one meta-gradient at N support points (1 task): time and peak memory, fused "
+                               "then composite")
+                    ->check(CLI::Range(int64_t{2}, int64_t{1} << 24));
+  app.add_option("--max-composite-bytes", cfg.max_composite_bytes,
+                 "skip the composite in --long-context when its N x N buffers are estimated above this "
+                 "(e.g. 8GiB; 0: no cap; default: 40% of RAM on the CPU, no cap on the GPU)")
+      ->transform(CLI::AsSizeValue(false));
+  auto* smoke = app.add_flag("--smoke", cfg.smoke,
+                             "a few seconds of everything (checks, 10 iterations, 8 evaluation tasks, long context "
+                             "at N = 256): the ctest");
+  app.add_option("--out", cfg.out_dir, "output directory (metrics.jsonl, plot)")->capture_default_str();
+  check->excludes(longc);
+  smoke->excludes(check);
+  smoke->excludes(longc);
+  CLI11_PARSE(app, argc, argv);
+
+  cfg.op = cfg.attention_name == "fused" ? AttentionOp::fused : AttentionOp::composite;
+  if (cfg.smoke) {
+    if (iters->count() == 0) cfg.iterations = kSmokeIterations;
+    cfg.eval_tasks = kSmokeEvalTasks;
+    cfg.long_context = kSmokeLongContext;
+  }
+  if (cfg.device_name == "cuda") {
+    if (!gg::cuda::is_available()) {
+      std::fprintf(stderr, "error: --device cuda, but no CUDA device is available (a build without GG_CUDA, "
+                           "or no GPU visible); use --device cpu\n");
+      return 2;
+    }
+    cfg.device = gg::Device::cuda(0);
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(cfg.out_dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "error: cannot create output directory '%s': %s\n", cfg.out_dir.c_str(), ec.message().c_str());
+    return 2;
+  }
+  try {
+    return run(cfg);
+  } catch (const gg::Error& e) {
+    std::fprintf(stderr, "gradgrad error: %s\n", e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+  }
+  return 2;
+}
