@@ -1,0 +1,41 @@
+#!/usr/bin/env python3
+"""Plots chain time vs N (gradgrad vs PyTorch composite, non-causal, bf16, d=64) from a results
+file written by scripts/bench-gpu.sh, with gnuplot (pngcairo).
+  python3 bench/plot_attention.py bench/results/<card>-<date>-attention.jsonl docs/img/attention.png
+"""
+import json, os, subprocess, sys, tempfile
+
+src, png = sys.argv[1], sys.argv[2]
+ours, torch_chain, sdpa = {}, {}, {}
+for line in open(src):
+    r = json.loads(line)
+    if r.get("causal") or r.get("d") != 64:
+        continue
+    if r.get("impl") == "gradgrad" and "chain_ms" in r:
+        ours[r["N"]] = (r["fwd_ms"], r["fwdbwd_ms"], r["chain_ms"])
+    elif "sdpa_fwd_ms" in r:
+        sdpa[r["N"]] = (r["sdpa_fwd_ms"], r["sdpa_fwdbwd_ms"])
+        if "chain_ms" in r:
+            torch_chain[r["N"]] = r["chain_ms"]
+tmp = tempfile.mkdtemp()
+with open(os.path.join(tmp, "d.dat"), "w") as f:
+    for n in sorted(set(ours) | set(sdpa)):
+        cols = [ours.get(n, ("NaN",) * 3)[2], torch_chain.get(n, "NaN"), ours.get(n, ("NaN",) * 3)[1],
+                sdpa.get(n, ("NaN", "NaN"))[1]]
+        f.write(f"{n} " + " ".join(str(c) for c in cols) + "\n")
+script = f"""set terminal pngcairo size 900,600 enhanced font 'Sans,11'
+set output '{os.path.abspath(png)}'
+set title "Attention on one H200, bf16, B=1, H=16, d=64, non-causal (same run)"
+set logscale xy 2
+set xlabel 'sequence length N'
+set ylabel 'time (ms)'
+set grid
+set key top left
+plot 'd.dat' u 1:2 w lp lw 2 pt 7 lc rgb '#1f77b4' t 'gradgrad chain (fwd + bwd(create\\_graph) + BoB)', \\
+     '' u 1:3 w lp lw 2 pt 5 lc rgb '#d62728' t 'PyTorch composite chain (OOM beyond 8K)', \\
+     '' u 1:4 w lp lw 2 dt 2 pt 7 lc rgb '#1f77b4' t 'gradgrad fwd + bwd', \\
+     '' u 1:5 w lp lw 2 dt 2 pt 5 lc rgb '#ff7f0e' t 'PyTorch SDPA (cuDNN) fwd + bwd'
+"""
+open(os.path.join(tmp, "p.gp"), "w").write(script)
+subprocess.run(["gnuplot", "p.gp"], cwd=tmp, check=True)
+print("wrote", png)
