@@ -46,6 +46,7 @@
 #include "maml.h"    // maml::Adam
 #include "model.h"
 #include "report.h"  // maml::ProgressBar, maml::mean_ci95, maml::shell_quote
+#include "common/run.h"
 
 namespace {
 
@@ -615,26 +616,5 @@ int main(int argc, char** argv) {
     cfg.eval_tasks = kSmokeEvalTasks;
     cfg.long_context = kSmokeLongContext;
   }
-  if (cfg.device_name == "cuda") {
-    if (!gg::cuda::is_available()) {
-      std::fprintf(stderr, "error: --device cuda, but no CUDA device is available (a build without GG_CUDA, "
-                           "or no GPU visible); use --device cpu\n");
-      return 2;
-    }
-    cfg.device = gg::Device::cuda(0);
-  }
-  std::error_code ec;
-  std::filesystem::create_directories(cfg.out_dir, ec);
-  if (ec) {
-    std::fprintf(stderr, "error: cannot create output directory '%s': %s\n", cfg.out_dir.c_str(), ec.message().c_str());
-    return 2;
-  }
-  try {
-    return run(cfg);
-  } catch (const gg::Error& e) {
-    std::fprintf(stderr, "gradgrad error: %s\n", e.what());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-  }
-  return 2;
+  return examples::prepare_and_run(cfg.device_name, cfg.device, cfg.out_dir, [&] { return run(cfg); });
 }

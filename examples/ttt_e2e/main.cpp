@@ -32,6 +32,7 @@
 #include "gradgrad.h"
 #include "markov.h"
 #include "report.h"
+#include "common/run.h"
 #include "ttt.h"
 
 namespace {
@@ -420,26 +421,5 @@ int main(int argc, char** argv) {
                  static_cast<long long>(cfg.seq_len), static_cast<long long>(cfg.model.chunk));
     return 2;
   }
-  if (cfg.device_name == "cuda") {
-    if (!gg::cuda::is_available()) {
-      std::fprintf(stderr, "error: --device cuda, but no CUDA device is available (a build without GG_CUDA, "
-                           "or no GPU visible); use --device cpu\n");
-      return 2;
-    }
-    cfg.device = gg::Device::cuda(0);
-  }
-  std::error_code ec;
-  std::filesystem::create_directories(cfg.out_dir, ec);
-  if (ec) {
-    std::fprintf(stderr, "error: cannot create output directory '%s': %s\n", cfg.out_dir.c_str(), ec.message().c_str());
-    return 2;
-  }
-  try {
-    return run(cfg);
-  } catch (const gg::Error& e) {
-    std::fprintf(stderr, "gradgrad error: %s\n", e.what());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-  }
-  return 2;
+  return examples::prepare_and_run(cfg.device_name, cfg.device, cfg.out_dir, [&] { return run(cfg); });
 }

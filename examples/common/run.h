@@ -1,0 +1,41 @@
+// The common tail of the examples' main(): check the device, create the output folder, run,
+// and turn any exception into a message and exit code 2 (never a crash).
+#pragma once
+#include <gradgrad.h>
+
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <string>
+#include <system_error>
+
+namespace examples {
+
+// `run` takes no arguments and returns the exit code. `device` is set to cuda:0 for "cuda".
+template <typename Run>
+int prepare_and_run(const std::string& device_name, gg::Device& device, const std::string& out_dir, Run&& run) {
+  if (device_name == "cuda") {
+    if (!gg::cuda::is_available()) {
+      std::fprintf(stderr, "error: --device cuda, but no CUDA device is available (a build without GG_CUDA, "
+                           "or no GPU visible); use --device cpu\n");
+      return 2;
+    }
+    device = gg::Device::cuda(0);
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "error: cannot create output directory '%s': %s\n", out_dir.c_str(), ec.message().c_str());
+    return 2;
+  }
+  try {
+    return run();
+  } catch (const gg::Error& e) {
+    std::fprintf(stderr, "gradgrad error: %s\n", e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+  }
+  return 2;
+}
+
+}  // namespace examples
