@@ -14,6 +14,11 @@
 #include <cmath>
 #include <cstdint>
 
+#include <Eigen/Core>
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
 #include "kernels/params.h"
 
 namespace gg::kernels::cpu {
@@ -118,31 +123,72 @@ inline void axpy(T alpha, const T* x, T* y, int64_t d) {
   for (int64_t k = 0; k < d; ++k) y[k] += alpha * x[k];
 }
 
+// The tile products below are small GEMMs done by Eigen over maps of the row-major buffers: a
+// tile is (mi, nj) with outer stride kBlockN, a block of rows is (rows, d) with outer stride d.
+// Inside the kernels' (active) parallel regions Eigen's GEMM runs single-threaded. Outside one
+// (a small problem, see worth_threads) Eigen's GEMM would fork its own OpenMP team for every
+// 64x64 tile, which costs far more than the tile; there the products are lazy (coefficient-
+// based, never threaded) instead.
+inline bool tile_gemm_ok() {
+#if defined(_OPENMP)
+  return omp_get_num_threads() > 1 || omp_get_max_threads() == 1;  // Eigen would not fork
+#else
+  return true;
+#endif
+}
+
+template <typename T>
+using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <typename T>
+using ConstRowsMap = Eigen::Map<const RowMat<T>>;  // (rows, d), row stride d
+template <typename T>
+using RowsMap = Eigen::Map<RowMat<T>>;
+template <typename T>
+using ConstTileMap = Eigen::Map<const RowMat<T>, 0, Eigen::OuterStride<kBlockN>>;  // (mi, nj)
+template <typename T>
+using TileMap = Eigen::Map<RowMat<T>, 0, Eigen::OuterStride<kBlockN>>;
+
 // C(i, j) = alpha * <A_i, B_j>   (or += when accumulate): a score-like tile A·Bᵀ.
 template <typename T>
 inline void tile_abt(int64_t mi, int64_t nj, int64_t d, T alpha, const T* A, const T* B, T* C,
                      bool accumulate) {
-  for (int64_t i = 0; i < mi; ++i) {
-    T* c = C + i * kBlockN;
-    for (int64_t j = 0; j < nj; ++j) {
-      const T v = alpha * dot(A + i * d, B + j * d, d);
-      c[j] = accumulate ? c[j] + v : v;
-    }
+  const ConstRowsMap<T> a(A, mi, d);
+  const ConstRowsMap<T> b(B, nj, d);
+  TileMap<T> c(C, mi, nj);
+  if (!tile_gemm_ok()) {
+    if (accumulate)
+      c.noalias() += alpha * a.lazyProduct(b.transpose());
+    else
+      c.noalias() = alpha * a.lazyProduct(b.transpose());
+  } else if (accumulate) {
+    c.noalias() += alpha * a * b.transpose();
+  } else {
+    c.noalias() = alpha * a * b.transpose();
   }
 }
 
 // Out_i += sum_j C(i, j) * B_j   (tile times key rows: Out is mi x d).
 template <typename T>
 inline void tile_ab_acc(int64_t mi, int64_t nj, int64_t d, const T* C, const T* B, T* Out) {
-  for (int64_t i = 0; i < mi; ++i)
-    for (int64_t j = 0; j < nj; ++j) axpy(C[i * kBlockN + j], B + j * d, Out + i * d, d);
+  const ConstTileMap<T> c(C, mi, nj);
+  const ConstRowsMap<T> b(B, nj, d);
+  RowsMap<T> out(Out, mi, d);
+  if (tile_gemm_ok())
+    out.noalias() += c * b;
+  else
+    out.noalias() += c.lazyProduct(b);
 }
 
 // Out_j += sum_i C(i, j) * A_i   (tile transposed times query rows: Out is nj x d).
 template <typename T>
 inline void tile_atb_acc(int64_t mi, int64_t nj, int64_t d, const T* C, const T* A, T* Out) {
-  for (int64_t i = 0; i < mi; ++i)
-    for (int64_t j = 0; j < nj; ++j) axpy(C[i * kBlockN + j], A + i * d, Out + j * d, d);
+  const ConstTileMap<T> c(C, mi, nj);
+  const ConstRowsMap<T> a(A, mi, d);
+  RowsMap<T> out(Out, nj, d);
+  if (tile_gemm_ok())
+    out.noalias() += c.transpose() * a;
+  else
+    out.noalias() += c.transpose().lazyProduct(a);
 }
 
 // P(i, j) = exp(S(i, j) - L_i), and 0 where key j0 + j is after query i0 + i (causal).
