@@ -47,6 +47,7 @@
 #include "model.h"
 #include "report.h"  // maml::ProgressBar, maml::mean_ci95, maml::shell_quote
 #include "common/run.h"
+#include "eval_table.h"
 
 namespace {
 
@@ -65,8 +66,8 @@ constexpr int kSmokeIterations = 10;
 constexpr int kLogEvery = 10;
 constexpr uint64_t kEvalSeed = 2017;  // held-out tasks, independent of --seed
 constexpr int64_t kEvalTasks = 300, kSmokeEvalTasks = 8, kEvalQuery = 100;
-const std::vector<int64_t> kEvalShots = {5, 10, 20};
-const std::vector<int> kEvalSteps = {0, 1, 5, 10};
+using maml::kEvalShots;
+using maml::kEvalSteps;
 constexpr int64_t kLongQueries = 256;       // query points in --long-context mode
 constexpr int64_t kSmokeLongContext = 256;  // --long-context N used by --smoke
 constexpr double kCheckTolerance = 1e-9;    // fused vs composite meta-gradient, f64
@@ -407,7 +408,7 @@ EvalSet make_eval_set(int64_t count) {
 
 // table[k][s]: query MSE over tasks with K = kEvalShots[k] after kEvalSteps[s] SGD steps. The 100
 // query points go in sequences of kQueries targets, as in training.
-using EvalTable = std::vector<std::vector<maml::MeanCI>>;
+using maml::EvalTable;
 
 EvalTable evaluate(const Config& cfg, const ModelShape& m, const Params& params, const EvalSet& eval,
                    bool labels_visible) {
@@ -425,21 +426,8 @@ EvalTable evaluate(const Config& cfg, const ModelShape& m, const Params& params,
   return table;
 }
 
-void print_table(const char* model, const EvalTable& t) {
-  for (size_t k = 0; k < kEvalShots.size(); ++k) {
-    std::printf("  %-11s K = %-3lld", model, static_cast<long long>(kEvalShots[k]));
-    for (const maml::MeanCI& c : t[k]) std::printf("   %6.3f ± %5.3f", c.mean, c.ci95);
-    std::printf("\n");
-  }
-}
-
-void log_table(std::ofstream& metrics, const char* model, const EvalTable& t) {
-  for (size_t k = 0; k < kEvalShots.size(); ++k)
-    for (size_t s = 0; s < kEvalSteps.size(); ++s)
-      metrics << json{{"phase", "eval"}, {"model", model}, {"K", kEvalShots[k]}, {"steps", kEvalSteps[s]},
-                      {"mse", t[k][s].mean}, {"ci95", t[k][s].ci95}}.dump()
-              << "\n";
-}
+using maml::log_table;
+using maml::print_table;
 
 // ------------------------------------------------------------------------- plot
 // The training curves: MAML's query MSE after one inner step and the baselines' query MSE (no

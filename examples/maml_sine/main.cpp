@@ -28,6 +28,7 @@
 #include "maml.h"
 #include "report.h"
 #include "common/run.h"
+#include "eval_table.h"
 #include "sine_tasks.h"
 
 namespace {
@@ -45,8 +46,8 @@ constexpr int kDefaultIterations = 40000;  // 1-2 minutes on a 2-core CPU
 constexpr int kSmokeIterations = 50;
 constexpr uint64_t kEvalSeed = 2017;  // held-out tasks, independent of --seed
 constexpr int64_t kEvalTasks = 600, kSmokeEvalTasks = 20, kEvalQuery = 100;
-const std::vector<int64_t> kEvalShots = {5, 10, 20};
-const std::vector<int> kEvalSteps = {0, 1, 5, 10};
+using maml::kEvalShots;
+using maml::kEvalSteps;
 
 struct Config {
   std::string device_name;
@@ -189,7 +190,7 @@ EvalSet make_eval_set(int64_t count, gg::Device device) {
 }
 
 // results[k][s]: mean query MSE over tasks, with K = kEvalShots[k], after kEvalSteps[s] steps.
-using EvalTable = std::vector<std::vector<maml::MeanCI>>;
+using maml::EvalTable;
 
 EvalTable evaluate(const Params& params, const EvalSet& eval) {
   EvalTable table;
@@ -205,21 +206,8 @@ EvalTable evaluate(const Params& params, const EvalSet& eval) {
   return table;
 }
 
-void print_table(const char* model, const EvalTable& t) {
-  for (size_t k = 0; k < kEvalShots.size(); ++k) {
-    std::printf("  %-11s K = %-3lld", model, static_cast<long long>(kEvalShots[k]));
-    for (const maml::MeanCI& m : t[k]) std::printf("   %6.3f ± %5.3f", m.mean, m.ci95);
-    std::printf("\n");
-  }
-}
-
-void log_table(std::ofstream& metrics, const char* model, const EvalTable& t) {
-  for (size_t k = 0; k < kEvalShots.size(); ++k)
-    for (size_t s = 0; s < kEvalSteps.size(); ++s)
-      metrics << json{{"phase", "eval"}, {"model", model}, {"K", kEvalShots[k]}, {"steps", kEvalSteps[s]},
-                      {"mse", t[k][s].mean}, {"ci95", t[k][s].ci95}}.dump()
-              << "\n";
-}
+using maml::log_table;
+using maml::print_table;
 
 // ------------------------------------------------------------------------- plot
 // The paper's Figure 2: three test tasks, K = 5 support points; MAML before adaptation and
