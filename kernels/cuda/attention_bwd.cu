@@ -418,14 +418,7 @@ void bwd(const AttentionArgs& a) {
 }  // namespace
 
 void attention_bwd(const AttentionArgs& a) {
-  switch (a.dtype) {
-    case DType::f64: return bwd<double>(a);
-    case DType::f32: return bwd<float>(a);
-    case DType::bf16: return bwd<__nv_bfloat16>(a);
-    case DType::f16: return bwd<__half>(a);
-    default: break;
-  }
-  throw DTypeError(std::string("gg::attention_backward (CUDA): unsupported dtype ") + dtype_name(a.dtype));
+  dispatch_dtype(a.dtype, "gg::attention_backward", [&](auto tag) { bwd<decltype(tag)>(a); });
 }
 
 }  // namespace gg::kernels::cuda

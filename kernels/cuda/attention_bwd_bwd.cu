@@ -645,14 +645,7 @@ void bwd_bwd(const AttentionArgs& a) {
 }  // namespace
 
 void attention_bwd_bwd(const AttentionArgs& a) {
-  switch (a.dtype) {
-    case DType::f64: return bwd_bwd<double>(a);
-    case DType::f32: return bwd_bwd<float>(a);
-    case DType::bf16: return bwd_bwd<__nv_bfloat16>(a);
-    case DType::f16: return bwd_bwd<__half>(a);
-    default: break;
-  }
-  throw DTypeError(std::string("gg::attention_backward_backward (CUDA): unsupported dtype ") + dtype_name(a.dtype));
+  dispatch_dtype(a.dtype, "gg::attention_backward_backward", [&](auto tag) { bwd_bwd<decltype(tag)>(a); });
 }
 
 }  // namespace gg::kernels::cuda

@@ -324,6 +324,19 @@ constexpr bool is_half_type() {
   return std::is_same<T, __nv_bfloat16>::value || std::is_same<T, __half>::value;
 }
 
+// Calls f(T{}) with T the element type of `dtype` (the launchers' dtype switch, written once).
+template <typename F>
+void dispatch_dtype(DType dtype, const char* op, F&& f) {
+  switch (dtype) {
+    case DType::f64: return f(double{});
+    case DType::f32: return f(float{});
+    case DType::bf16: return f(__nv_bfloat16{});
+    case DType::f16: return f(__half{});
+    default: break;
+  }
+  throw DTypeError(std::string(op) + " (CUDA): unsupported dtype " + dtype_name(dtype));
+}
+
 // Whether the tensor-core kernels apply: d in {32, 64, 128} and every row 16-byte aligned.
 inline bool tc_aligned(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 inline bool tc_supported(const AttentionArgs& a) {

@@ -273,14 +273,7 @@ void fwd(const AttentionArgs& a) {
 }  // namespace
 
 void attention_fwd(const AttentionArgs& a) {
-  switch (a.dtype) {
-    case DType::f64: return fwd<double>(a);
-    case DType::f32: return fwd<float>(a);
-    case DType::bf16: return fwd<__nv_bfloat16>(a);
-    case DType::f16: return fwd<__half>(a);
-    default: break;
-  }
-  throw DTypeError(std::string("gg::attention (CUDA): unsupported dtype ") + dtype_name(a.dtype));
+  dispatch_dtype(a.dtype, "gg::attention", [&](auto tag) { fwd<decltype(tag)>(a); });
 }
 
 }  // namespace gg::kernels::cuda
