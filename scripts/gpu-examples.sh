@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# On the GPU machine: builds the users' programs (sm_90a, Release) and runs them on the GPU:
+# maml_sine beside its PyTorch twin (bench/maml_sine_torch.py) on the GPU and on the CPU, in the
+# same call; maml_attention's fused-vs-composite check and long-context runs; ttt_e2e.
+# The examples need CLI11 and nlohmann-json: run scripts/carry-deps.sh here first and pass
+# carry [".deps"] to the device call. Logs and metrics go to $OUT; a short table is printed last.
+# Usage: scripts/gpu-examples.sh [maml|attention|ttt|all ...]   (default all)
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+FINAL="${OUT:-$PWD/gpu-logs}"
+OUT="$(mktemp -d)"   # everything lands here; packed into one archive in $FINAL at the end
+mkdir -p "$FINAL"
+BUILD="${GG_GPU_BUILD:-build-gpu}"
+what="${*:-all}"
+want() { [[ " $what " == *" all "* || " $what " == *" $1 "* ]]; }
+summary="$OUT/examples-summary.txt"
+: >"$summary"
+row() { printf '%-44s %s\n' "$1" "$2" | tee -a "$summary"; }
+prefix=()
+[ -d .deps ] && prefix=(-DCMAKE_PREFIX_PATH="$PWD/.deps")
+
+row "gpu" "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+row "date / commit" "$(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+if ! cmake -S . -B "$BUILD" -G Ninja -DGG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release \
+      -DGG_BUILD_EXAMPLES=ON "${prefix[@]}" >"$OUT/ex-configure.log" 2>&1 ||
+   ! cmake --build "$BUILD" -j "$(nproc)" --target maml_sine maml_attention ttt_e2e >"$OUT/ex-build.log" 2>&1; then
+  tail -30 "$OUT/ex-configure.log" "$OUT/ex-build.log"; row "build" "FAILED"; cp "$OUT"/*.log "$FINAL/"; exit 1
+fi
+EX="$BUILD/examples"
+ms() { grep -oE "time per meta-iteration: [0-9.]+ ms|[0-9.]+ ms per (iteration|outer step|step)" "$1" | head -1; }
+
+if want maml; then
+  for dev in cuda cpu; do
+    export OMP_NUM_THREADS=2
+    timeout 300 "$EX/maml_sine/maml_sine" --device $dev --iterations 2000 --out "$OUT/ms_$dev" >"$OUT/maml_sine_$dev.log" 2>&1
+    row "maml_sine $dev second order (gradgrad)" "$(ms "$OUT/maml_sine_$dev.log") rc $?"
+    timeout 300 python3 bench/maml_sine_torch.py --device $dev --iterations 1000 --warmup 50 >"$OUT/maml_torch_$dev.log" 2>&1
+    row "maml_sine $dev second order (torch)" "$(tail -1 "$OUT/maml_torch_$dev.log")"
+    timeout 300 "$EX/maml_sine/maml_sine" --device $dev --iterations 2000 --first-order --out "$OUT/ms_fo_$dev" \
+      >"$OUT/maml_sine_fo_$dev.log" 2>&1
+    row "maml_sine $dev first order (gradgrad)" "$(ms "$OUT/maml_sine_fo_$dev.log") rc $?"
+    timeout 300 python3 bench/maml_sine_torch.py --device $dev --iterations 1000 --warmup 50 --first-order \
+      >"$OUT/maml_torch_fo_$dev.log" 2>&1
+    row "maml_sine $dev first order (torch)" "$(tail -1 "$OUT/maml_torch_fo_$dev.log")"
+  done
+  unset OMP_NUM_THREADS
+fi
+if want attention; then
+  M="$EX/maml_attention/maml_attention"
+  timeout 120 "$M" --device cuda --check --out "$OUT/mattn" >"$OUT/maml_attention_check.log" 2>&1
+  row "maml_attention --check (cuda)" "rc $? $(grep -m1 -iE 'fused vs composite' "$OUT/maml_attention_check.log")"
+  for n in ${GG_LONG_CONTEXT:-4096 16384 32768 65536}; do
+    timeout 300 "$M" --device cuda --long-context "$n" --out "$OUT/mattn" >"$OUT/maml_attention_long_$n.log" 2>&1
+    row "maml_attention --long-context $n" "rc $?"
+    grep -E "fused|composite" "$OUT/maml_attention_long_$n.log" | tail -4 | sed 's/^/    /' | tee -a "$summary"
+  done
+fi
+if want ttt; then
+  timeout 420 "$EX/ttt_e2e/ttt_e2e" --device cuda --out "$OUT/ttt" >"$OUT/ttt_e2e_cuda.log" 2>&1
+  row "ttt_e2e --device cuda" "rc $?"
+  tail -25 "$OUT/ttt_e2e_cuda.log" | tee -a "$summary"
+fi
+tar czf "$FINAL/examples-logs.tgz" -C "$OUT" .
+cp "$summary" "$FINAL/"
+echo
+cat "$summary"
