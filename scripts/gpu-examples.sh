@@ -27,7 +27,9 @@ if ! cmake -S . -B "$BUILD" -G Ninja -DGG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a
   tail -30 "$OUT/ex-configure.log" "$OUT/ex-build.log"; row "build" "FAILED"; cp "$OUT"/*.log "$FINAL/"; exit 1
 fi
 EX="$BUILD/examples"
-ms() { grep -oE "time per meta-iteration: [0-9.]+ ms|[0-9.]+ ms per (iteration|outer step|step)" "$1" | head -1; }
+ms() {  # maml_sine prints "time per meta-iteration: X ms" last; the others "X ms per (outer) step"
+  grep -oE "time per meta-iteration: [0-9.]+ ms" "$1" | tail -1 | grep . || grep -oE "[0-9.]+ ms per (outer step|step)" "$1" | tail -1
+}
 
 if want maml; then
   for dev in cuda cpu; do
