@@ -49,6 +49,9 @@ class Storage {
 namespace cpu {
 MemoryStats memory_stats();        // CPU tensor memory, counted by the CPU allocator
 void reset_peak_memory_stats();    // peak := current
+// Freed CPU blocks are kept for reuse (see storage.cpp); this gives the calling thread's back to
+// the system. memory_stats counts live tensor bytes only, with or without cached blocks.
+void empty_cache();
 }  // namespace cpu
 
 }  // namespace gg

@@ -138,5 +138,32 @@ TEST(Tensor, CpuMemoryStatsCountAllocations) {
   EXPECT_EQ(cpu::memory_stats().current_bytes, before.current_bytes);
 }
 
+// Freed blocks go to a cache and come back for the next tensor of a similar size; the stats
+// still count live tensor bytes only, and reused blocks hold whatever the new tensor writes.
+TEST(Tensor, CpuBlockCacheReusesBlocksAndKeepsStatsExact) {
+  cpu::empty_cache();
+  const MemoryStats before = cpu::memory_stats();
+  const void* first;
+  {
+    Tensor a = full({25, 40, 40}, 1.5);  // 160000 bytes: a size glibc would trim and fault back in
+    first = a.raw_data();
+    EXPECT_EQ(cpu::memory_stats().current_bytes - before.current_bytes, 160000);
+  }
+  EXPECT_EQ(cpu::memory_stats().current_bytes, before.current_bytes);
+  {
+    Tensor b = full({25, 40, 39}, 2.0);  // same size class: the cached block
+    EXPECT_EQ(b.raw_data(), first);
+    EXPECT_EQ(cpu::memory_stats().current_bytes - before.current_bytes, 156000);
+    for (float v : b.to_vector<float>()) ASSERT_EQ(v, 2.0f);
+    Tensor c = zeros({7});  // a small one while b is alive: another block
+    EXPECT_NE(c.raw_data(), b.raw_data());
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(c.raw_data()) % 64, 0u);
+  }
+  EXPECT_EQ(cpu::memory_stats().current_bytes, before.current_bytes);
+  EXPECT_EQ(cpu::memory_stats().allocations - before.allocations, 3);
+  cpu::empty_cache();
+  EXPECT_EQ(cpu::memory_stats().current_bytes, before.current_bytes);
+}
+
 }  // namespace
 }  // namespace gg::test
