@@ -98,6 +98,15 @@ struct ReduceParams {
   int64_t rows, cols;
 };
 
+// Sum of a strided x over the dims where out_layout has stride 0: out_layout has x's sizes and
+// the strides of the contiguous output along the kept dims. Reads x in place, no copy (CPU only).
+struct SumStridedParams {
+  DType dtype;
+  const void* x;
+  void* out;
+  Layout x_layout, out_layout;
+};
+
 // C[b] = A[b] · B[b] for b < batch. A[b] is (M, K) at a + a_offsets[b] with row/col strides;
 // B[b] is (K, N) likewise; C is contiguous (batch, M, N). One of each pair of strides is 1.
 struct MatmulParams {

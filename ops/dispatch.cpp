@@ -40,6 +40,11 @@ GG_DISPATCH(index_select, IndexParams)
 GG_DISPATCH(index_add, IndexParams)
 #undef GG_DISPATCH
 
+void sum_strided(const kernels::SumStridedParams& p, Device device) {
+  if (device.is_cpu()) return kernels::cpu::sum_strided(p);
+  no_backend("sum_strided", device);
+}
+
 void copy(const kernels::CopyParams& p, Device device) {
   if (device.is_cpu()) return kernels::cpu::copy_strided(p);
   GG_IF_CUDA(kernels::cuda::copy_strided(p))

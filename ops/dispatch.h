@@ -16,6 +16,7 @@ void unary(const kernels::UnaryParams& p, Device device);
 void binary(const kernels::BinaryParams& p, Device device);
 void where(const kernels::WhereParams& p, Device device);
 void reduce_last(const kernels::ReduceParams& p, Device device);
+void sum_strided(const kernels::SumStridedParams& p, Device device);  // CPU only
 void matmul(const kernels::MatmulParams& p, Device device);
 void softmax_last(const kernels::SoftmaxParams& p, Device device);
 void index_select(const kernels::IndexParams& p, Device device);

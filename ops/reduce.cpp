@@ -1,5 +1,6 @@
 // Reductions. The forward moves the reduced dims last, makes the data contiguous and reduces
-// rows; the backward of sum is expand, of max a masked expand, so both stay differentiable.
+// rows (on the CPU, a sum that would need a transposed copy for that reads x in place instead);
+// the backward of sum is expand, of max a masked expand, so both stay differentiable.
 #include <algorithm>
 
 #include "ops/common.h"
@@ -43,16 +44,34 @@ Tensor reduce_fwd(kernels::ReduceOp op, const Tensor& x, const std::vector<int64
     if (!std::binary_search(dims.begin(), dims.end(), i)) perm.push_back(i);
   const size_t kept = perm.size();
   perm.insert(perm.end(), dims.begin(), dims.end());
+  Tensor y = empty(reduced_shape(x.shape(), dims, keepdim), x.dtype(), x.device());
+  Tensor xp;
+  {
+    NoGradGuard ng;
+    xp = permute(x, perm);
+  }
+  if (op == kernels::ReduceOp::sum && x.device().is_cpu() && !xp.is_contiguous()) {
+    // A sum over leading or middle dims (the backward of a broadcast): read x where it is.
+    Shape out_strides(x.shape().size(), 0);
+    int64_t s = 1;
+    for (size_t i = kept; i-- > 0;) {
+      out_strides[static_cast<size_t>(perm[i])] = s;
+      s *= x.shape()[static_cast<size_t>(perm[i])];
+    }
+    dispatch::sum_strided({x.dtype(), x.raw_data(), y.raw_data(), detail::layout_of(x),
+                           kernels::make_layout(x.shape(), out_strides)},
+                          x.device());
+    return y;
+  }
   Tensor xc;
   {
     NoGradGuard ng;
-    xc = contiguous(permute(x, perm));
+    xc = contiguous(xp);
   }
   int64_t rows = 1, cols = 1;
   for (size_t i = 0; i < perm.size(); ++i) (i < kept ? rows : cols) *= x.shape()[static_cast<size_t>(perm[i])];
   GG_CHECK(op != kernels::ReduceOp::max || cols > 0, ValueError, "gg::", name,
            ": cannot take the max over an empty dimension of shape ", shape_str(x.shape()));
-  Tensor y = empty(reduced_shape(x.shape(), dims, keepdim), x.dtype(), x.device());
   dispatch::reduce_last({op, x.dtype(), xc.raw_data(), y.raw_data(), rows, cols}, x.device());
   return y;
 }

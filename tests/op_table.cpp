@@ -178,6 +178,15 @@ std::vector<OpCase> op_table() {
   t.push_back({"sum_dim1", {s234}, [](const TensorList& x) { return sum(x[0], {1}); }, {2, 4}, reduce_ref(s234, {1}, 0, add2)});
   t.push_back({"sum_dims_keep", {s234}, [](const TensorList& x) { return sum(x[0], {0, -1}, true); }, {1, 3, 1},
                reduce_ref(s234, {0, 2}, 0, add2)});
+  // A strided view summed over its leading dim (read in place, without a transposed copy).
+  t.push_back({"sum_dim0_of_transpose", {{4, 3, 2}}, [](const TensorList& x) { return sum(transpose(x[0], 0, 2), {0}); },
+               {3, 4}, [](const std::vector<Values>& in) {
+                 Values o(12, 0.0);  // o[j, i] = sum_k x[i, j, k]
+                 for (size_t i = 0; i < 4; ++i)
+                   for (size_t j = 0; j < 3; ++j)
+                     for (size_t k = 0; k < 2; ++k) o[j * 4 + i] += in[0][(i * 3 + j) * 2 + k];
+                 return o;
+               }});
   t.push_back({"mean_all", {s234}, [](const TensorList& x) { return mean(x[0]); }, {}, reduce_ref(s234, {0, 1, 2}, 0, add2, 1.0 / 24)});
   t.push_back({"mean_last", {s234}, [](const TensorList& x) { return mean(x[0], {-1}); }, {2, 3},
                reduce_ref(s234, {2}, 0, add2, 0.25), -2, 2, 0, true});

@@ -12,6 +12,7 @@ void unary(const UnaryParams& p);
 void binary(const BinaryParams& p);
 void where(const WhereParams& p);
 void reduce_last(const ReduceParams& p);
+void sum_strided(const SumStridedParams& p);
 void matmul(const MatmulParams& p);
 void softmax_last(const SoftmaxParams& p);
 void index_select(const IndexParams& p);

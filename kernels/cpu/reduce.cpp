@@ -1,10 +1,12 @@
 // Row reductions and row softmax on contiguous (rows, cols) arrays, via Eigen.
 #include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "core/error.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/strided.h"
 
 namespace gg::kernels::cpu {
 namespace {
@@ -23,6 +25,32 @@ void reduce_t(const ReduceParams& p) {
     if (p.cols == 0) out.setConstant(-std::numeric_limits<T>::infinity());
     else out = x.rowwise().maxCoeff();
   }
+}
+
+// Walks x in its own layout and adds each element into its output slot (stride 0 along the
+// summed dims), so summing a leading dim, e.g. (T, r, c) -> (r, c), needs no transposed copy.
+template <typename T>
+void sum_strided_t(const SumStridedParams& p) {
+  const T* x = static_cast<const T*>(p.x);
+  T* out = static_cast<T*>(p.out);
+  int64_t n_out = 1;
+  for (int d = 0; d < p.out_layout.ndim; ++d)
+    if (p.out_layout.strides[d] != 0) n_out *= p.out_layout.sizes[d];
+  std::fill(out, out + n_out, T(0));
+  const Layout* const layouts[2] = {&p.out_layout, &p.x_layout};
+  for_each_run<2>(layouts, [&](const int64_t* base, int64_t n, const int64_t* st) {
+    T* o = out + base[0];
+    const T* in = x + base[1];
+    if (st[0] == 0) {  // the innermost dim is summed: one running total
+      T acc = *o;
+      for (int64_t i = 0; i < n; ++i) acc += in[i * st[1]];
+      *o = acc;
+    } else if (st[0] == 1 && st[1] == 1) {
+      for (int64_t i = 0; i < n; ++i) o[i] += in[i];
+    } else {
+      for (int64_t i = 0; i < n; ++i) o[i * st[0]] += in[i * st[1]];
+    }
+  });
 }
 
 template <typename T>
@@ -52,6 +80,14 @@ void reduce_last(const ReduceParams& p) {
   switch (p.dtype) {
     case DType::f32: return reduce_t<float>(p);
     case DType::f64: return reduce_t<double>(p);
+    default: throw DTypeError(std::string("gg: CPU reductions support f32 and f64, got ") + dtype_name(p.dtype));
+  }
+}
+
+void sum_strided(const SumStridedParams& p) {
+  switch (p.dtype) {
+    case DType::f32: return sum_strided_t<float>(p);
+    case DType::f64: return sum_strided_t<double>(p);
     default: throw DTypeError(std::string("gg: CPU reductions support f32 and f64, got ") + dtype_name(p.dtype));
   }
 }
