@@ -71,6 +71,29 @@ TEST(Tensor, CastsBetweenDtypes) {
   EXPECT_TRUE(x.cpu().is_same(x));  // already there: the same tensor
 }
 
+// Binary kernels walk merged runs with separate loops for contiguous, scalar-broadcast and
+// strided operands: check each against a plain loop, for arithmetic and comparisons.
+TEST(Tensor, BinaryOpsOnBroadcastAndStridedOperands) {
+  const Values av = {1, -2, 3, 4, -5, 6}, bv = {3, 2, -1};
+  Tensor a = from_vector(av, {2, 3}, DType::f64), b = from_vector(bv, {3}, DType::f64);
+  Tensor at = transpose(from_vector(av, {3, 2}, DType::f64), 0, 1);  // (2, 3), strided
+  Tensor s = from_vector({2.0}, {1, 1}, DType::f64);                  // broadcast scalar
+  for (int i = 0; i < 6; ++i) {
+    const size_t k = static_cast<size_t>(i), j = k % 3, t = (k % 3) * 2 + k / 3;
+    EXPECT_EQ((a - b).to_vector<double>()[k], av[k] - bv[j]);
+    EXPECT_EQ((b / a).to_vector<double>()[k], bv[j] / av[k]);
+    EXPECT_EQ((s - a).to_vector<double>()[k], 2.0 - av[k]);
+    EXPECT_EQ((at * a).to_vector<double>()[k], av[t] * av[k]);
+    EXPECT_EQ(maximum(at, s).to_vector<double>()[k], std::max(av[t], 2.0));
+    EXPECT_EQ(lt(s, a).to_vector<uint8_t>()[k], 2.0 < av[k]);
+    EXPECT_EQ(ge(at, b).to_vector<uint8_t>()[k], av[t] >= bv[j]);
+  }
+  Tensor nan = from_vector({std::nan(""), 1.0}, {2}, DType::f64);
+  EXPECT_TRUE(std::isnan(maximum(nan, from_vector({0.0, 0.0}, {2}, DType::f64)).to_vector<double>()[0]));
+  Tensor i = from_vector({1, 2, 3}, {3}, DType::i64);
+  EXPECT_EQ((i + i).to_vector<int64_t>(), (std::vector<int64_t>{2, 4, 6}));
+}
+
 TEST(Tensor, PrintsShapeDtypeDeviceAndValues) {
   std::ostringstream os;
   os << from_vector({1, 2, 3, 4}, {2, 2}, DType::f64).requires_grad_(true);

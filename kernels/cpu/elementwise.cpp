@@ -44,37 +44,29 @@ void unary_t(const UnaryParams& p) {
   }
 }
 
-template <typename T>
-inline T apply_arith(BinaryOp op, T a, T b) {
-  switch (op) {
-    case BinaryOp::add: return a + b;
-    case BinaryOp::sub: return a - b;
-    case BinaryOp::mul: return a * b;
-    case BinaryOp::div: return a / b;
-    case BinaryOp::maximum: return a > b ? a : (b > a ? b : (a != a ? a : b));  // NaN wins
-    default: return T(0);
+// One run of out[i] = f(x[i * sx], y[i * sy]). The common stride patterns get their own loop
+// (both contiguous, or one operand a broadcast scalar) so the compiler can vectorise them.
+template <typename Out, typename T, typename F>
+inline void run_binary(F f, Out* o, const T* x, int64_t sx, const T* y, int64_t sy, int64_t n) {
+  if (sx == 1 && sy == 1) {
+    for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+  } else if (sx == 1 && sy == 0) {
+    const T b = *y;
+    for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], b);
+  } else if (sx == 0 && sy == 1) {
+    const T a = *x;
+    for (int64_t i = 0; i < n; ++i) o[i] = f(a, y[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) o[i] = f(x[i * sx], y[i * sy]);
   }
 }
 
-template <typename T>
-inline uint8_t apply_cmp(BinaryOp op, T a, T b) {
-  switch (op) {
-    case BinaryOp::eq: return a == b;
-    case BinaryOp::ne: return a != b;
-    case BinaryOp::lt: return a < b;
-    case BinaryOp::le: return a <= b;
-    case BinaryOp::gt: return a > b;
-    case BinaryOp::ge: return a >= b;
-    default: return 0;
-  }
-}
-
-bool is_comparison(BinaryOp op) { return op >= BinaryOp::eq; }
-
-template <typename T>
-void binary_t(const BinaryParams& p) {
+// Runs `f` over the broadcast index space of p (output contiguous), one run at a time.
+template <typename Out, typename T, typename F>
+void binary_map(const BinaryParams& p, F f) {
   const T* a = static_cast<const T*>(p.a);
   const T* b = static_cast<const T*>(p.b);
+  Out* out = static_cast<Out*>(p.out);
   Layout out_layout = p.a_layout;  // output is contiguous over the same sizes
   int64_t s = 1;
   for (int d = out_layout.ndim; d-- > 0;) {
@@ -82,30 +74,28 @@ void binary_t(const BinaryParams& p) {
     s *= out_layout.sizes[d];
   }
   const Layout* const layouts[3] = {&out_layout, &p.a_layout, &p.b_layout};
-  if (is_comparison(p.op)) {
-    auto* out = static_cast<uint8_t*>(p.out);
-    for_each_run<3>(layouts, [&](const int64_t* base, int64_t n, const int64_t* st) {
-      for (int64_t i = 0; i < n; ++i)
-        out[base[0] + i] = apply_cmp(p.op, a[base[1] + i * st[1]], b[base[2] + i * st[2]]);
-    });
-    return;
-  }
-  auto* out = static_cast<T*>(p.out);
   for_each_run<3>(layouts, [&](const int64_t* base, int64_t n, const int64_t* st) {
-    T* o = out + base[0];
-    const T* x = a + base[1];
-    const T* y = b + base[2];
-    if (st[1] == 1 && st[2] == 1) {  // the common contiguous case: let the compiler vectorise
-      switch (p.op) {
-        case BinaryOp::add: for (int64_t i = 0; i < n; ++i) o[i] = x[i] + y[i]; return;
-        case BinaryOp::sub: for (int64_t i = 0; i < n; ++i) o[i] = x[i] - y[i]; return;
-        case BinaryOp::mul: for (int64_t i = 0; i < n; ++i) o[i] = x[i] * y[i]; return;
-        case BinaryOp::div: for (int64_t i = 0; i < n; ++i) o[i] = x[i] / y[i]; return;
-        default: break;
-      }
-    }
-    for (int64_t i = 0; i < n; ++i) o[i] = apply_arith(p.op, x[i * st[1]], y[i * st[2]]);
+    run_binary(f, out + base[0], a + base[1], st[1], b + base[2], st[2], n);
   });
+}
+
+template <typename T>
+void binary_t(const BinaryParams& p) {
+  using B = uint8_t;  // comparisons write b8
+  switch (p.op) {
+    case BinaryOp::add: return binary_map<T, T>(p, [](T a, T b) { return a + b; });
+    case BinaryOp::sub: return binary_map<T, T>(p, [](T a, T b) { return a - b; });
+    case BinaryOp::mul: return binary_map<T, T>(p, [](T a, T b) { return a * b; });
+    case BinaryOp::div: return binary_map<T, T>(p, [](T a, T b) { return a / b; });
+    case BinaryOp::maximum:  // NaN wins
+      return binary_map<T, T>(p, [](T a, T b) { return a > b ? a : (b > a ? b : (a != a ? a : b)); });
+    case BinaryOp::eq: return binary_map<B, T>(p, [](T a, T b) { return B(a == b); });
+    case BinaryOp::ne: return binary_map<B, T>(p, [](T a, T b) { return B(a != b); });
+    case BinaryOp::lt: return binary_map<B, T>(p, [](T a, T b) { return B(a < b); });
+    case BinaryOp::le: return binary_map<B, T>(p, [](T a, T b) { return B(a <= b); });
+    case BinaryOp::gt: return binary_map<B, T>(p, [](T a, T b) { return B(a > b); });
+    case BinaryOp::ge: return binary_map<B, T>(p, [](T a, T b) { return B(a >= b); });
+  }
 }
 
 template <typename T>
