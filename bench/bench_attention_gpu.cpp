@@ -13,7 +13,9 @@
 // Times: median of repeats after warm-up, CUDA events on the library's stream via
 // cudaDeviceSynchronize around each repeat.
 //   bench_attention_gpu [--n 1024,4096,...] [--d 64] [--heads 16] [--batch 1] [--dtype bf16|f16|f32]
-//                       [--causal] [--reps 5]
+//                       [--causal] [--reps 5] [--chain-only]
+//   --chain-only: one chain per N (no warm-up, no other stages): time and peak memory, for N so
+//   long that a single chain takes minutes (the 1M-token run).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "gradgrad.h"
+#include "kernels/cuda/kernels.h"
 
 using namespace gg;
 
@@ -70,7 +73,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> ns = {1024, 4096, 8192, 16384, 32768};
   int64_t d = 64, heads = 16, batch = 1;
   int reps = 5;
-  bool causal = false;
+  bool causal = false, chain_only = false;
   DType dtype = DType::bf16;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -87,6 +90,7 @@ int main(int argc, char** argv) {
     else if (a == "--batch") batch = std::stoll(next());
     else if (a == "--reps") reps = std::stoi(next());
     else if (a == "--causal") causal = true;
+    else if (a == "--chain-only") chain_only = true;
     else if (a == "--dtype") {
       std::string t = next();
       dtype = t == "f16" ? DType::f16 : t == "f32" ? DType::f32 : DType::bf16;
@@ -116,6 +120,34 @@ int main(int argc, char** argv) {
     };
     auto chain = [&]() { grad({first_order()}, {q, k, v, dO}); };
     std::string row;
+    if (chain_only) {
+      try {
+        cuda::reset_peak_memory_stats(0);
+        const int64_t base = cuda::memory_stats(0).current_bytes;
+        cudaDeviceSynchronize();
+        auto t0 = std::chrono::steady_clock::now();
+        chain();
+        cudaDeviceSynchronize();
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        const double peak = double(cuda::memory_stats(0).peak_bytes - base) / double(1 << 30);
+        const double inputs = double(cuda::memory_stats(0).current_bytes) / double(1 << 30);
+        const double per_head = double(n) * double(n) * double(d) * double(batch * heads) * (causal ? 0.5 : 1.0);
+        char buf[512];
+        std::snprintf(buf, sizeof buf,
+                      "{\"impl\":\"gradgrad\",\"mode\":\"chain_only\",\"B\":%lld,\"H\":%lld,\"N\":%lld,\"d\":%lld,"
+                      "\"dtype\":\"%s\",\"causal\":%s,\"chain_ms\":%.1f,\"chain_peak_GiB\":%.3f,\"inputs_GiB\":%.3f,"
+                      "\"chain_TFLOPs\":%.1f}",
+                      (long long)batch, (long long)heads, (long long)n, (long long)d, dtype_name(dtype),
+                      causal ? "true" : "false", ms, peak, inputs, 46 * per_head / ms / 1e9);
+        row = buf;
+      } catch (const std::exception& e) {
+        row = "{\"impl\":\"gradgrad\",\"mode\":\"chain_only\",\"N\":" + std::to_string(n) + ",\"error\":\"" +
+              std::string(e.what()).substr(0, 200) + "\"}";
+      }
+      std::printf("%s\n", row.c_str());
+      std::fflush(stdout);
+      continue;
+    }
     try {
       cudaDeviceSynchronize();
       auto t0 = std::chrono::steady_clock::now();
@@ -133,10 +165,10 @@ int main(int argc, char** argv) {
       const double per_head = double(n) * double(n) * double(d) * double(batch * heads) * (causal ? 0.5 : 1.0);
       char buf[768];
       std::snprintf(buf, sizeof buf,
-                    "{\"impl\":\"gradgrad\",\"B\":%lld,\"H\":%lld,\"N\":%lld,\"d\":%lld,\"dtype\":\"%s\",\"causal\":%s,"
+                    "{\"impl\":\"gradgrad\",\"fwd_kernel\":\"%s\",\"B\":%lld,\"H\":%lld,\"N\":%lld,\"d\":%lld,\"dtype\":\"%s\",\"causal\":%s,"
                     "\"fwd_ms\":%.4f,\"fwdbwd_ms\":%.4f,\"bob_ms\":%.4f,\"chain_ms\":%.4f,\"first_chain_ms\":%.2f,"
                     "\"chain_peak_GiB\":%.3f,\"fwd_TFLOPs\":%.1f,\"bwd_TFLOPs\":%.1f,\"bob_TFLOPs\":%.1f}",
-                    (long long)batch, (long long)heads, (long long)n, (long long)d, dtype_name(dtype),
+                    kernels::cuda::attention_wgmma_active() ? "wgmma" : "mma.sync", (long long)batch, (long long)heads, (long long)n, (long long)d, dtype_name(dtype),
                     causal ? "true" : "false", fwd, fwdbwd, bob, ch, first_ms, peak, 4 * per_head / fwd / 1e9,
                     10 * per_head / (fwdbwd - fwd) / 1e9, 32 * per_head / bob / 1e9);
       row = buf;

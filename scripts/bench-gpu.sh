@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # On the GPU machine: builds (sm_90a, Release), runs the GPU benchmarks and their PyTorch twins
 # in the same call, and writes bench/results/<card>-<date>.jsonl (copied to $OUT with the logs).
-# Prints a short table last.  Usage: scripts/bench-gpu.sh [cuda|attention|all]   (default all)
+# Prints a short table last.  Usage: scripts/bench-gpu.sh [cuda|attention|long|ab|all ...]   (default all)
+#   long: the chain alone at N = 65536, 262144, 1048576 (B = 1, H = 8, d = 64, bf16): time and peak
+#       memory (minutes at 1M).
+#   ab: the attention benchmark at N = 4096 and 16384 (d = 64, 128; causal d = 64) twice, with the
+#       Hopper (wgmma) kernels on and off (GG_ATTENTION_WGMMA=0): a quick A/B of kernel versions.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-what="${1:-all}"
+what=" ${*:-all} "
+want() { [[ "$what" == *" all "* || "$what" == *" $1 "* ]]; }
 OUT="${OUT:-$PWD/gpu-logs}"
 mkdir -p "$OUT" bench/results
 BUILD="${GG_GPU_BUILD:-build-gpu}"
@@ -12,7 +17,7 @@ card="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '-'
 day="$(date -u +%F)"
 results="bench/results/${card}-${day}.jsonl"
 targets="bench_cuda"
-[ "$what" = cuda ] || targets="$targets bench_attention_gpu"
+[ "$what" = " cuda " ] || targets="$targets bench_attention_gpu"
 : >"$results"
 
 if ! cmake -S . -B "$BUILD" -G Ninja -DGG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DGG_BUILD_BENCH=ON \
@@ -22,11 +27,19 @@ if ! cmake -S . -B "$BUILD" -G Ninja -DGG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a
 fi
 echo "{\"bench\":\"run\",\"card\":\"$card\",\"date\":\"$day\",\"commit\":\"$(git rev-parse --short HEAD 2>/dev/null || echo unknown)\"}" >>"$results"
 
-if [ "$what" = cuda ] || [ "$what" = all ]; then
+if want cuda; then
   "$BUILD/bench/bench_cuda" >>"$results" 2>"$OUT/bench_cuda.err"
   PYTHONUNBUFFERED=1 python3 bench/mlp_torch.py >>"$results" 2>"$OUT/mlp_torch.err"
 fi
-if [ "$what" = attention ] || [ "$what" = all ]; then
+if [[ "$what" == *" ab "* ]]; then
+  for w in 1 0; do
+    for cfg in "--d 64" "--d 128" "--d 64 --causal"; do
+      GG_ATTENTION_WGMMA=$w "$BUILD/bench/bench_attention_gpu" --n 4096,16384 --heads 16 $cfg >>"$results" \
+        2>>"$OUT/bench_attention_gpu.err"
+    done
+  done
+fi
+if want attention; then
   # The PyTorch reference: ../shared/anchors beside a checkout, or a copy carried into .anchors/.
   anchor=../shared/anchors/torch_attention.py
   [ -f "$anchor" ] || anchor=.anchors/torch_attention.py
@@ -34,12 +47,16 @@ if [ "$what" = attention ] || [ "$what" = all ]; then
     for c in "" "--causal"; do
       "$BUILD/bench/bench_attention_gpu" --n 1024,4096,8192,16384,32768 --d $d --heads 16 $c >>"$results" \
         2>>"$OUT/bench_attention_gpu.err"
-      if [ -f "$anchor" ] && [ $d = 64 ]; then
-        PYTHONUNBUFFERED=1 python3 "$anchor" --n 1024,4096,8192,16384 --d $d --heads 16 $c >>"$results" \
+      if [ -f "$anchor" ]; then
+        PYTHONUNBUFFERED=1 python3 "$anchor" --n 1024,4096,8192,16384,32768 --d $d --heads 16 $c >>"$results" \
           2>>"$OUT/torch_attention.err"
       fi
     done
   done
+fi
+if want long; then
+  "$BUILD/bench/bench_attention_gpu" --chain-only --n 65536,262144,1048576 --d 64 --heads 8 >>"$results" \
+    2>>"$OUT/bench_attention_gpu.err"
 fi
 cp "$results" "$OUT/"
 echo

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine (H200): builds the GPU test binary with CUDA for sm_90a, runs the GPU tests
 # (ctest label gpu) with GG_REQUIRE_GPU=1 (a skip is a failure), then compute-sanitizer memcheck
-# on part of the GPU test binary. (The CPU suite runs in CI: scripts/test.sh.) Logs go to $OUT (the device tool's folder) or ./gpu-logs; a short table is last.
+# on part of the GPU test binary and racecheck on a small case of each attention kernel. (The CPU suite runs in CI: scripts/test.sh.) Logs go to $OUT (the device tool's folder) or ./gpu-logs; a short table is last.
 # Usage: scripts/gpu-test.sh [gtest filter for memcheck]
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -35,6 +35,13 @@ if command -v compute-sanitizer >/dev/null; then
     >"$OUT/memcheck.log" 2>&1
   mc_rc=$?
   status "memcheck" "$(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1) (rc $mc_rc, filter $MEMCHECK_FILTER)"
+  # racecheck (shared-memory hazards) on a small case of every attention kernel: forward, backward
+  # and BoB on each path (PoisonedOutputs), and the Hopper forward.
+  RACE_FILTER="CudaAttention.PoisonedOutputs:CudaAttention.HopperForwardPoisonedAndDeterministic"
+  compute-sanitizer --tool racecheck --error-exitcode 3 "$BUILD/tests/gg_gpu_tests" --gtest_filter="$RACE_FILTER" \
+    >"$OUT/racecheck.log" 2>&1
+  rc_rc=$?
+  status "racecheck" "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/racecheck.log" | tail -1) (rc $rc_rc, filter $RACE_FILTER)"
 else
   status "memcheck" "compute-sanitizer not found"
 fi

@@ -200,6 +200,12 @@ std::vector<OpCase> op_table() {
                matmul_ref({2, 3, 4}, {2, 4, 2}, {2, 3, 2})});
   t.push_back({"matmul_bcast", {{2, 1, 3, 4}, {3, 4, 2}}, [](const TensorList& x) { return matmul(x[0], x[1]); }, {2, 3, 3, 2},
                matmul_ref({2, 1, 3, 4}, {3, 4, 2}, {2, 3, 3, 2})});
+  // A weight shared by every batch (one tall product in the CPU kernel), and an expanded one.
+  t.push_back({"matmul_shared_b", {{2, 3, 4}, {4, 2}}, [](const TensorList& x) { return matmul(x[0], x[1]); }, {2, 3, 2},
+               matmul_ref({2, 3, 4}, {4, 2}, {2, 3, 2})});
+  t.push_back({"matmul_expanded_b", {{3, 3, 4}, {4, 2}},
+               [](const TensorList& x) { return matmul(x[0], expand(x[1], {3, 4, 2})); }, {3, 3, 2},
+               matmul_ref({3, 3, 4}, {4, 2}, {3, 3, 2})});
   t.push_back({"matmul_transposed", {{4, 3}, {5, 4}},
                [](const TensorList& x) { return matmul(transpose(x[0], 0, 1), transpose(x[1], 0, 1)); }, {3, 5},
                [](const std::vector<Values>& in) {

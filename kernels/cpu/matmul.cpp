@@ -15,6 +15,16 @@ using MatMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic,
 template <typename T>
 using OutMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
 
+// True when every batch multiplies the same B and the A matrices are row-major and follow
+// each other in memory, as in (T, N, K) · W with W broadcast: then C = A·B is one tall product
+// (batch·M, K) · (K, N), far cheaper than `batch` small ones (B is packed once, rows block well).
+bool is_one_tall_product(const MatmulParams& p, int64_t lda) {
+  if (p.batch < 2 || p.a_col_stride != 1) return false;
+  for (int64_t i = 1; i < p.batch; ++i)
+    if (p.b_offsets[i] != p.b_offsets[0] || p.a_offsets[i] != p.a_offsets[0] + i * p.M * lda) return false;
+  return true;
+}
+
 template <typename T, int OrderA, int OrderB>
 void gemm(const MatmulParams& p) {
   const T* a = static_cast<const T*>(p.a);
@@ -22,6 +32,12 @@ void gemm(const MatmulParams& p) {
   T* c = static_cast<T*>(p.c);
   const int64_t lda = OrderA == Eigen::RowMajor ? p.a_row_stride : p.a_col_stride;
   const int64_t ldb = OrderB == Eigen::RowMajor ? p.b_row_stride : p.b_col_stride;
+  if (OrderA == Eigen::RowMajor && p.K > 0 && is_one_tall_product(p, lda)) {
+    MatMap<T, OrderA> A(a + p.a_offsets[0], p.batch * p.M, p.K, Eigen::OuterStride<>(std::max<int64_t>(lda, 1)));
+    MatMap<T, OrderB> B(b + p.b_offsets[0], p.K, p.N, Eigen::OuterStride<>(std::max<int64_t>(ldb, 1)));
+    OutMap<T>(c, p.batch * p.M, p.N).noalias() = A * B;
+    return;
+  }
   // Many matrices: one thread per matrix (Eigen then runs single-threaded inside, since it is
   // already in a parallel region). One matrix: Eigen splits it over threads itself.
   const double macs = static_cast<double>(p.M) * static_cast<double>(p.N) * static_cast<double>(p.K);

@@ -23,10 +23,16 @@
 //        S = Q·Kᵀ, dP = dO·Vᵀ (mma) → dS;  dQ += dS·K (mma)
 //   Products: 4 in pass 2 + 3 in pass 3 = 7 N²·d products (14·N²·d flops per head; the dQ sweep
 //   recomputes S and dP instead of adding dQ atomically). Causal halves all of it.
+// Hopper kernels (sm_90a, bf16/f16, d in {64, 128}): the same two sweeps with one warpgroup (64
+//   own rows) per block; the four (dK dV) and three (dQ) products are warpgroup MMAs reading the
+//   tiles from shared memory (128-byte swizzled, attention_common.cuh): score products with both
+//   operands in shared memory, coefficient products with the coefficient tile (Pᵀ, dSᵀ, dS) as
+//   register A operands. Query (key) tiles of 64 rows, double-buffered by cp.async.
 // Tiles: TcConfig<d> (tensor cores, bf16/f16, d in {32, 64, 128}: 4 warps x 16 own rows, other
 // side double-buffered by cp.async) or GenConfig (everything else), attention_common.cuh.
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/wgmma.cuh"
 
 namespace gg::kernels::cuda {
 namespace {
@@ -354,6 +360,258 @@ __global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_bwd_dq_tc
   store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, dQ, scale, iw, p.N, lane);
 }
 
+
+// ------------------------------------------------------------------------ Hopper kernels
+
+template <int kD>
+struct HopperBwdConfig {
+  static_assert(kD == 64 || kD == 128, "Hopper backward: d in {64, 128}");
+  static constexpr int kThreads = 128;  // one warpgroup
+  static constexpr int kBlockM = 64;    // own rows per block (16 per warp)
+  static constexpr int kBlockN = 64;    // other rows per tile
+  static constexpr int kMinBlocks = 2;
+  static constexpr int kOwnElems = kBlockM * kD;
+  static constexpr int kTileElems = kBlockN * kD;
+  // two own operands + two other operands x 2 stages (+ row scalars for dK dV)
+  static constexpr size_t kSmemBytes = (2 * kOwnElems + 4 * kTileElems) * 2 + 4 * kBlockN * sizeof(float);
+};
+
+// Descriptor offset (16-byte units) of the k16 slice k of a K-major swizzled tile of `rows` rows.
+__device__ __forceinline__ uint64_t k_major_step(int k, int rows) {
+  return uint64_t((k / 4) * rows * 128 / 16 + (k % 4) * 2);
+}
+// Descriptor offset of rows [16·q, 16·q + 16) of column half h of an MN-major swizzled tile.
+__device__ __forceinline__ uint64_t mn_major_step(int q, int h, int rows) {
+  return uint64_t((h * rows * 128 + q * 2048) / 16);
+}
+
+// acc (64 x kD) += A (64 x kBN, register fragments a[kBN / 16]) · B (kBN x kD, MN-major smem desc),
+// issued 64 output columns at a time.
+template <typename T, int kD, int kBN>
+__device__ __forceinline__ void wgmma_coef_product(float (&acc)[kD / 8][4], const uint32_t (&a)[kBN / 16][4],
+                                                   uint64_t db) {
+#pragma unroll
+  for (int h = 0; h < kD / 64; ++h) {
+    float(&acc_h)[8][4] = *reinterpret_cast<float(*)[8][4]>(&acc[8 * h][0]);
+#pragma unroll
+    for (int q = 0; q < kBN / 16; ++q) wgmma_rs<T, 64>(acc_h, a[q], db + mn_major_step(q, h, kBN), true);
+  }
+}
+
+// s (64 x kBN) = A (64 own rows, smem) · B (kBN other rows, smem)ᵀ, both K-major swizzled.
+template <typename T, int kD, int kBN>
+__device__ __forceinline__ void wgmma_score_product(float (&s)[kBN / 8][4], uint64_t da, uint64_t db) {
+#pragma unroll
+  for (int k = 0; k < kD / 16; ++k) wgmma_ss<T, kBN>(s, da + k_major_step(k, 64), db + k_major_step(k, kBN), k > 0);
+}
+
+// The 16 x kBN tile c (mma.sync layout) as kBN / 16 register A operands.
+template <typename T, int kBN>
+__device__ __forceinline__ void tile_to_a_frags(uint32_t (&a)[kBN / 16][4], const float (&c)[kBN / 8][4]) {
+#pragma unroll
+  for (int q = 0; q < kBN / 16; ++q) to_a_frag<T>(a[q], *reinterpret_cast<const float(*)[2][4]>(&c[2 * q][0]));
+}
+
+// dK, dV for key rows [j0, j0 + 64); warp w owns keys [jw, jw + 16).
+template <typename T, int kD>
+__global__ void __launch_bounds__(HopperBwdConfig<kD>::kThreads, HopperBwdConfig<kD>::kMinBlocks)
+    attention_bwd_dkdv_wgmma_kernel(const Params<T> p) {
+#if defined(GG_WGMMA_AVAILABLE)
+  using Cfg = HopperBwdConfig<kD>;
+  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kThreads = Cfg::kThreads;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  T* sK = reinterpret_cast<T*>(smem_raw);  // own   [kBM x kD], swizzled
+  T* sV = sK + Cfg::kOwnElems;             // own
+  T* sQ = sV + Cfg::kOwnElems;             // other [2][kBN x kD]
+  T* sdO = sQ + 2 * Cfg::kTileElems;       // other [2][kBN x kD]
+  float* sL = reinterpret_cast<float*>(sdO + 2 * Cfg::kTileElems);  // [2][kBN]
+  float* sD = sL + 2 * kBN;                                         // [2][kBN]
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const BlockCoord bc = block_coord(cdiv(p.N, kBM));
+  const int j0 = bc.blk * kBM, jw = j0 + 16 * warp;
+  const int64_t head = bc.bh * p.N;
+  const T* Qh = p.Q + head * kD;
+  const T* dOh = p.dO + head * kD;
+  const float* Lh = p.L + head;
+  const float* Dh = p.D + head;
+  const int num_q_tiles = cdiv(p.N, kBN);
+  const int q_begin = p.causal ? j0 / kBN : 0;
+  const float sl2 = p.scale * kLog2e;
+
+  auto load_tile = [&](int qt, int stage) {
+    load_rows_swz_async<T, kD, kBN, kThreads>(sQ + stage * Cfg::kTileElems, Qh, qt * kBN, p.N);
+    load_rows_swz_async<T, kD, kBN, kThreads>(sdO + stage * Cfg::kTileElems, dOh, qt * kBN, p.N);
+    load_scalars_async<kThreads>(sL + stage * kBN, Lh, qt * kBN, kBN, p.N);
+    load_scalars_async<kThreads>(sD + stage * kBN, Dh, qt * kBN, kBN, p.N);
+  };
+  load_rows_swz_async<T, kD, kBM, kThreads>(sK, p.K + head * kD, j0, p.N);
+  load_rows_swz_async<T, kD, kBM, kThreads>(sV, p.V + head * kD, j0, p.N);
+  load_tile(q_begin, 0);
+  cp_async_commit();
+  const uint64_t dKown = make_desc_sw128(sK), dVown = make_desc_sw128(sV);
+
+  float dK[kD / 8][4], dV[kD / 8][4];
+  zero(dK);
+  zero(dV);
+
+  for (int qt = q_begin; qt < num_q_tiles; ++qt) {
+    const int stage = (qt - q_begin) % 2;
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();  // tile qt visible; every warp is done with the other stage
+    if (qt + 1 < num_q_tiles) {
+      load_tile(qt + 1, 1 - stage);
+      cp_async_commit();
+    }
+    const int i0 = qt * kBN;
+    const T* sQs = sQ + stage * Cfg::kTileElems;
+    const T* sdOs = sdO + stage * Cfg::kTileElems;
+    const float* sLs = sL + stage * kBN;
+    const float* sDs = sD + stage * kBN;
+
+    // Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (64 keys x kBN queries; 16 x kBN for this warp)
+    float st[kBN / 8][4], dpt[kBN / 8][4];
+    wgmma_fence();
+    wgmma_fence_regs(st);
+    wgmma_fence_regs(dpt);
+    wgmma_score_product<T, kD, kBN>(st, dKown, make_desc_sw128(sQs));
+    wgmma_score_product<T, kD, kBN>(dpt, dVown, make_desc_sw128(sdOs));
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_regs(st);
+    wgmma_fence_regs(dpt);
+
+    // Pᵀ = exp(Sᵀ - L) (0 where masked), dSᵀ = Pᵀ∘(dPᵀ - D), in place
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int li = frag_col(lane, j, e);  // query within the tile
+        const int key = jw + frag_row(lane, e);
+        const bool visible = i0 + li < p.N && (!p.causal || key <= i0 + li);
+        const float P = visible ? fast_exp2(st[j][e] * sl2 - sLs[li] * kLog2e) : 0.f;
+        st[j][e] = P;
+        dpt[j][e] = P * (dpt[j][e] - sDs[li]);
+      }
+    uint32_t pa[kBN / 16][4], dsa[kBN / 16][4];
+    tile_to_a_frags<T, kBN>(pa, st);
+    tile_to_a_frags<T, kBN>(dsa, dpt);
+
+    // dV += Pᵀ·dO, dK += dSᵀ·Q
+    wgmma_fence_regs(dV);
+    wgmma_fence_regs(dK);
+    wgmma_fence();
+    wgmma_coef_product<T, kD, kBN>(dV, pa, make_desc_sw128(sdOs));
+    wgmma_coef_product<T, kD, kBN>(dK, dsa, make_desc_sw128(sQs));
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_regs(dV);
+    wgmma_fence_regs(dK);
+  }
+
+  const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
+  store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, dK, scale, jw, p.N, lane);
+  store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, dV, one, jw, p.N, lane);
+#else
+  __trap();  // launched only where sm_90a code was built and the device is 9.x
+#endif
+}
+
+// dQ for query rows [i0, i0 + 64); warp w owns queries [iw, iw + 16).
+template <typename T, int kD>
+__global__ void __launch_bounds__(HopperBwdConfig<kD>::kThreads, HopperBwdConfig<kD>::kMinBlocks)
+    attention_bwd_dq_wgmma_kernel(const Params<T> p) {
+#if defined(GG_WGMMA_AVAILABLE)
+  using Cfg = HopperBwdConfig<kD>;
+  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kThreads = Cfg::kThreads;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);  // own   [kBM x kD], swizzled
+  T* sdO = sQ + Cfg::kOwnElems;            // own
+  T* sK = sdO + Cfg::kOwnElems;            // other [2][kBN x kD]
+  T* sV = sK + 2 * Cfg::kTileElems;        // other [2][kBN x kD]
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const BlockCoord bc = block_coord(cdiv(p.N, kBM));
+  const int i0 = bc.blk * kBM, iw = i0 + 16 * warp;
+  const int64_t head = bc.bh * p.N;
+  const T* Kh = p.K + head * kD;
+  const T* Vh = p.V + head * kD;
+  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + kBM), kBN) : cdiv(p.N, kBN);
+  const float sl2 = p.scale * kLog2e;
+  float L2[2], D[2];  // L·log2e and D of own rows g, g + 8
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = iw + frag_row(lane, 2 * h);
+    L2[h] = row < p.N ? p.L[head + row] * kLog2e : 0.f;
+    D[h] = row < p.N ? p.D[head + row] : 0.f;
+  }
+
+  load_rows_swz_async<T, kD, kBM, kThreads>(sQ, p.Q + head * kD, i0, p.N);
+  load_rows_swz_async<T, kD, kBM, kThreads>(sdO, p.dO + head * kD, i0, p.N);
+  load_rows_swz_async<T, kD, kBN, kThreads>(sK, Kh, 0, p.N);
+  load_rows_swz_async<T, kD, kBN, kThreads>(sV, Vh, 0, p.N);
+  cp_async_commit();
+  const uint64_t dQown = make_desc_sw128(sQ), ddOown = make_desc_sw128(sdO);
+
+  float dQ[kD / 8][4];
+  zero(dQ);
+
+  for (int kb = 0; kb < num_k_tiles; ++kb) {
+    const int stage = kb % 2;
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+    if (kb + 1 < num_k_tiles) {
+      load_rows_swz_async<T, kD, kBN, kThreads>(sK + (1 - stage) * Cfg::kTileElems, Kh, (kb + 1) * kBN, p.N);
+      load_rows_swz_async<T, kD, kBN, kThreads>(sV + (1 - stage) * Cfg::kTileElems, Vh, (kb + 1) * kBN, p.N);
+      cp_async_commit();
+    }
+    const int j0 = kb * kBN;
+    const T* sKs = sK + stage * Cfg::kTileElems;
+    const T* sVs = sV + stage * Cfg::kTileElems;
+
+    // S = Q·Kᵀ, dP = dO·Vᵀ (64 queries x kBN keys)
+    float s[kBN / 8][4], dp[kBN / 8][4];
+    wgmma_fence();
+    wgmma_fence_regs(s);
+    wgmma_fence_regs(dp);
+    wgmma_score_product<T, kD, kBN>(s, dQown, make_desc_sw128(sKs));
+    wgmma_score_product<T, kD, kBN>(dp, ddOown, make_desc_sw128(sVs));
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_regs(s);
+    wgmma_fence_regs(dp);
+
+    // dS = P∘(dP - D), P = exp(S - L), 0 where masked
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = j0 + frag_col(lane, j, e), row = iw + frag_row(lane, e);
+        const bool visible = key < p.N && (!p.causal || key <= row);
+        const float P = visible ? fast_exp2(s[j][e] * sl2 - L2[e / 2]) : 0.f;
+        dp[j][e] = P * (dp[j][e] - D[e / 2]);
+      }
+    uint32_t dsa[kBN / 16][4];
+    tile_to_a_frags<T, kBN>(dsa, dp);
+
+    // dQ += dS·K
+    wgmma_fence_regs(dQ);
+    wgmma_fence();
+    wgmma_coef_product<T, kD, kBN>(dQ, dsa, make_desc_sw128(sKs));
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_regs(dQ);
+  }
+
+  const float scale[2] = {p.scale, p.scale};
+  store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, dQ, scale, iw, p.N, lane);
+#else
+  __trap();
+#endif
+}
+
 // ------------------------------------------------------------------------ launchers
 
 template <typename T, int kD>
@@ -372,6 +630,24 @@ void launch_bwd_tc(const Params<T>& p) {
     auto kernel = attention_bwd_dq_tc_kernel<T, kD>;
     set_smem(kernel, smem);
     kernel<<<grid, Cfg::kThreads, smem, cuda_stream()>>>(p);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+template <typename T, int kD>
+void launch_bwd_wgmma(const Params<T>& p) {
+  using Cfg = HopperBwdConfig<kD>;
+  const unsigned grid = grid_x(p.BH, cdiv(p.N, Cfg::kBlockM));
+  {
+    auto kernel = attention_bwd_dkdv_wgmma_kernel<T, kD>;
+    set_smem(kernel, Cfg::kSmemBytes);
+    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, cuda_stream()>>>(p);
+    CUDA_CHECK_LAUNCH();
+  }
+  {
+    auto kernel = attention_bwd_dq_wgmma_kernel<T, kD>;
+    set_smem(kernel, Cfg::kSmemBytes);
+    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, cuda_stream()>>>(p);
     CUDA_CHECK_LAUNCH();
   }
 }
@@ -407,6 +683,10 @@ void bwd(const AttentionArgs& a) {
   launch_row_dot<T>(p.dO, p.O, p.D, rows, p.d);  // phase 1: D = rowsum(dO∘O)
   if constexpr (is_half_type<T>()) {
     if (tc_supported(a)) {
+      if (hopper_kernels_apply()) {
+        if (p.d == 64) return launch_bwd_wgmma<T, 64>(p);
+        if (p.d == 128) return launch_bwd_wgmma<T, 128>(p);
+      }
       if (p.d == 32) return launch_bwd_tc<T, 32>(p);
       if (p.d == 64) return launch_bwd_tc<T, 64>(p);
       return launch_bwd_tc<T, 128>(p);

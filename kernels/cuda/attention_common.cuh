@@ -350,6 +350,10 @@ inline bool tc_supported(const AttentionArgs& a) {
   return true;
 }
 
+// Whether the Hopper (wgmma) kernels run: sm_90a code built (GG_CUDA_SM90A), the current device
+// is compute capability 9.x, and gg::kernels::cuda::set_attention_wgmma has not turned them off.
+bool hopper_kernels_apply();
+
 // ---------------------------------------------------------------- PTX wrappers
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -567,6 +571,63 @@ __device__ __forceinline__ void store_acc(T* out_rows, int ld, const float (&acc
       *reinterpret_cast<uint32_t*>(o + c) = v;
     }
   }
+}
+
+// ---------------------------------------------------------------- Hopper (wgmma) tiles
+//
+// The wgmma kernels keep their bf16/f16 tiles in shared memory in the 128-byte-swizzled layout
+// that wgmma reads without bank conflicts. A tile of kRows rows x kD columns (kD = 64 or 128) is
+// stored as kD / 64 column halves of 64 columns, one after the other; within a half, row r is 128
+// contiguous bytes whose eight 16-byte chunks are permuted by XOR with r % 8:
+//   element (r, c) at  (c / 64)·kRows·64 + r·64 + (((c % 64) / 8) XOR (r % 8))·8 + c % 8   (elements)
+// Eight rows (1024 bytes) form one swizzle atom; tiles start 1024-byte aligned. The same layout
+// serves a K-major operand (rows = M or N, columns = k: scores Own·Otherᵀ) and an MN-major one
+// (rows = k, columns = N: Coef·Other). A warp writing one row from global memory (128 bytes)
+// touches every bank once.
+
+template <int kRows>
+__device__ __forceinline__ int swz_offset(int r, int c) {
+  return (c / 64) * kRows * 64 + r * 64 + ((((c % 64) / 8) ^ (r % 8)) * 8) + c % 8;
+}
+
+// wgmma shared-memory matrix descriptor for a 128-byte-swizzled operand: start address (16-byte
+// units), and 1024 bytes (one 8-row atom) as the stride between 8-row groups. The other offset
+// field only matters when one instruction spans two atoms along the row (never here: k16 reads
+// 32 bytes of a K-major row, and MN-major products are issued 64 columns at a time), so both
+// fields hold 1024. Bits 62-63 = 1: 128-byte swizzle.
+__device__ __forceinline__ uint64_t make_desc_sw128(const void* s) {
+  const uint64_t addr = smem_addr(s);
+  return ((addr & 0x3FFFF) >> 4) | (uint64_t(1024 >> 4) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+// Rows [r0, r0 + kRows) of a head's (N, kD) matrix into s in the swizzled layout, by cp.async
+// (kThreads threads, consecutive threads along a row); rows at or past N are zero-filled.
+template <typename T, int kD, int kRows, int kThreads>
+__device__ __forceinline__ void load_rows_swz_async(T* s, const T* g, int r0, int N) {
+  constexpr int kVecs = kD * static_cast<int>(sizeof(T)) / 16;  // 16-byte vectors per row
+  static_assert(kD % 64 == 0 && sizeof(T) == 2, "swizzled tiles: 2-byte elements, d a multiple of 64");
+  for (int v = threadIdx.x; v < kRows * kVecs; v += kThreads) {
+    const int r = v / kVecs, c = (v % kVecs) * 8;
+    const bool ok = r0 + r < N;
+    cp_async16(s + swz_offset<kRows>(r, c), g + static_cast<int64_t>(ok ? r0 + r : 0) * kD + c, ok);
+  }
+}
+
+// Makes this thread's completed cp.async writes visible to the async proxy (wgmma reads shared
+// memory through it); each writing thread runs it before the barrier that precedes the wgmma.
+__device__ __forceinline__ void fence_proxy_async() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+// 2^x by the special-function unit alone (ex2.approx.ftz: relative error ~2^-22, subnormal results
+// flushed to 0), where exp2f adds range handling around it. Plenty for probabilities that are
+// rounded to bf16/f16 before the P·V product.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
 constexpr float kLog2e = 1.4426950408889634f;

@@ -20,10 +20,21 @@
 //     P   = exp2(S - m)     registers; row max/sum over the quad
 //     O  += P·V             mma, P converted in registers to the A operand
 //   Products: 2 per key tile (4·N²·d flops per head, halved by causality).
+// Hopper kernel (sm_90a, bf16/f16, d in {64, 128}; HopperFwdConfig below): the same schedule
+//   with one warpgroup (4 warps, 64 query rows) per block and warpgroup MMAs reading the tiles
+//   straight from shared memory (128-byte swizzled layout, attention_common.cuh):
+//     S   = Q·Kᵀ            wgmma m64n{kBN}k16, A = Q (smem), B = K (smem, K-major)
+//     O  += P·V             wgmma m64n64k16 per 64 columns, A = P (registers), B = V (smem, MN-major)
+//   K/V tiles double-buffered by cp.async, K one tile ahead of V so that S of the next tile is on
+//   the tensor cores while this tile's softmax runs; the softmax is the tensor-core kernel's (the
+//   wgmma accumulators have the mma.sync tile layout).
 // Generic kernel (f64, f32 exact FFMA, bf16/f16 with other d): GenConfig; 32 query rows x 8
 //   lanes per block, score dots from staged chunks, P·V from global rows, d split over grid.y.
+#include <cstdlib>
+
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/wgmma.cuh"
 
 namespace gg::kernels::cuda {
 namespace {
@@ -233,6 +244,179 @@ __global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_fwd_tc_ke
   store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, acc, inv_l, iw, p.N, lane);
 }
 
+
+// ------------------------------------------------------------------------ Hopper kernel
+
+template <int kD>
+struct HopperFwdConfig {
+  static_assert(kD == 64 || kD == 128, "Hopper forward: d in {64, 128}");
+  static constexpr int kThreads = 128;                 // one warpgroup
+  static constexpr int kBlockM = 64;                   // query rows per block (16 per warp)
+  static constexpr int kBlockN = kD == 64 ? 128 : 64;  // keys per tile
+  static constexpr int kMinBlocks = 2;                 // per SM (registers <= 255 per thread)
+  static constexpr int kQElems = kBlockM * kD;
+  static constexpr int kTileElems = kBlockN * kD;
+  static constexpr size_t kSmemBytes = (kQElems + 4 * kTileElems) * 2;  // Q + 2 stages of K and of V
+};
+
+// Online-softmax update of one 16 x kBN score tile (this warp's rows g and g + 8), in place:
+// s becomes P = exp2(s·sl2 - m) with keys past N and (causal) after the row masked out; m, l and
+// the output accumulator are rescaled.
+template <int kBN, int kD>
+__device__ __forceinline__ void softmax_update(float (&s)[kBN / 8][4], float (&m)[2], float (&l)[2],
+                                               float (&acc)[kD / 8][4], float sl2, int j0, int iw, int N,
+                                               bool causal, int lane) {
+  const bool need_mask = j0 + kBN > N || (causal && j0 + kBN - 1 > iw);
+#pragma unroll
+  for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float v = s[j][e] * sl2;
+      if (need_mask) {
+        const int key = j0 + frag_col(lane, j, e), row = iw + frag_row(lane, e);
+        if (key >= N || (causal && key > row)) v = -INFINITY;
+      }
+      s[j][e] = v;
+    }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
+    const float m_new = fmaxf(m[h], quad_max(mx));
+    const float m_use = m_new == -INFINITY ? 0.f : m_new;
+    const float alpha = fast_exp2(m[h] - m_use);
+    m[h] = m_new;
+    float row_sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+      for (int e = 2 * h; e < 2 * h + 2; ++e) {
+        s[j][e] = fast_exp2(s[j][e] - m_use);
+        row_sum += s[j][e];
+      }
+    l[h] = l[h] * alpha + row_sum;
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j) {
+      acc[j][2 * h] *= alpha;
+      acc[j][2 * h + 1] *= alpha;
+    }
+  }
+}
+
+template <typename T, int kD>
+__global__ void __launch_bounds__(HopperFwdConfig<kD>::kThreads, HopperFwdConfig<kD>::kMinBlocks)
+    attention_fwd_wgmma_kernel(const Params<T> p) {
+#if defined(GG_WGMMA_AVAILABLE)
+  using Cfg = HopperFwdConfig<kD>;
+  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kThreads = Cfg::kThreads;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);  // [kBM x kD], swizzled layout
+  T* sK = sQ + Cfg::kQElems;               // [2][kBN x kD]: K tile j in stage j % 2
+  T* sV = sK + 2 * Cfg::kTileElems;        // [2][kBN x kD]: V tile j in stage j % 2
+
+  // ---- prologue: query rows [i0, i0 + 64); this warp's rows [iw, iw + 16)
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const BlockCoord bc = block_coord(cdiv(p.N, kBM));
+  const int i0 = bc.blk * kBM, iw = i0 + 16 * warp;
+  const int64_t head = bc.bh * p.N;
+  const T* Qh = p.Q + head * kD;
+  const T* Kh = p.K + head * kD;
+  const T* Vh = p.V + head * kD;
+  const int n_tiles = p.causal ? cdiv(min(p.N, i0 + kBM), kBN) : cdiv(p.N, kBN);
+  const float sl2 = p.scale * kLog2e;  // S in log2 units
+  auto load_k = [&](int j) { load_rows_swz_async<T, kD, kBN, kThreads>(sK + (j % 2) * Cfg::kTileElems, Kh, j * kBN, p.N); };
+  auto load_v = [&](int j) { load_rows_swz_async<T, kD, kBN, kThreads>(sV + (j % 2) * Cfg::kTileElems, Vh, j * kBN, p.N); };
+
+  // Descriptors (swizzled tiles, attention_common.cuh). Q and K are K-major: the k16 slice k
+  // starts 32 bytes into column half k / 4. V is MN-major: the k16 slice q (16 keys) of column half
+  // h starts at row 16·q of that half; the product is issued one 64-column half at a time.
+  // Descriptor start addresses count 16-byte units.
+  const uint64_t dQ = make_desc_sw128(sQ);
+  auto k_step = [](int k, int rows) { return uint64_t((k / 4) * rows * 128 / 16 + (k % 4) * 2); };
+  auto scores = [&](float (&s)[kBN / 8][4], int j) {  // issue S = Q·K_jᵀ (not waited)
+    const uint64_t dK = make_desc_sw128(sK + (j % 2) * Cfg::kTileElems);
+    wgmma_fence();
+    wgmma_fence_regs(s);
+#pragma unroll
+    for (int k = 0; k < kD / 16; ++k) wgmma_ss<T, kBN>(s, dQ + k_step(k, kBM), dK + k_step(k, kBN), k > 0);
+    wgmma_commit();
+  };
+
+  // Pipeline: K runs one tile ahead of V. While the softmax of tile j runs on the CUDA cores, the
+  // tensor cores compute S for tile j + 1 (issued just before); then P_j·V_j is issued and both
+  // are waited for. Loads: K_{j+2} and V_{j+1} are in flight during iteration j.
+  load_rows_swz_async<T, kD, kBM, kThreads>(sQ, Qh, i0, p.N);
+  load_k(0);
+  cp_async_commit();
+  load_v(0);
+  if (n_tiles > 1) load_k(1);
+  cp_async_commit();
+  cp_async_wait<1>();  // Q, K_0
+  fence_proxy_async();
+  __syncthreads();
+
+  float m[2] = {-INFINITY, -INFINITY};  // running max (log2 units) of rows g and g + 8
+  float l[2] = {0.f, 0.f};              // this thread's part of the running row sums
+  float acc[kD / 8][4];
+  zero(acc);
+  float s_cur[kBN / 8][4], s_next[kBN / 8][4];
+  scores(s_cur, 0);
+  wgmma_wait<0>();
+  wgmma_fence_regs(s_cur);
+
+  for (int j = 0; j < n_tiles; ++j) {
+    cp_async_wait<0>();  // V_j and K_{j+1}
+    fence_proxy_async();
+    __syncthreads();  // visible to all; every warp is done with K_j's... S and V_{j-1}'s product
+    if (j + 2 < n_tiles) load_k(j + 2);  // into K_j's stage: S_j was waited for last iteration
+    if (j + 1 < n_tiles) load_v(j + 1);  // into V_{j-1}'s stage
+    cp_async_commit();
+
+    if (j + 1 < n_tiles) scores(s_next, j + 1);  // tensor cores: S_{j+1} ...
+    softmax_update<kBN, kD>(s_cur, m, l, acc, sl2, j * kBN, iw, p.N, p.causal, lane);  // ... meanwhile P_j
+
+    // O += P_j·V_j, P as register A operands (one k16 slice of keys each)
+    uint32_t pa[kBN / 16][4];
+#pragma unroll
+    for (int q = 0; q < kBN / 16; ++q) {
+      const float(&pq)[2][4] = *reinterpret_cast<const float(*)[2][4]>(&s_cur[2 * q][0]);
+      to_a_frag<T>(pa[q], pq);
+    }
+    const uint64_t dV = make_desc_sw128(sV + (j % 2) * Cfg::kTileElems);
+    wgmma_fence_regs(acc);
+    wgmma_fence();
+#pragma unroll
+    for (int h = 0; h < kD / 64; ++h) {
+      float(&acc_h)[8][4] = *reinterpret_cast<float(*)[8][4]>(&acc[8 * h][0]);
+#pragma unroll
+      for (int q = 0; q < kBN / 16; ++q) wgmma_rs<T, 64>(acc_h, pa[q], dV + (h * kBN * 128 + q * 2048) / 16, true);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_regs(acc);
+    wgmma_fence_regs(s_next);
+#pragma unroll
+    for (int x = 0; x < kBN / 8; ++x)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s_cur[x][e] = s_next[x][e];
+  }
+
+  // ---- epilogue: O = acc / l, L = (m + log2 l)·ln 2
+  float inv_l[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float l_row = quad_sum(l[h]);
+    inv_l[h] = 1.f / l_row;
+    const int row = iw + frag_row(lane, 2 * h);
+    if (lane % 4 == 0 && row < p.N) p.L_out[head + row] = (m[h] + log2f(l_row)) * kLn2;
+  }
+  store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, acc, inv_l, iw, p.N, lane);
+#else
+  __trap();  // launched only where sm_90a code was built (GG_CUDA_SM90A) and the device is 9.x
+#endif
+}
+
 // ------------------------------------------------------------------------ launchers
 
 template <typename T, int kD>
@@ -242,6 +426,15 @@ void launch_fwd_tc(const Params<T>& p) {
   auto kernel = attention_fwd_tc_kernel<T, kD>;
   set_smem(kernel, smem);
   kernel<<<grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), Cfg::kThreads, smem, cuda_stream()>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename T, int kD>
+void launch_fwd_wgmma(const Params<T>& p) {
+  using Cfg = HopperFwdConfig<kD>;
+  auto kernel = attention_fwd_wgmma_kernel<T, kD>;
+  set_smem(kernel, Cfg::kSmemBytes);
+  kernel<<<grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), Cfg::kThreads, Cfg::kSmemBytes, cuda_stream()>>>(p);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -262,6 +455,10 @@ void fwd(const AttentionArgs& a) {
   p.L_out = static_cast<typename Elem<T>::Acc*>(a.out1);
   if constexpr (is_half_type<T>()) {
     if (tc_supported(a)) {
+      if (hopper_kernels_apply()) {
+        if (p.d == 64) return launch_fwd_wgmma<T, 64>(p);
+        if (p.d == 128) return launch_fwd_wgmma<T, 128>(p);
+      }
       if (p.d == 32) return launch_fwd_tc<T, 32>(p);
       if (p.d == 64) return launch_fwd_tc<T, 64>(p);
       return launch_fwd_tc<T, 128>(p);
@@ -271,6 +468,39 @@ void fwd(const AttentionArgs& a) {
 }
 
 }  // namespace
+
+namespace {
+bool wgmma_enabled_at_start() {
+  const char* env = std::getenv("GG_ATTENTION_WGMMA");
+  return env == nullptr || std::string(env) != "0";
+}
+bool g_wgmma_enabled = wgmma_enabled_at_start();
+}  // namespace
+
+void set_attention_wgmma(bool enabled) { g_wgmma_enabled = enabled; }
+bool attention_wgmma_enabled() { return g_wgmma_enabled; }
+
+int compute_capability_major() {
+  static int major[64] = {};  // per device, read once
+  const int dev = current_device();
+  if (dev < 0 || dev >= 64) return 0;
+  if (major[dev] == 0) CUDA_CHECK(cudaDeviceGetAttribute(&major[dev], cudaDevAttrComputeCapabilityMajor, dev));
+  return major[dev];
+}
+
+bool attention_wgmma_built() {
+#if defined(GG_CUDA_SM90A)
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool attention_wgmma_active() { return attention_wgmma_built() && g_wgmma_enabled && compute_capability_major() == 9; }
+
+namespace attn {
+bool hopper_kernels_apply() { return attention_wgmma_active(); }
+}  // namespace attn
 
 void attention_fwd(const AttentionArgs& a) {
   dispatch_dtype(a.dtype, "gg::attention", [&](auto tag) { fwd<decltype(tag)>(a); });

@@ -25,4 +25,13 @@ void attention_fwd(const AttentionArgs& a);
 void attention_bwd(const AttentionArgs& a);
 void attention_bwd_bwd(const AttentionArgs& a);
 
+// Whether the Hopper (sm_90a, wgmma) attention kernels may be used where they apply: on by
+// default; off makes every call take the mma.sync path (for tests and A/B benchmarks). The
+// environment variable GG_ATTENTION_WGMMA=0 turns it off at start-up.
+void set_attention_wgmma(bool enabled);
+bool attention_wgmma_enabled();
+bool attention_wgmma_built();   // sm_90a code is in this build (CMAKE_CUDA_ARCHITECTURES has 90a)
+bool attention_wgmma_active();  // built, enabled, and the current device is compute capability 9.x
+int compute_capability_major();  // of the current device
+
 }  // namespace gg::kernels::cuda

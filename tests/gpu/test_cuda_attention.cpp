@@ -12,6 +12,9 @@
 //   ExplicitScale          a non-default scale on every path.
 //   BobIsDeterministic     bitwise identical BoB outputs across runs at bf16, N = 1024.
 //   AutogradChain          gg::attention differentiated twice on the GPU runs the fused kernels.
+//   Hopper*                the sm_90a (wgmma) forward and backward vs the mma.sync kernels, both
+//                          against f64: error ≤ 2 x the mma.sync kernels' (or the rounding floor);
+//                          runs where the Hopper kernels are active (H100/H200 with a 90a build).
 // Errors are max|Δ| / max|ref over the output's family| (see family_scale); NaN/Inf never pass
 // (checked explicitly). GG_ATTN_VERBOSE=1 prints every error measured.
 #include <cmath>
@@ -390,6 +393,83 @@ TEST(CudaAttention, PoisonedOutputs) {
     check_poisoned(DType::f32, 77, 32, causal);    // generic
     check_poisoned(DType::f64, 77, 16, causal);    // generic, d smaller than a staging chunk
   }
+}
+
+// ------------------------------------------------------------------------ Hopper kernels
+
+// The Hopper path is on by default; this turns it off for one scope (the mma.sync kernels run).
+struct WgmmaOff {
+  WgmmaOff() { kernels::cuda::set_attention_wgmma(false); }
+  ~WgmmaOff() { kernels::cuda::set_attention_wgmma(true); }
+};
+
+#define GG_REQUIRE_HOPPER_OR_SKIP()                                                                   \
+  do {                                                                                                \
+    GG_REQUIRE_GPU_OR_SKIP();                                                                         \
+    if (!kernels::cuda::attention_wgmma_active()) {                                                   \
+      ASSERT_FALSE(kernels::cuda::attention_wgmma_built() && kernels::cuda::compute_capability_major() == 9) \
+          << "sm_90a kernels built and a 9.x device, but the Hopper path is off";                     \
+      GTEST_SKIP() << "Hopper attention kernels not built or not a compute capability 9.x device";    \
+    }                                                                                                 \
+  } while (0)
+
+class CudaAttentionHopper : public ::testing::TestWithParam<std::tuple<bool, int64_t, int64_t, bool>> {};
+
+TEST_P(CudaAttentionHopper, WithinTwiceMmaSync) {
+  GG_REQUIRE_HOPPER_OR_SKIP();
+  const auto [f16, N, d, causal] = GetParam();
+  const DType dtype = dtype_of(f16);
+  const Inputs in = make_inputs(2, 3, N, d, 8000 + N + d + causal, dtype);
+  const std::string what = case_name(dtype, in, causal);
+  const Levels ref = run_fused(in, DType::f64, Device::cpu(), causal);
+  const Levels hopper = run_fused(in, dtype, kGpu, causal);
+  Levels mma;
+  {
+    WgmmaOff off;
+    mma = run_fused(in, dtype, kGpu, causal);
+  }
+  auto expect_close = [&](const Values& h, const Values& m, const Values& r, double scale, const std::string& out) {
+    ASSERT_TRUE(all_finite(h)) << what << " " << out;
+    const double err_h = rel_err(h, r, scale), err_m = rel_err(m, r, scale);
+    if (verbose()) std::printf("  %-50s %-3s hopper %.3g mma.sync %.3g\n", what.c_str(), out.c_str(), err_h, err_m);
+    EXPECT_LE(err_h, std::max(2 * err_m, low_precision_floor(dtype))) << what << " " << out << ": hopper " << err_h
+                                                                     << ", mma.sync " << err_m;
+  };
+  expect_close(hopper.O, mma.O, ref.O, family_scale({ref.O}), "O");
+  EXPECT_LE(max_abs_diff(hopper.L, ref.L), 1e-3) << what << " L";
+  const double s1 = family_scale(ref.bwd);
+  for (int i = 0; i < 3; ++i) expect_close(hopper.bwd[i], mma.bwd[i], ref.bwd[i], s1, kBwdNames[i]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionHopper,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values<int64_t>(1, 77, 200, 1000),
+                                            ::testing::Values<int64_t>(64, 128), ::testing::Bool()));
+
+TEST(CudaAttention, HopperForwardPoisonedAndDeterministic) {
+  GG_REQUIRE_HOPPER_OR_SKIP();
+  for (bool causal : {false, true})
+    for (int64_t d : {64, 128}) {
+      const Inputs in = make_inputs(1, 2, 333, d, 8500 + d + causal, DType::bf16);
+      auto t = [&](const Values& v) { return from_vector(v, in.shape, DType::bf16, kGpu); };
+      const Tensor q = t(in.Q), k = t(in.K), v = t(in.V);
+      kernels::AttentionArgs a{};
+      a.shape = {1, 2, 333, d, 1.0 / std::sqrt(static_cast<double>(d)), causal};
+      a.dtype = DType::bf16;
+      a.Q = q.raw_data();
+      a.K = k.raw_data();
+      a.V = v.raw_data();
+      std::vector<Values> runs;
+      for (int r = 0; r < 2; ++r) {
+        Tensor O = full(in.shape, NAN, DType::bf16, kGpu), L = full({1, 2, 333}, NAN, DType::f32, kGpu);
+        a.out0 = O.raw_data();
+        a.out1 = L.raw_data();
+        kernels::cuda::attention_fwd(a);
+        runs.push_back(O.to_vector<double>());
+        ASSERT_TRUE(all_finite(runs.back())) << "d=" << d << " causal=" << causal << " O";
+        ASSERT_TRUE(all_finite(L.to_vector<double>())) << "d=" << d << " causal=" << causal << " L";
+      }
+      EXPECT_EQ(runs[0], runs[1]) << "d=" << d << " causal=" << causal;
+    }
 }
 
 // ------------------------------------------------------------------------ determinism
