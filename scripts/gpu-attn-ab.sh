@@ -20,7 +20,7 @@ for w in 1 0; do
 done >"$OUT/ab.jsonl" 2>>"$OUT/build.log"
 if command -v ncu >/dev/null; then
   for w in 1 0; do
-    for k in fwd dkdv; do
+    for k in ${GG_NCU_KERNELS:-fwd dkdv}; do
       GG_ATTENTION_WGMMA=$w ncu --clock-control none -k regex:$k --launch-skip 2 --launch-count 1 \
         --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy \
         "$B/bench/bench_attention_gpu" --n 16384 --reps 1 >>"$OUT/ncu.txt" 2>&1

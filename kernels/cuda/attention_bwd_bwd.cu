@@ -41,7 +41,10 @@
 // mma, coefficient tiles built in registers and fed straight back as mma A operands. Pass 1 holds
 // four f32 accumulators of 16 x kBobCols per warp; at d = 128 the columns are split in two
 // slices over grid.y (the score tiles are recomputed per slice). Generic kernels: GenConfig.
+// Hopper (sm_90a, bf16/f16, d in {64, 128}): pass 2 as warpgroup MMAs (one warpgroup per 64 key
+// rows, query tiles of 32 rows, 128-byte swizzled tiles; attention_hopper.cuh); pass 1 as above.
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/attention_hopper.cuh"
 #include "kernels/cuda/kernels.h"
 
 namespace gg::kernels::cuda {
@@ -574,18 +577,184 @@ __global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_bob_pass2
   store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, gV, one, jw, p.N, lane);
 }
 
+
+// ------------------------------------------------------------------------ Hopper pass 2
+
+template <int kD>
+struct HopperBobConfig {
+  static_assert(kD == 64 || kD == 128, "Hopper BoB: d in {64, 128}");
+  static constexpr int kThreads = 128;  // one warpgroup
+  static constexpr int kBlockM = 64;    // own key rows per block
+  static constexpr int kBlockN = 32;    // query rows per tile (four score tiles live at once)
+  static constexpr int kMinBlocks = 2;
+  static constexpr int kOwnElems = kBlockM * kD;
+  static constexpr int kTileElems = kBlockN * kD;
+  // K, V, Kt, Vt own; Q, dO, Qt x 2 stages; L, D, E, F x 2 stages
+  static constexpr size_t kSmemPass2 = (4 * kOwnElems + 6 * kTileElems) * 2 + 8 * kBlockN * sizeof(float);
+};
+
+// Pass 2 for key rows [j0, j0 + 64); warp w owns keys [jw, jw + 16).
+template <typename T, int kD>
+__global__ void __launch_bounds__(HopperBobConfig<kD>::kThreads, HopperBobConfig<kD>::kMinBlocks)
+    attention_bob_pass2_wgmma_kernel(const Params<T> p) {
+#if defined(GG_WGMMA_AVAILABLE)
+  using Cfg = HopperBobConfig<kD>;
+  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kThreads = Cfg::kThreads;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  T* sK = reinterpret_cast<T*>(smem_raw);  // own [kBM x kD], swizzled
+  T* sV = sK + Cfg::kOwnElems;
+  T* sKt = sV + Cfg::kOwnElems;
+  T* sVt = sKt + Cfg::kOwnElems;
+  T* sQ = sVt + Cfg::kOwnElems;  // other [2][kBN x kD]
+  T* sdO = sQ + 2 * Cfg::kTileElems;
+  T* sQt = sdO + 2 * Cfg::kTileElems;
+  float* sL = reinterpret_cast<float*>(sQt + 2 * Cfg::kTileElems);  // [2][kBN] each
+  float* sD = sL + 2 * kBN;
+  float* sE = sD + 2 * kBN;
+  float* sF = sE + 2 * kBN;
+
+  const bool has_Qt = p.Qt != nullptr, has_Kt = p.Kt != nullptr, has_Vt = p.Vt != nullptr;
+  const bool has_G = has_Qt || has_Kt, has_H = has_Vt;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const BlockCoord bc = block_coord(cdiv(p.N, kBM));
+  const int j0 = bc.blk * kBM, jw = j0 + 16 * warp;
+  const int64_t head = bc.bh * p.N;
+  const int64_t hd = head * kD;
+  const T* Qh = p.Q + hd;
+  const T* dOh = p.dO + hd;
+  const T* Qth = has_Qt ? p.Qt + hd : nullptr;
+  const int num_q_tiles = cdiv(p.N, kBN);
+  const int q_begin = p.causal ? j0 / kBN : 0;
+  const float sl2 = p.scale * kLog2e;
+
+  auto load_tile = [&](int qt, int stage) {
+    load_rows_swz_async<T, kD, kBN, kThreads>(sQ + stage * Cfg::kTileElems, Qh, qt * kBN, p.N);
+    load_rows_swz_async<T, kD, kBN, kThreads>(sdO + stage * Cfg::kTileElems, dOh, qt * kBN, p.N);
+    if (has_Qt) load_rows_swz_async<T, kD, kBN, kThreads>(sQt + stage * Cfg::kTileElems, Qth, qt * kBN, p.N);
+    load_scalars_async<kThreads>(sL + stage * kBN, p.L + head, qt * kBN, kBN, p.N);
+    load_scalars_async<kThreads>(sD + stage * kBN, p.D + head, qt * kBN, kBN, p.N);
+    load_scalars_async<kThreads>(sE + stage * kBN, p.E + head, qt * kBN, kBN, p.N);
+    load_scalars_async<kThreads>(sF + stage * kBN, p.F + head, qt * kBN, kBN, p.N);
+  };
+  load_rows_swz_async<T, kD, kBM, kThreads>(sK, p.K + hd, j0, p.N);
+  if (has_G) load_rows_swz_async<T, kD, kBM, kThreads>(sV, p.V + hd, j0, p.N);
+  if (has_Kt) load_rows_swz_async<T, kD, kBM, kThreads>(sKt, p.Kt + hd, j0, p.N);
+  if (has_Vt) load_rows_swz_async<T, kD, kBM, kThreads>(sVt, p.Vt + hd, j0, p.N);
+  load_tile(q_begin, 0);
+  cp_async_commit();
+  const uint64_t dK_ = make_desc_sw128(sK), dV_ = make_desc_sw128(sV), dKt_ = make_desc_sw128(sKt),
+                 dVt_ = make_desc_sw128(sVt);
+
+  float gK[kD / 8][4], gV[kD / 8][4];
+  zero(gK);
+  zero(gV);
+
+  for (int qt = q_begin; qt < num_q_tiles; ++qt) {
+    const int stage = (qt - q_begin) % 2;
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();  // tile qt visible; every warp is done with the other stage
+    if (qt + 1 < num_q_tiles) {
+      load_tile(qt + 1, 1 - stage);
+      cp_async_commit();
+    }
+    const int i0 = qt * kBN;
+    const T* sQs = sQ + stage * Cfg::kTileElems;
+    const T* sdOs = sdO + stage * Cfg::kTileElems;
+    const T* sQts = sQt + stage * Cfg::kTileElems;
+    const float* sLs = sL + stage * kBN;
+    const float* sDs = sD + stage * kBN;
+    const float* sEs = sE + stage * kBN;
+    const float* sFs = sF + stage * kBN;
+    const uint64_t dQs = make_desc_sw128(sQs), ddOs = make_desc_sw128(sdOs), dQts = make_desc_sw128(sQts);
+
+    // score tiles, transposed (64 keys x kBN queries): Sᵀ, dPᵀ, Gᵀ (unscaled), Hᵀ
+    float S[kBN / 8][4], dP[kBN / 8][4], G[kBN / 8][4], Hs[kBN / 8][4];
+    if (!has_G) zero(dP);
+    if (!has_G) zero(G);
+    if (!has_H) zero(Hs);
+    wgmma_fence();
+    wgmma_fence_regs(S);
+    wgmma_fence_regs(dP);
+    wgmma_fence_regs(G);
+    wgmma_fence_regs(Hs);
+    wgmma_score_product<T, kD, kBN>(S, dK_, dQs);
+    if (has_G) wgmma_score_product<T, kD, kBN>(dP, dV_, ddOs);
+    if (has_Qt) wgmma_score_product<T, kD, kBN>(G, dK_, dQts);
+    if (has_Kt) wgmma_score_product<T, kD, kBN>(G, dKt_, dQs, has_Qt);
+    if (has_H) wgmma_score_product<T, kD, kBN>(Hs, dVt_, ddOs);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_regs(S);
+    wgmma_fence_regs(dP);
+    wgmma_fence_regs(G);
+    wgmma_fence_regs(Hs);
+
+    // coefficient tiles, in place: S <- S̄ᵀ, dP <- dSᵀ, G <- dP̄ᵀ
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int li = frag_col(lane, j, e);  // query within the tile
+        const int key = jw + frag_row(lane, e);
+        const bool visible = i0 + li < p.N && (!p.causal || key <= i0 + li);
+        const float P = visible ? fast_exp2(S[j][e] * sl2 - sLs[li] * kLog2e) : 0.f;
+        const float Dq = sDs[li], Eq = sEs[li], Fq = sFs[li];
+        const float g = G[j][e] * p.scale;
+        const float Pbar = (dP[j][e] - Dq) * g - dP[j][e] * Eq + Hs[j][e];
+        S[j][e] = P * (Pbar - Fq);       // S̄ = P∘(P̄ - F)
+        G[j][e] = P * (g - Eq);          // dP̄ = P∘(G - E)
+        dP[j][e] = P * (dP[j][e] - Dq);  // dS = P∘(dP - D)
+      }
+    uint32_t sa[kBN / 16][4], dsa[kBN / 16][4], ga[kBN / 16][4];
+    tile_to_a_frags<T, kBN>(sa, S);
+    tile_to_a_frags<T, kBN>(dsa, dP);
+    tile_to_a_frags<T, kBN>(ga, G);
+
+    wgmma_fence_regs(gK);
+    wgmma_fence_regs(gV);
+    wgmma_fence();
+    wgmma_coef_product<T, kD, kBN>(gK, sa, dQs);                // gK += S̄ᵀ·Q
+    if (has_Qt) wgmma_coef_product<T, kD, kBN>(gK, dsa, dQts);  // gK += dSᵀ·Qt
+    if (has_G) wgmma_coef_product<T, kD, kBN>(gV, ga, ddOs);    // gV += dP̄ᵀ·dO
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_regs(gK);
+    wgmma_fence_regs(gV);
+  }
+
+  const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
+  store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, gK, scale, jw, p.N, lane);
+  store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, gV, one, jw, p.N, lane);
+#else
+  __trap();  // launched only where sm_90a code was built and the device is 9.x
+#endif
+}
+
 // ------------------------------------------------------------------------ launchers
 
 template <typename T, int kD>
 void launch_bob_tc(const Params<T>& p) {
   using Cfg = TcConfig<kD>;
   const unsigned grid = grid_x(p.BH, cdiv(p.N, Cfg::kBlockM));
+  bool hopper = false;
+  if constexpr (kD == 64 || kD == 128) hopper = hopper_kernels_apply();
   {
     const size_t smem = (3 * Cfg::kOwnElems + 8 * Cfg::kTileElems) * sizeof(T);
     auto kernel = attention_bob_pass1_tc_kernel<T, kD>;
     set_smem(kernel, smem);
     kernel<<<dim3(grid, kD / Cfg::kBobCols), Cfg::kThreads, smem, cuda_stream()>>>(p);
     CUDA_CHECK_LAUNCH();
+  }
+  if constexpr (kD == 64 || kD == 128) {
+    if (hopper) {
+      using H = HopperBobConfig<kD>;
+      auto kernel = attention_bob_pass2_wgmma_kernel<T, kD>;
+      set_smem(kernel, H::kSmemPass2);
+      kernel<<<grid_x(p.BH, cdiv(p.N, H::kBlockM)), H::kThreads, H::kSmemPass2, cuda_stream()>>>(p);
+      CUDA_CHECK_LAUNCH();
+      return;
+    }
   }
   {
     const size_t smem = (4 * Cfg::kOwnElems + 6 * Cfg::kTileElems) * sizeof(T) + 8 * Cfg::kBlockN * sizeof(float);

@@ -12,7 +12,7 @@
 //   ExplicitScale          a non-default scale on every path.
 //   BobIsDeterministic     bitwise identical BoB outputs across runs at bf16, N = 1024.
 //   AutogradChain          gg::attention differentiated twice on the GPU runs the fused kernels.
-//   Hopper*                the sm_90a (wgmma) forward and backward vs the mma.sync kernels, both
+//   Hopper*                the sm_90a (wgmma) forward, backward and BoB vs the mma.sync kernels, both
 //                          against f64: error ≤ 2 x the mma.sync kernels' (or the rounding floor);
 //                          runs where the Hopper kernels are active (H100/H200 with a 90a build).
 // Errors are max|Δ| / max|ref over the output's family| (see family_scale); NaN/Inf never pass
@@ -437,8 +437,9 @@ TEST_P(CudaAttentionHopper, WithinTwiceMmaSync) {
   };
   expect_close(hopper.O, mma.O, ref.O, family_scale({ref.O}), "O");
   EXPECT_LE(max_abs_diff(hopper.L, ref.L), 1e-3) << what << " L";
-  const double s1 = family_scale(ref.bwd);
+  const double s1 = family_scale(ref.bwd), s2 = family_scale(ref.bob);
   for (int i = 0; i < 3; ++i) expect_close(hopper.bwd[i], mma.bwd[i], ref.bwd[i], s1, kBwdNames[i]);
+  for (int i = 0; i < 4; ++i) expect_close(hopper.bob[i], mma.bob[i], ref.bob[i], s2, kBobNames[i]);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionHopper,

@@ -1,0 +1,50 @@
+// Shared pieces of the Hopper (sm_90a) attention kernels: descriptor steps over the swizzled
+// tiles of attention_common.cuh and the two warpgroup tile products every kernel is built from
+// (a score product Own·Otherᵀ with both operands in shared memory, and a coefficient product
+// Coef·Other with the coefficient tile in registers). The wgmma wrappers are in wgmma.cuh.
+#pragma once
+#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/wgmma.cuh"
+
+namespace gg::kernels::cuda::attn {
+
+// Descriptor offset (16-byte units) of the k16 slice k of a K-major swizzled tile of `rows` rows.
+__device__ __forceinline__ uint64_t k_major_step(int k, int rows) {
+  return uint64_t((k / 4) * rows * 128 / 16 + (k % 4) * 2);
+}
+// Descriptor offset of rows [16·q, 16·q + 16) of column half h of an MN-major swizzled tile.
+__device__ __forceinline__ uint64_t mn_major_step(int q, int h, int rows) {
+  return uint64_t((h * rows * 128 + q * 2048) / 16);
+}
+
+// acc (64 x kD) += A (64 x kBN, register fragments a[kBN / 16]) · B (kBN x kD, MN-major smem desc),
+// issued 64 output columns at a time.
+template <typename T, int kD, int kBN>
+__device__ __forceinline__ void wgmma_coef_product(float (&acc)[kD / 8][4], const uint32_t (&a)[kBN / 16][4],
+                                                   uint64_t db) {
+#pragma unroll
+  for (int h = 0; h < kD / 64; ++h) {
+    float(&acc_h)[8][4] = *reinterpret_cast<float(*)[8][4]>(&acc[8 * h][0]);
+#pragma unroll
+    for (int q = 0; q < kBN / 16; ++q) wgmma_rs<T, 64>(acc_h, a[q], db + mn_major_step(q, h, kBN), true);
+  }
+}
+
+// s (64 x kBN) = A (64 own rows, smem) · B (kBN other rows, smem)ᵀ, both K-major swizzled.
+// accumulate = false: s is overwritten.
+template <typename T, int kD, int kBN>
+__device__ __forceinline__ void wgmma_score_product(float (&s)[kBN / 8][4], uint64_t da, uint64_t db,
+                                                    bool accumulate = false) {
+#pragma unroll
+  for (int k = 0; k < kD / 16; ++k)
+    wgmma_ss<T, kBN>(s, da + k_major_step(k, 64), db + k_major_step(k, kBN), accumulate || k > 0);
+}
+
+// The 16 x kBN tile c (mma.sync layout) as kBN / 16 register A operands.
+template <typename T, int kBN>
+__device__ __forceinline__ void tile_to_a_frags(uint32_t (&a)[kBN / 16][4], const float (&c)[kBN / 8][4]) {
+#pragma unroll
+  for (int q = 0; q < kBN / 16; ++q) to_a_frag<T>(a[q], *reinterpret_cast<const float(*)[2][4]>(&c[2 * q][0]));
+}
+
+}  // namespace gg::kernels::cuda::attn
