@@ -23,7 +23,7 @@ row "gpu" "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | 
 row "date / commit" "$(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 if ! cmake -S . -B "$BUILD" -G Ninja -DGG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release \
       -DGG_BUILD_EXAMPLES=ON "${prefix[@]}" >"$OUT/ex-configure.log" 2>&1 ||
-   ! cmake --build "$BUILD" -j "$(nproc)" --target maml_sine maml_attention ttt_e2e >"$OUT/ex-build.log" 2>&1; then
+   ! cmake --build "$BUILD" -j "$(nproc)" --target ${GG_EXAMPLE_TARGETS:-maml_sine maml_attention ttt_e2e} >"$OUT/ex-build.log" 2>&1; then
   tail -30 "$OUT/ex-configure.log" "$OUT/ex-build.log"; row "build" "FAILED"; cp "$OUT"/*.log "$FINAL/"; exit 1
 fi
 EX="$BUILD/examples"
@@ -32,7 +32,7 @@ ms() {  # maml_sine prints "time per meta-iteration: X ms" last; the others "X m
 }
 
 if want maml; then
-  for dev in cuda cpu; do
+  for dev in ${GG_EXAMPLE_DEVICES:-cuda cpu}; do
     export OMP_NUM_THREADS=2
     timeout 300 "$EX/maml_sine/maml_sine" --device $dev --iterations 2000 --out "$OUT/ms_$dev" >"$OUT/maml_sine_$dev.log" 2>&1
     row "maml_sine $dev second order (gradgrad)" "$(ms "$OUT/maml_sine_$dev.log") rc $?"
