@@ -3,7 +3,7 @@
 attention kernels use. The wrappers are long lists of register operands, so they are generated;
 rerun this script after changing SHAPES (python3 scripts/gen_wgmma.py > kernels/cuda/wgmma.cuh)."""
 
-SHAPES = [32, 64, 128]  # n of m64nNk16
+SHAPES = [16, 32, 64, 128]  # n of m64nNk16
 TYPES = [("__nv_bfloat16", "bf16"), ("__half", "f16")]
 
 out = []

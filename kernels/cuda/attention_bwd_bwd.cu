@@ -578,6 +578,225 @@ __global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_bob_pass2
 }
 
 
+// ------------------------------------------------------------------------ Hopper pass 1
+//
+// EXPERIMENTAL, off by default (set_attention_wgmma_bob_pass1 / GG_ATTENTION_WGMMA_BOB1=1): written
+// on 2026-11-29 after the session's GPU time was spent; compiled, never run on a GPU. The pass-1
+// mma.sync kernel runs unless it is switched on. The test CudaAttention.HopperBobPass1 compares it
+// with the mma.sync kernel and the CPU f64 reference.
+//
+// Pass 1 for query rows [i0, i0 + 64) and output columns [c0, c0 + 64) (d = 128: two column slices
+// over grid.y, score tiles recomputed per slice, as in the mma.sync kernel). Key tiles of 32 rows,
+// double-buffered; each is swept in two sub-tiles of 16 keys so that the five score tiles of a
+// warp (S, dP, G, H and dS, 16 x 16 each) and the split coefficient operands fit in registers
+// beside the four 16 x 64 accumulators. Score products: wgmma m64n16k16 (own rows from shared
+// memory); coefficient products: wgmma m64n64k16 with register A operands, hi + lo pairs where the
+// mma.sync kernel splits them.
+
+template <int kD>
+struct HopperBobPass1Config {
+  static constexpr int kThreads = 128;
+  static constexpr int kBlockM = 64;
+  static constexpr int kBlockN = 32;  // keys per loaded tile
+  static constexpr int kSub = 16;     // keys per sub-tile
+  static constexpr int kCols = 64;    // output columns per block
+  static constexpr int kOwnElems = kBlockM * kD;
+  static constexpr int kTileElems = kBlockN * kD;
+  static constexpr size_t kSmem = (3 * kOwnElems + 8 * kTileElems) * 2;  // Q, dO, Qt; K, V, Kt, Vt x 2
+};
+
+template <typename T, int kD>
+__global__ void __launch_bounds__(128, 2) attention_bob_pass1_wgmma_kernel(const Params<T> p) {
+#if defined(GG_WGMMA_AVAILABLE)
+  using Cfg = HopperBobPass1Config<kD>;
+  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kThreads = Cfg::kThreads;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);  // own [kBM x kD], swizzled
+  T* sdO = sQ + Cfg::kOwnElems;
+  T* sQt = sdO + Cfg::kOwnElems;
+  T* sK = sQt + Cfg::kOwnElems;  // other [2][kBN x kD]
+  T* sV = sK + 2 * Cfg::kTileElems;
+  T* sKt = sV + 2 * Cfg::kTileElems;
+  T* sVt = sKt + 2 * Cfg::kTileElems;
+
+  const bool has_Qt = p.Qt != nullptr, has_Kt = p.Kt != nullptr, has_Vt = p.Vt != nullptr;
+  const bool has_G = has_Qt || has_Kt, has_H = has_Vt;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const BlockCoord bc = block_coord(cdiv(p.N, kBM));
+  const int i0 = bc.blk * kBM, iw = i0 + 16 * warp;
+  const int half = blockIdx.y;  // output columns [64·half, 64·half + 64)
+  const int c0 = Cfg::kCols * half;
+  const int64_t head = bc.bh * p.N;
+  const int64_t hd = head * kD;
+  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + kBM), kBN) : cdiv(p.N, kBN);
+  const int key_end = p.causal ? min(p.N, i0 + kBM) : p.N;  // no key at or past this is visible
+  const float sl2 = p.scale * kLog2e;
+  float L2[2], D[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = iw + frag_row(lane, 2 * h);
+    L2[h] = row < p.N ? p.L[head + row] * kLog2e : 0.f;
+    D[h] = row < p.N ? p.D[head + row] : 0.f;
+  }
+
+  auto load_tile = [&](int kb, int stage) {
+    const int off = stage * Cfg::kTileElems;
+    load_rows_swz_async<T, kD, kBN, kThreads>(sK + off, p.K + hd, kb * kBN, p.N);
+    if (has_G) load_rows_swz_async<T, kD, kBN, kThreads>(sV + off, p.V + hd, kb * kBN, p.N);
+    if (has_Kt) load_rows_swz_async<T, kD, kBN, kThreads>(sKt + off, p.Kt + hd, kb * kBN, p.N);
+    if (has_Vt) load_rows_swz_async<T, kD, kBN, kThreads>(sVt + off, p.Vt + hd, kb * kBN, p.N);
+  };
+  load_rows_swz_async<T, kD, kBM, kThreads>(sQ, p.Q + hd, i0, p.N);
+  load_rows_swz_async<T, kD, kBM, kThreads>(sdO, p.dO + hd, i0, p.N);
+  if (has_Qt) load_rows_swz_async<T, kD, kBM, kThreads>(sQt, p.Qt + hd, i0, p.N);
+  load_tile(0, 0);
+  cp_async_commit();
+  const uint64_t dQ_ = make_desc_sw128(sQ), ddO_ = make_desc_sw128(sdO), dQt_ = make_desc_sw128(sQt);
+
+  float XA[8][4], X2[8][4], X3[8][4], Y[8][4];
+  zero(XA);
+  zero(X2);
+  zero(X3);
+  zero(Y);
+  float e_part[2] = {0.f, 0.f}, f_part[2] = {0.f, 0.f};
+
+  // s (64 x 16) = Own · (keys [16·q, 16·q + 16) of a K-major tile)ᵀ
+  auto score16 = [&](float (&s)[2][4], uint64_t d_own, uint64_t d_tile, int q, bool accumulate) {
+#pragma unroll
+    for (int k = 0; k < kD / 16; ++k)
+      wgmma_ss<T, 16>(s, d_own + k_major_step(k, 64), d_tile + q * 128 + k_major_step(k, kBN), accumulate || k > 0);
+  };
+
+  for (int kb = 0; kb < num_k_tiles; ++kb) {
+    const int stage = kb % 2;
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+    if (kb + 1 < num_k_tiles) {
+      load_tile(kb + 1, 1 - stage);
+      cp_async_commit();
+    }
+    const int j0 = kb * kBN;
+    const int off = stage * Cfg::kTileElems;
+    const uint64_t dK = make_desc_sw128(sK + off), dV = make_desc_sw128(sV + off), dKt = make_desc_sw128(sKt + off),
+                   dVt = make_desc_sw128(sVt + off);
+
+#pragma unroll 1
+    for (int q = 0; q < kBN / Cfg::kSub; ++q) {
+      const int js = j0 + Cfg::kSub * q;
+      if (js >= key_end) break;  // uniform over the block: no row of it sees these keys
+
+      float S[2][4], dP[2][4], G[2][4], Hs[2][4], dS[2][4];
+      if (!has_G) {
+        zero(dP);
+        zero(G);
+      }
+      if (!has_H) zero(Hs);
+      wgmma_fence();
+      wgmma_fence_regs(S);
+      wgmma_fence_regs(dP);
+      wgmma_fence_regs(G);
+      wgmma_fence_regs(Hs);
+      score16(S, dQ_, dK, q, false);
+      if (has_G) score16(dP, ddO_, dV, q, false);
+      if (has_Qt) score16(G, dQt_, dK, q, false);
+      if (has_Kt) score16(G, dQ_, dKt, q, has_Qt);
+      if (has_H) score16(Hs, ddO_, dVt, q, false);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_regs(S);
+      wgmma_fence_regs(dP);
+      wgmma_fence_regs(G);
+      wgmma_fence_regs(Hs);
+
+      // coefficient tiles, in place: S <- P, dP <- P∘dP, G <- P∘G, Hs <- C1; and dS
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e / 2;
+          const int key = js + frag_col(lane, n, e), row = iw + frag_row(lane, e);
+          const bool visible = key < p.N && (!p.causal || key <= row);
+          const float P = visible ? fast_exp2(S[n][e] * sl2 - L2[h]) : 0.f;
+          const float g = G[n][e] * p.scale;
+          const float PG = P * g;
+          const float ds = P * (dP[n][e] - D[h]);
+          e_part[h] += PG;
+          f_part[h] += dP[n][e] * PG + P * Hs[n][e];
+          Hs[n][e] = ds * g + P * Hs[n][e];  // C1 = P∘((dP - D)∘G + H)
+          dS[n][e] = ds;
+          dP[n][e] = P * dP[n][e];
+          G[n][e] = PG;
+          S[n][e] = P;
+        }
+
+      uint32_t c1_hi[4], c1_lo[4], p_hi[4], p_lo[4], pdp_hi[4], pdp_lo[4], pg_hi[4], pg_lo[4], ds_a[4];
+      to_a_frag_split<T>(c1_hi, c1_lo, Hs);
+      to_a_frag_split<T>(p_hi, p_lo, S);
+      to_a_frag_split<T>(pdp_hi, pdp_lo, dP);
+      to_a_frag_split<T>(pg_hi, pg_lo, G);
+      to_a_frag<T>(ds_a, dS);
+
+      // output products on columns [c0, c0 + 64): B = rows [16·q, 16·q + 16) of the key tiles
+      const uint64_t bK = dK + mn_major_step(q, half, kBN), bV = dV + mn_major_step(q, half, kBN),
+                     bKt = dKt + mn_major_step(q, half, kBN), bVt = dVt + mn_major_step(q, half, kBN);
+      wgmma_fence_regs(XA);
+      wgmma_fence_regs(X2);
+      wgmma_fence_regs(X3);
+      wgmma_fence_regs(Y);
+      wgmma_fence();
+      wgmma_rs<T, 64>(XA, c1_hi, bK, true);  // XA += C1·K
+      wgmma_rs<T, 64>(XA, c1_lo, bK, true);
+      wgmma_rs<T, 64>(X3, p_hi, bK, true);  // X3 += P·K
+      wgmma_rs<T, 64>(X3, p_lo, bK, true);
+      if (has_Vt) wgmma_rs<T, 64>(Y, p_hi, bVt, true);  // Y += P·Vt
+      if (has_G) {
+        wgmma_rs<T, 64>(X2, pdp_hi, bK, true);  // X2 += (P∘dP)·K
+        wgmma_rs<T, 64>(X2, pdp_lo, bK, true);
+        wgmma_rs<T, 64>(Y, pg_hi, bV, true);  // Y += (P∘G)·V
+        wgmma_rs<T, 64>(Y, pg_lo, bV, true);
+      }
+      if (has_Kt) wgmma_rs<T, 64>(XA, ds_a, bKt, true);  // XA += dS·Kt
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_regs(XA);
+      wgmma_fence_regs(X2);
+      wgmma_fence_regs(X3);
+      wgmma_fence_regs(Y);
+    }
+  }
+
+  // ---- epilogue: E, F; grad_Q = s·(XA - E·X2 - F·X3), grad_dO = Y - E·O
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float E = quad_sum(e_part[h]);
+    const float F = quad_sum(f_part[h]) - 2.f * D[h] * E;
+    const int row = iw + frag_row(lane, 2 * h);
+    if (row >= p.N) continue;
+    if (half == 0 && lane % 4 == 0) {
+      p.E[head + row] = E;
+      p.F[head + row] = F;
+    }
+    const int64_t at = (head + row) * kD + c0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int c = frag_col(lane, j, 0);
+      float gq[2], gdo[2];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int e = 2 * h + u;
+        gq[u] = p.scale * (XA[j][e] - E * X2[j][e] - F * X3[j][e]);
+        gdo[u] = Y[j][e] - E * Elem<T>::to_acc(p.O[at + c + u]);
+      }
+      *reinterpret_cast<uint32_t*>(p.out0 + at + c) = Elem<T>::pack(gq[0], gq[1]);
+      *reinterpret_cast<uint32_t*>(p.out3 + at + c) = Elem<T>::pack(gdo[0], gdo[1]);
+    }
+  }
+#else
+  __trap();
+#endif
+}
+
 // ------------------------------------------------------------------------ Hopper pass 2
 
 template <int kD>
@@ -739,7 +958,17 @@ void launch_bob_tc(const Params<T>& p) {
   const unsigned grid = grid_x(p.BH, cdiv(p.N, Cfg::kBlockM));
   bool hopper = false;
   if constexpr (kD == 64 || kD == 128) hopper = hopper_kernels_apply();
-  {
+  const bool hopper_pass1 = hopper && attention_wgmma_bob_pass1_enabled();  // experimental, off by default
+  if constexpr (kD == 64 || kD == 128) {
+    if (hopper_pass1) {
+      using H1 = HopperBobPass1Config<kD>;
+      auto kernel = attention_bob_pass1_wgmma_kernel<T, kD>;
+      set_smem(kernel, H1::kSmem);
+      kernel<<<dim3(grid_x(p.BH, cdiv(p.N, H1::kBlockM)), kD / H1::kCols), H1::kThreads, H1::kSmem, cuda_stream()>>>(p);
+      CUDA_CHECK_LAUNCH();
+    }
+  }
+  if (!hopper_pass1) {
     const size_t smem = (3 * Cfg::kOwnElems + 8 * Cfg::kTileElems) * sizeof(T);
     auto kernel = attention_bob_pass1_tc_kernel<T, kD>;
     set_smem(kernel, smem);

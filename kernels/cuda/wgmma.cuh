@@ -58,6 +58,62 @@ template <typename T, int N>
 struct Wgmma;
 
 template <>
+struct Wgmma<__nv_bfloat16, 16> {
+  static __device__ __forceinline__ void ss(float (&d)[2][4], uint64_t da, uint64_t db, bool acc) {
+#ifdef GG_WGMMA_AVAILABLE
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, "
+        "%8, %9, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3])
+        : "l"(da), "l"(db), "r"(int(acc)));
+#endif
+  }
+  static __device__ __forceinline__ void rs(float (&d)[2][4], const uint32_t (&a)[4], uint64_t db, bool acc) {
+#ifdef GG_WGMMA_AVAILABLE
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, "
+        "{%8, %9, %10, %11}, %12, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(int(acc)));
+#endif
+  }
+};
+
+template <>
+struct Wgmma<__half, 16> {
+  static __device__ __forceinline__ void ss(float (&d)[2][4], uint64_t da, uint64_t db, bool acc) {
+#ifdef GG_WGMMA_AVAILABLE
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, "
+        "%8, %9, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3])
+        : "l"(da), "l"(db), "r"(int(acc)));
+#endif
+  }
+  static __device__ __forceinline__ void rs(float (&d)[2][4], const uint32_t (&a)[4], uint64_t db, bool acc) {
+#ifdef GG_WGMMA_AVAILABLE
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, "
+        "{%8, %9, %10, %11}, %12, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(int(acc)));
+#endif
+  }
+};
+
+template <>
 struct Wgmma<__nv_bfloat16, 32> {
   static __device__ __forceinline__ void ss(float (&d)[4][4], uint64_t da, uint64_t db, bool acc) {
 #ifdef GG_WGMMA_AVAILABLE
