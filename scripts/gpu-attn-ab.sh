@@ -14,9 +14,11 @@ GG_REQUIRE_GPU=1 "$B/tests/gg_gpu_tests" --gtest_filter="${GG_TEST_FILTER:-*Cuda
   >"$OUT/tests.log" 2>&1
 echo "tests: $(grep -E '^\[  PASSED|^\[  FAILED' "$OUT/tests.log" | head -2 | tr '\n' ' ')"
 grep -E "Failure|FAILED  \]" -A3 "$OUT/tests.log" | head -20
-for w in 1 0; do
-  GG_ATTENTION_WGMMA=$w "$B/bench/bench_attention_gpu" --n 4096,16384 --d 64
-  GG_ATTENTION_WGMMA=$w "$B/bench/bench_attention_gpu" --n 16384 --d 128
+# three configurations: Hopper kernels (default), plus the experimental BoB pass 1, and mma.sync only
+for cfg in "1 0" "1 1" "0 0"; do
+  set -- $cfg
+  GG_ATTENTION_WGMMA=$1 GG_ATTENTION_WGMMA_BOB1=$2 "$B/bench/bench_attention_gpu" --n 4096,16384 --d 64 | sed "s/^{/{\"bob_pass1_wgmma\":$2,/"
+  GG_ATTENTION_WGMMA=$1 GG_ATTENTION_WGMMA_BOB1=$2 "$B/bench/bench_attention_gpu" --n 16384 --d 128 | sed "s/^{/{\"bob_pass1_wgmma\":$2,/"
 done >"$OUT/ab.jsonl" 2>>"$OUT/build.log"
 if command -v ncu >/dev/null; then
   for w in 1 0; do
@@ -30,10 +32,10 @@ if command -v ncu >/dev/null; then
 fi
 python3 - "$OUT/ab.jsonl" <<'PY'
 import json, sys
-print(f"{'kernel':9} {'N':>6} {'d':>4} {'fwd ms':>8} {'fwd TF':>7} {'fwdbwd':>8} {'chain ms':>9}")
+print(f"{'kernel':9} {'bob1':>4} {'N':>6} {'d':>4} {'fwd ms':>8} {'fwd TF':>7} {'fwdbwd':>8} {'bob ms':>8} {'chain ms':>9}")
 for line in open(sys.argv[1]):
     if not line.startswith('{'): continue
     r = json.loads(line)
     if 'error' in r: print(r); continue
-    print(f"{r['fwd_kernel']:9} {r['N']:>6} {r['d']:>4} {r['fwd_ms']:8.3f} {r['fwd_TFLOPs']:7.1f} {r['fwdbwd_ms']:8.3f} {r['chain_ms']:9.2f}")
+    print(f"{r['fwd_kernel']:9} {r.get('bob_pass1_wgmma', 0):>4} {r['N']:>6} {r['d']:>4} {r['fwd_ms']:8.3f} {r['fwd_TFLOPs']:7.1f} {r['fwdbwd_ms']:8.3f} {r['bob_ms']:8.2f} {r['chain_ms']:9.2f}")
 PY
