@@ -647,7 +647,7 @@ void bwd(const AttentionArgs& a) {
   launch_row_dot<T>(p.dO, p.O, p.D, rows, p.d);  // phase 1: D = rowsum(dO∘O)
   if constexpr (is_half_type<T>()) {
     if (tc_supported(a)) {
-      if (hopper_kernels_apply()) {
+      if (attention_wgmma_active()) {
         if (p.d == 64) return launch_bwd_wgmma<T, 64>(p);
         if (p.d == 128) return launch_bwd_wgmma<T, 128>(p);
       }

@@ -271,6 +271,42 @@ __global__ void __launch_bounds__(GenConfig::kThreads, 1) attention_bob_pass2_ge
 
 // ------------------------------------------------------------------------ tensor-core kernels
 
+// Pass 1's epilogue, shared by the mma.sync and wgmma kernels: E and F of this warp's rows from
+// the per-thread partial sums (written by the blocks of the first column slice), then
+// grad_Q = s·(XA - E·X2 - F·X3) and grad_dO = Y - E·O on columns [c0, c0 + kCols).
+template <typename T, int kD, int kCols>
+__device__ __forceinline__ void bob_pass1_epilogue(const Params<T>& p, const float (&XA)[kCols / 8][4],
+                                                   const float (&X2)[kCols / 8][4], const float (&X3)[kCols / 8][4],
+                                                   const float (&Y)[kCols / 8][4], const float (&e_part)[2],
+                                                   const float (&f_part)[2], const float (&D)[2], int64_t head, int iw,
+                                                   int c0, int lane) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float E = quad_sum(e_part[h]);
+    const float F = quad_sum(f_part[h]) - 2.f * D[h] * E;
+    const int row = iw + frag_row(lane, 2 * h);
+    if (row >= p.N) continue;
+    if (blockIdx.y == 0 && lane % 4 == 0) {
+      p.E[head + row] = E;
+      p.F[head + row] = F;
+    }
+    const int64_t at = (head + row) * kD + c0;
+#pragma unroll
+    for (int j = 0; j < kCols / 8; ++j) {
+      const int c = frag_col(lane, j, 0);
+      float gq[2], gdo[2];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int e = 2 * h + u;
+        gq[u] = p.scale * (XA[j][e] - E * X2[j][e] - F * X3[j][e]);
+        gdo[u] = Y[j][e] - E * Elem<T>::to_acc(p.O[at + c + u]);
+      }
+      *reinterpret_cast<uint32_t*>(p.out0 + at + c) = Elem<T>::pack(gq[0], gq[1]);
+      *reinterpret_cast<uint32_t*>(p.out3 + at + c) = Elem<T>::pack(gdo[0], gdo[1]);
+    }
+  }
+}
+
 // Pass 1 for query rows [i0, i0 + kBlockM), output columns [c0, c0 + kCols); warp w owns
 // queries [iw, iw + 16).
 template <typename T, int kD>
@@ -413,32 +449,7 @@ __global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_bob_pass1
     __syncthreads();
   }
 
-  // ---- epilogue: E, F; grad_Q = s·(XA - E·X2 - F·X3), grad_dO = Y - E·O
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float E = quad_sum(e_part[h]);
-    const float F = quad_sum(f_part[h]) - 2.f * D[h] * E;
-    const int row = iw + frag_row(lane, 2 * h);
-    if (row >= p.N) continue;
-    if (blockIdx.y == 0 && lane % 4 == 0) {
-      p.E[head + row] = E;
-      p.F[head + row] = F;
-    }
-    const int64_t at = (head + row) * kD + c0;
-#pragma unroll
-    for (int j = 0; j < kCols / 8; ++j) {
-      const int c = frag_col(lane, j, 0);
-      float gq[2], gdo[2];
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const int e = 2 * h + u;
-        gq[u] = p.scale * (XA[j][e] - E * X2[j][e] - F * X3[j][e]);
-        gdo[u] = Y[j][e] - E * Elem<T>::to_acc(p.O[at + c + u]);
-      }
-      *reinterpret_cast<uint32_t*>(p.out0 + at + c) = Elem<T>::pack(gq[0], gq[1]);
-      *reinterpret_cast<uint32_t*>(p.out3 + at + c) = Elem<T>::pack(gdo[0], gdo[1]);
-    }
-  }
+  bob_pass1_epilogue<T, kD, kCols>(p, XA, X2, X3, Y, e_part, f_part, D, head, iw, c0, lane);
 }
 
 // Pass 2 for key rows [j0, j0 + kBlockM); warp w owns keys [jw, jw + 16).
@@ -766,32 +777,7 @@ __global__ void __launch_bounds__(128, 2) attention_bob_pass1_wgmma_kernel(const
     }
   }
 
-  // ---- epilogue: E, F; grad_Q = s·(XA - E·X2 - F·X3), grad_dO = Y - E·O
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float E = quad_sum(e_part[h]);
-    const float F = quad_sum(f_part[h]) - 2.f * D[h] * E;
-    const int row = iw + frag_row(lane, 2 * h);
-    if (row >= p.N) continue;
-    if (half == 0 && lane % 4 == 0) {
-      p.E[head + row] = E;
-      p.F[head + row] = F;
-    }
-    const int64_t at = (head + row) * kD + c0;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int c = frag_col(lane, j, 0);
-      float gq[2], gdo[2];
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const int e = 2 * h + u;
-        gq[u] = p.scale * (XA[j][e] - E * X2[j][e] - F * X3[j][e]);
-        gdo[u] = Y[j][e] - E * Elem<T>::to_acc(p.O[at + c + u]);
-      }
-      *reinterpret_cast<uint32_t*>(p.out0 + at + c) = Elem<T>::pack(gq[0], gq[1]);
-      *reinterpret_cast<uint32_t*>(p.out3 + at + c) = Elem<T>::pack(gdo[0], gdo[1]);
-    }
-  }
+  bob_pass1_epilogue<T, kD, Cfg::kCols>(p, XA, X2, X3, Y, e_part, f_part, D, head, iw, c0, lane);
 #else
   __trap();
 #endif
@@ -957,7 +943,7 @@ void launch_bob_tc(const Params<T>& p) {
   using Cfg = TcConfig<kD>;
   const unsigned grid = grid_x(p.BH, cdiv(p.N, Cfg::kBlockM));
   bool hopper = false;
-  if constexpr (kD == 64 || kD == 128) hopper = hopper_kernels_apply();
+  if constexpr (kD == 64 || kD == 128) hopper = attention_wgmma_active();
   const bool hopper_pass1 = hopper && attention_wgmma_bob_pass1_enabled();  // experimental, off by default
   if constexpr (kD == 64 || kD == 128) {
     if (hopper_pass1) {

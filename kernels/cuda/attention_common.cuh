@@ -350,10 +350,6 @@ inline bool tc_supported(const AttentionArgs& a) {
   return true;
 }
 
-// Whether the Hopper (wgmma) kernels run: sm_90a code built (GG_CUDA_SM90A), the current device
-// is compute capability 9.x, and gg::kernels::cuda::set_attention_wgmma has not turned them off.
-bool hopper_kernels_apply();
-
 // ---------------------------------------------------------------- PTX wrappers
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {

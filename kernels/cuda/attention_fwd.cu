@@ -34,7 +34,7 @@
 
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/kernels.h"
-#include "kernels/cuda/wgmma.cuh"
+#include "kernels/cuda/attention_hopper.cuh"
 
 namespace gg::kernels::cuda {
 namespace {
@@ -328,18 +328,13 @@ __global__ void __launch_bounds__(HopperFwdConfig<kD>::kThreads, HopperFwdConfig
   auto load_k = [&](int j) { load_rows_swz_async<T, kD, kBN, kThreads>(sK + (j % 2) * Cfg::kTileElems, Kh, j * kBN, p.N); };
   auto load_v = [&](int j) { load_rows_swz_async<T, kD, kBN, kThreads>(sV + (j % 2) * Cfg::kTileElems, Vh, j * kBN, p.N); };
 
-  // Descriptors (swizzled tiles, attention_common.cuh). Q and K are K-major: the k16 slice k
-  // starts 32 bytes into column half k / 4. V is MN-major: the k16 slice q (16 keys) of column half
-  // h starts at row 16·q of that half; the product is issued one 64-column half at a time.
-  // Descriptor start addresses count 16-byte units.
+  // Swizzled tiles and their descriptors: attention_common.cuh; the two products:
+  // attention_hopper.cuh (Q, K K-major; V MN-major, issued 64 output columns at a time).
   const uint64_t dQ = make_desc_sw128(sQ);
-  auto k_step = [](int k, int rows) { return uint64_t((k / 4) * rows * 128 / 16 + (k % 4) * 2); };
   auto scores = [&](float (&s)[kBN / 8][4], int j) {  // issue S = Q·K_jᵀ (not waited)
-    const uint64_t dK = make_desc_sw128(sK + (j % 2) * Cfg::kTileElems);
     wgmma_fence();
     wgmma_fence_regs(s);
-#pragma unroll
-    for (int k = 0; k < kD / 16; ++k) wgmma_ss<T, kBN>(s, dQ + k_step(k, kBM), dK + k_step(k, kBN), k > 0);
+    wgmma_score_product<T, kD, kBN>(s, dQ, make_desc_sw128(sK + (j % 2) * Cfg::kTileElems));
     wgmma_commit();
   };
 
@@ -378,20 +373,10 @@ __global__ void __launch_bounds__(HopperFwdConfig<kD>::kThreads, HopperFwdConfig
 
     // O += P_j·V_j, P as register A operands (one k16 slice of keys each)
     uint32_t pa[kBN / 16][4];
-#pragma unroll
-    for (int q = 0; q < kBN / 16; ++q) {
-      const float(&pq)[2][4] = *reinterpret_cast<const float(*)[2][4]>(&s_cur[2 * q][0]);
-      to_a_frag<T>(pa[q], pq);
-    }
-    const uint64_t dV = make_desc_sw128(sV + (j % 2) * Cfg::kTileElems);
+    tile_to_a_frags<T, kBN>(pa, s_cur);
     wgmma_fence_regs(acc);
     wgmma_fence();
-#pragma unroll
-    for (int h = 0; h < kD / 64; ++h) {
-      float(&acc_h)[8][4] = *reinterpret_cast<float(*)[8][4]>(&acc[8 * h][0]);
-#pragma unroll
-      for (int q = 0; q < kBN / 16; ++q) wgmma_rs<T, 64>(acc_h, pa[q], dV + (h * kBN * 128 + q * 2048) / 16, true);
-    }
+    wgmma_coef_product<T, kD, kBN>(acc, pa, make_desc_sw128(sV + (j % 2) * Cfg::kTileElems));
     wgmma_commit();
     wgmma_wait<0>();
     wgmma_fence_regs(acc);
@@ -455,7 +440,7 @@ void fwd(const AttentionArgs& a) {
   p.L_out = static_cast<typename Elem<T>::Acc*>(a.out1);
   if constexpr (is_half_type<T>()) {
     if (tc_supported(a)) {
-      if (hopper_kernels_apply()) {
+      if (attention_wgmma_active()) {
         if (p.d == 64) return launch_fwd_wgmma<T, 64>(p);
         if (p.d == 128) return launch_fwd_wgmma<T, 128>(p);
       }
@@ -504,10 +489,6 @@ bool attention_wgmma_built() {
 }
 
 bool attention_wgmma_active() { return attention_wgmma_built() && g_wgmma_enabled && compute_capability_major() == 9; }
-
-namespace attn {
-bool hopper_kernels_apply() { return attention_wgmma_active(); }
-}  // namespace attn
 
 void attention_fwd(const AttentionArgs& a) {
   dispatch_dtype(a.dtype, "gg::attention", [&](auto tag) { fwd<decltype(tag)>(a); });
