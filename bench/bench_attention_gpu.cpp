@@ -119,6 +119,11 @@ int main(int argc, char** argv) {
       return sum(g[0] * qt) + sum(g[1] * kt) + sum(g[2] * vt);
     };
     auto chain = [&]() { grad({first_order()}, {q, k, v, dO}); };
+    const double per_head = double(n) * double(n) * double(d) * double(batch * heads) * (causal ? 0.5 : 1.0);
+    auto error_row = [&](const std::exception& e, const char* mode) {
+      return std::string("{\"impl\":\"gradgrad\",") + mode + "\"N\":" + std::to_string(n) + ",\"error\":\"" +
+             std::string(e.what()).substr(0, 200) + "\"}";
+    };
     std::string row;
     if (chain_only) {
       try {
@@ -131,7 +136,6 @@ int main(int argc, char** argv) {
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         const double peak = double(cuda::memory_stats(0).peak_bytes - base) / double(1 << 30);
         const double inputs = double(cuda::memory_stats(0).current_bytes) / double(1 << 30);
-        const double per_head = double(n) * double(n) * double(d) * double(batch * heads) * (causal ? 0.5 : 1.0);
         char buf[512];
         std::snprintf(buf, sizeof buf,
                       "{\"impl\":\"gradgrad\",\"mode\":\"chain_only\",\"B\":%lld,\"H\":%lld,\"N\":%lld,\"d\":%lld,"
@@ -141,8 +145,7 @@ int main(int argc, char** argv) {
                       causal ? "true" : "false", ms, peak, inputs, 46 * per_head / ms / 1e9);
         row = buf;
       } catch (const std::exception& e) {
-        row = "{\"impl\":\"gradgrad\",\"mode\":\"chain_only\",\"N\":" + std::to_string(n) + ",\"error\":\"" +
-              std::string(e.what()).substr(0, 200) + "\"}";
+        row = error_row(e, "\"mode\":\"chain_only\",");
       }
       std::printf("%s\n", row.c_str());
       std::fflush(stdout);
@@ -162,7 +165,6 @@ int main(int argc, char** argv) {
       double peak = double(cuda::memory_stats(0).peak_bytes - base) / double(1 << 30);
       Tensor inner = first_order();
       double bob = median_ms([&] { grad({inner}, {q, k, v, dO}, {}, {false, /*retain_graph=*/1}); }, 1, reps);
-      const double per_head = double(n) * double(n) * double(d) * double(batch * heads) * (causal ? 0.5 : 1.0);
       char buf[768];
       std::snprintf(buf, sizeof buf,
                     "{\"impl\":\"gradgrad\",\"fwd_kernel\":\"%s\",\"B\":%lld,\"H\":%lld,\"N\":%lld,\"d\":%lld,\"dtype\":\"%s\",\"causal\":%s,"
@@ -173,7 +175,7 @@ int main(int argc, char** argv) {
                     10 * per_head / (fwdbwd - fwd) / 1e9, 32 * per_head / bob / 1e9);
       row = buf;
     } catch (const std::exception& e) {
-      row = "{\"impl\":\"gradgrad\",\"N\":" + std::to_string(n) + ",\"error\":\"" + std::string(e.what()).substr(0, 200) + "\"}";
+      row = error_row(e, "");
     }
     std::printf("%s\n", row.c_str());
     std::fflush(stdout);
