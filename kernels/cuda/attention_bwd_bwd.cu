@@ -41,8 +41,9 @@
 // mma, coefficient tiles built in registers and fed straight back as mma A operands. Pass 1 holds
 // four f32 accumulators of 16 x kBobCols per warp; at d = 128 the columns are split in two
 // slices over grid.y (the score tiles are recomputed per slice). Generic kernels: GenConfig.
-// Hopper (sm_90a, bf16/f16, d in {64, 128}): pass 2 as warpgroup MMAs (one warpgroup per 64 key
-// rows, query tiles of 32 rows, 128-byte swizzled tiles; attention_hopper.cuh); pass 1 as above.
+// Hopper (sm_90a, bf16/f16, d in {64, 128}): both passes as warpgroup MMAs (one warpgroup per 64
+// own rows, 128-byte swizzled tiles; attention_hopper.cuh): pass 1 sweeps key tiles of 32 rows in
+// 16-key sub-tiles, pass 2 query tiles of 32 rows.
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_hopper.cuh"
 #include "kernels/cuda/kernels.h"
@@ -591,11 +592,6 @@ __global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_bob_pass2
 
 // ------------------------------------------------------------------------ Hopper pass 1
 //
-// EXPERIMENTAL, off by default (set_attention_wgmma_bob_pass1 / GG_ATTENTION_WGMMA_BOB1=1): written
-// on 2026-11-29 after the session's GPU time was spent; compiled, never run on a GPU. The pass-1
-// mma.sync kernel runs unless it is switched on. The test CudaAttention.HopperBobPass1 compares it
-// with the mma.sync kernel and the CPU f64 reference.
-//
 // Pass 1 for query rows [i0, i0 + 64) and output columns [c0, c0 + 64) (d = 128: two column slices
 // over grid.y, score tiles recomputed per slice, as in the mma.sync kernel). Key tiles of 32 rows,
 // double-buffered; each is swept in two sub-tiles of 16 keys so that the five score tiles of a
@@ -940,36 +936,29 @@ __global__ void __launch_bounds__(HopperBobConfig<kD>::kThreads, HopperBobConfig
 
 template <typename T, int kD>
 void launch_bob_tc(const Params<T>& p) {
-  using Cfg = TcConfig<kD>;
-  const unsigned grid = grid_x(p.BH, cdiv(p.N, Cfg::kBlockM));
-  bool hopper = false;
-  if constexpr (kD == 64 || kD == 128) hopper = attention_wgmma_active();
-  const bool hopper_pass1 = hopper && attention_wgmma_bob_pass1_enabled();  // experimental, off by default
   if constexpr (kD == 64 || kD == 128) {
-    if (hopper_pass1) {
+    if (attention_wgmma_active()) {
       using H1 = HopperBobPass1Config<kD>;
-      auto kernel = attention_bob_pass1_wgmma_kernel<T, kD>;
-      set_smem(kernel, H1::kSmem);
-      kernel<<<dim3(grid_x(p.BH, cdiv(p.N, H1::kBlockM)), kD / H1::kCols), H1::kThreads, H1::kSmem, cuda_stream()>>>(p);
+      auto pass1 = attention_bob_pass1_wgmma_kernel<T, kD>;
+      set_smem(pass1, H1::kSmem);
+      pass1<<<dim3(grid_x(p.BH, cdiv(p.N, H1::kBlockM)), kD / H1::kCols), H1::kThreads, H1::kSmem, cuda_stream()>>>(p);
       CUDA_CHECK_LAUNCH();
+      using H2 = HopperBobConfig<kD>;
+      auto pass2 = attention_bob_pass2_wgmma_kernel<T, kD>;
+      set_smem(pass2, H2::kSmemPass2);
+      pass2<<<grid_x(p.BH, cdiv(p.N, H2::kBlockM)), H2::kThreads, H2::kSmemPass2, cuda_stream()>>>(p);
+      CUDA_CHECK_LAUNCH();
+      return;
     }
   }
-  if (!hopper_pass1) {
+  using Cfg = TcConfig<kD>;
+  const unsigned grid = grid_x(p.BH, cdiv(p.N, Cfg::kBlockM));
+  {
     const size_t smem = (3 * Cfg::kOwnElems + 8 * Cfg::kTileElems) * sizeof(T);
     auto kernel = attention_bob_pass1_tc_kernel<T, kD>;
     set_smem(kernel, smem);
     kernel<<<dim3(grid, kD / Cfg::kBobCols), Cfg::kThreads, smem, cuda_stream()>>>(p);
     CUDA_CHECK_LAUNCH();
-  }
-  if constexpr (kD == 64 || kD == 128) {
-    if (hopper) {
-      using H = HopperBobConfig<kD>;
-      auto kernel = attention_bob_pass2_wgmma_kernel<T, kD>;
-      set_smem(kernel, H::kSmemPass2);
-      kernel<<<grid_x(p.BH, cdiv(p.N, H::kBlockM)), H::kThreads, H::kSmemPass2, cuda_stream()>>>(p);
-      CUDA_CHECK_LAUNCH();
-      return;
-    }
   }
   {
     const size_t smem = (4 * Cfg::kOwnElems + 6 * Cfg::kTileElems) * sizeof(T) + 8 * Cfg::kBlockN * sizeof(float);

@@ -460,14 +460,7 @@ bool wgmma_enabled_at_start() {
   return env == nullptr || std::string(env) != "0";
 }
 bool g_wgmma_enabled = wgmma_enabled_at_start();
-bool g_wgmma_bob1_enabled = [] {
-  const char* env = std::getenv("GG_ATTENTION_WGMMA_BOB1");
-  return env != nullptr && std::string(env) == "1";
-}();
 }  // namespace
-
-void set_attention_wgmma_bob_pass1(bool enabled) { g_wgmma_bob1_enabled = enabled; }
-bool attention_wgmma_bob_pass1_enabled() { return g_wgmma_bob1_enabled; }
 
 void set_attention_wgmma(bool enabled) { g_wgmma_enabled = enabled; }
 bool attention_wgmma_enabled() { return g_wgmma_enabled; }

@@ -33,9 +33,5 @@ bool attention_wgmma_enabled();
 bool attention_wgmma_built();   // sm_90a code is in this build (CMAKE_CUDA_ARCHITECTURES has 90a)
 bool attention_wgmma_active();  // built, enabled, and the current device is compute capability 9.x
 int compute_capability_major();  // of the current device
-// EXPERIMENTAL (not yet run on a GPU): BoB pass 1 on wgmma as well, where the Hopper kernels apply.
-// Off by default; GG_ATTENTION_WGMMA_BOB1=1 turns it on at start-up.
-void set_attention_wgmma_bob_pass1(bool enabled);
-bool attention_wgmma_bob_pass1_enabled();
 
 }  // namespace gg::kernels::cuda

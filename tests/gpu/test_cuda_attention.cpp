@@ -12,8 +12,8 @@
 //   ExplicitScale          a non-default scale on every path.
 //   BobIsDeterministic     bitwise identical BoB outputs across runs at bf16, N = 1024.
 //   AutogradChain          gg::attention differentiated twice on the GPU runs the fused kernels.
-//   HopperBobPass1         the experimental wgmma BoB pass 1 (off by default), switched on: every
-//                          BoB output within 2 x the mma.sync kernels' error, deterministic.
+//   HopperBobCotangentSubsets  the wgmma BoB with cotangent subsets 7, 1, 2, 4: every output
+//                          within 2 x the mma.sync kernels' error, deterministic.
 //   Hopper*                the sm_90a (wgmma) forward, backward and BoB vs the mma.sync kernels, both
 //                          against f64: error ≤ 2 x the mma.sync kernels' (or the rounding floor);
 //                          runs where the Hopper kernels are active (H100/H200 with a 90a build).
@@ -448,15 +448,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionHopper,
                          ::testing::Combine(::testing::Bool(), ::testing::Values<int64_t>(1, 77, 200, 1000),
                                             ::testing::Values<int64_t>(64, 128), ::testing::Bool()));
 
-// BoB pass 1 on wgmma is experimental and off by default: this turns it on, compares every BoB
-// output (all cotangent subsets that exercise a different branch) against the CPU f64 reference and
-// the mma.sync kernels, and checks that two runs agree bitwise.
-struct WgmmaBobPass1On {
-  WgmmaBobPass1On() { kernels::cuda::set_attention_wgmma_bob_pass1(true); }
-  ~WgmmaBobPass1On() { kernels::cuda::set_attention_wgmma_bob_pass1(false); }
-};
-
-TEST(CudaAttention, HopperBobPass1) {
+// The Hopper BoB kernels on every cotangent subset that takes a different branch (7 = all three,
+// 1, 2, 4 = one each): every output against the CPU f64 reference and the mma.sync kernels, and two
+// runs agree bitwise.
+TEST(CudaAttention, HopperBobCotangentSubsets) {
   GG_REQUIRE_HOPPER_OR_SKIP();
   for (bool f16 : {false, true})
     for (int64_t d : {64, 128})
@@ -471,20 +466,16 @@ TEST(CudaAttention, HopperBobPass1) {
             WgmmaOff off;
             return run_fused(in, dtype, kGpu, causal, cot_mask);
           }();
-          Levels a, b;
-          {
-            WgmmaBobPass1On on;
-            a = run_fused(in, dtype, kGpu, causal, cot_mask);
-            b = run_fused(in, dtype, kGpu, causal, cot_mask);
-          }
+          const Levels a = run_fused(in, dtype, kGpu, causal, cot_mask);
+          const Levels b = run_fused(in, dtype, kGpu, causal, cot_mask);
           const double scale = family_scale(ref.bob);
           for (int i = 0; i < 4; ++i) {
             ASSERT_TRUE(all_finite(a.bob[i])) << what << " " << kBobNames[i];
             EXPECT_EQ(a.bob[i], b.bob[i]) << what << " " << kBobNames[i] << ": not deterministic";
             const double err_h = rel_err(a.bob[i], ref.bob[i], scale), err_m = rel_err(mma.bob[i], ref.bob[i], scale);
-            if (verbose()) std::printf("  %-50s %-3s pass1 wgmma %.3g mma.sync %.3g\n", what.c_str(), kBobNames[i], err_h, err_m);
+            if (verbose()) std::printf("  %-50s %-3s wgmma %.3g mma.sync %.3g\n", what.c_str(), kBobNames[i], err_h, err_m);
             EXPECT_LE(err_h, std::max(2 * err_m, low_precision_floor(dtype)))
-                << what << " " << kBobNames[i] << ": wgmma pass 1 " << err_h << ", mma.sync " << err_m;
+                << what << " " << kBobNames[i] << ": wgmma " << err_h << ", mma.sync " << err_m;
           }
         }
 }
