@@ -447,17 +447,20 @@ __global__ void __launch_bounds__(HopperBwdConfig<kD>::kThreads, HopperBwdConfig
     wgmma_fence_regs(dpt);
 
     // Pᵀ = exp(Sᵀ - L) (0 where masked), dSᵀ = Pᵀ∘(dPᵀ - D), in place
+    with_mask(i0 + kBN > p.N || (p.causal && j0 + kBM - 1 > i0), [&](auto tag) {
+      constexpr bool kMasked = decltype(tag)::value;
 #pragma unroll
-    for (int j = 0; j < kBN / 8; ++j)
+      for (int j = 0; j < kBN / 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int li = frag_col(lane, j, e);  // query within the tile
-        const int key = jw + frag_row(lane, e);
-        const bool visible = i0 + li < p.N && (!p.causal || key <= i0 + li);
-        const float P = visible ? fast_exp2(st[j][e] * sl2 - sLs[li] * kLog2e) : 0.f;
-        st[j][e] = P;
-        dpt[j][e] = P * (dpt[j][e] - sDs[li]);
-      }
+        for (int e = 0; e < 4; ++e) {
+          const int li = frag_col(lane, j, e);  // query within the tile
+          const int key = jw + frag_row(lane, e);
+          const bool visible = !kMasked || (i0 + li < p.N && (!p.causal || key <= i0 + li));
+          const float P = visible ? fast_exp2(st[j][e] * sl2 - sLs[li] * kLog2e) : 0.f;
+          st[j][e] = P;
+          dpt[j][e] = P * (dpt[j][e] - sDs[li]);
+        }
+    });
     uint32_t pa[kBN / 16][4], dsa[kBN / 16][4];
     tile_to_a_frags<T, kBN>(pa, st);
     tile_to_a_frags<T, kBN>(dsa, dpt);
@@ -548,15 +551,18 @@ __global__ void __launch_bounds__(HopperBwdConfig<kD>::kThreads, HopperBwdConfig
     wgmma_fence_regs(dp);
 
     // dS = P∘(dP - D), P = exp(S - L), 0 where masked
+    with_mask(j0 + kBN > p.N || (p.causal && j0 + kBN - 1 > i0), [&](auto tag) {
+      constexpr bool kMasked = decltype(tag)::value;
 #pragma unroll
-    for (int j = 0; j < kBN / 8; ++j)
+      for (int j = 0; j < kBN / 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = j0 + frag_col(lane, j, e), row = iw + frag_row(lane, e);
-        const bool visible = key < p.N && (!p.causal || key <= row);
-        const float P = visible ? fast_exp2(s[j][e] * sl2 - L2[e / 2]) : 0.f;
-        dp[j][e] = P * (dp[j][e] - D[e / 2]);
-      }
+        for (int e = 0; e < 4; ++e) {
+          const int key = j0 + frag_col(lane, j, e), row = iw + frag_row(lane, e);
+          const bool visible = !kMasked || (key < p.N && (!p.causal || key <= row));
+          const float P = visible ? fast_exp2(s[j][e] * sl2 - L2[e / 2]) : 0.f;
+          dp[j][e] = P * (dp[j][e] - D[e / 2]);
+        }
+    });
     uint32_t dsa[kBN / 16][4];
     tile_to_a_frags<T, kBN>(dsa, dp);
 

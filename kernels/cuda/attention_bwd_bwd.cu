@@ -667,11 +667,13 @@ __global__ void __launch_bounds__(128, 2) attention_bob_pass1_wgmma_kernel(const
   zero(Y);
   float e_part[2] = {0.f, 0.f}, f_part[2] = {0.f, 0.f};
 
-  // s (64 x 16) = Own · (keys [16·q, 16·q + 16) of a K-major tile)ᵀ
-  auto score16 = [&](float (&s)[2][4], uint64_t d_own, uint64_t d_tile, int q, bool accumulate) {
-#pragma unroll
-    for (int k = 0; k < kD / 16; ++k)
-      wgmma_ss<T, 16>(s, d_own + k_major_step(k, 64), d_tile + q * 128 + k_major_step(k, kBN), accumulate || k > 0);
+  // s (64 x 16) (+)= Own · (keys [16·q, 16·q + 16) of a K-major tile of kBN rows)ᵀ: those rows
+  // start 16·q·128 bytes (q·128 16-byte units) into each 64-column slab of the tile.
+  auto score16 = [&](float (&s)[2][4], uint64_t d_own, uint64_t d_tile, int q) {
+    wgmma_score_product<T, kD, 16, false, kBN>(s, d_own, d_tile + q * 128);
+  };
+  auto score16_acc = [&](float (&s)[2][4], uint64_t d_own, uint64_t d_tile, int q) {
+    wgmma_score_product<T, kD, 16, true, kBN>(s, d_own, d_tile + q * 128);
   };
 
   for (int kb = 0; kb < num_k_tiles; ++kb) {
@@ -704,11 +706,16 @@ __global__ void __launch_bounds__(128, 2) attention_bob_pass1_wgmma_kernel(const
       wgmma_fence_regs(dP);
       wgmma_fence_regs(G);
       wgmma_fence_regs(Hs);
-      score16(S, dQ_, dK, q, false);
-      if (has_G) score16(dP, ddO_, dV, q, false);
-      if (has_Qt) score16(G, dQt_, dK, q, false);
-      if (has_Kt) score16(G, dQ_, dKt, q, has_Qt);
-      if (has_H) score16(Hs, ddO_, dVt, q, false);
+      score16(S, dQ_, dK, q);
+      if (has_G) score16(dP, ddO_, dV, q);
+      if (has_Qt) score16(G, dQt_, dK, q);
+      if (has_Kt) {
+        if (has_Qt)
+          score16_acc(G, dQ_, dKt, q);
+        else
+          score16(G, dQ_, dKt, q);
+      }
+      if (has_H) score16(Hs, ddO_, dVt, q);
       wgmma_commit();
       wgmma_wait<0>();
       wgmma_fence_regs(S);
@@ -717,25 +724,28 @@ __global__ void __launch_bounds__(128, 2) attention_bob_pass1_wgmma_kernel(const
       wgmma_fence_regs(Hs);
 
       // coefficient tiles, in place: S <- P, dP <- P∘dP, G <- P∘G, Hs <- C1; and dS
+      with_mask(js + Cfg::kSub > p.N || (p.causal && js + Cfg::kSub - 1 > i0), [&](auto tag) {
+        constexpr bool kMasked = decltype(tag)::value;
 #pragma unroll
-      for (int n = 0; n < 2; ++n)
+        for (int n = 0; n < 2; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e / 2;
-          const int key = js + frag_col(lane, n, e), row = iw + frag_row(lane, e);
-          const bool visible = key < p.N && (!p.causal || key <= row);
-          const float P = visible ? fast_exp2(S[n][e] * sl2 - L2[h]) : 0.f;
-          const float g = G[n][e] * p.scale;
-          const float PG = P * g;
-          const float ds = P * (dP[n][e] - D[h]);
-          e_part[h] += PG;
-          f_part[h] += dP[n][e] * PG + P * Hs[n][e];
-          Hs[n][e] = ds * g + P * Hs[n][e];  // C1 = P∘((dP - D)∘G + H)
-          dS[n][e] = ds;
-          dP[n][e] = P * dP[n][e];
-          G[n][e] = PG;
-          S[n][e] = P;
-        }
+          for (int e = 0; e < 4; ++e) {
+            const int h = e / 2;
+            const int key = js + frag_col(lane, n, e), row = iw + frag_row(lane, e);
+            const bool visible = !kMasked || (key < p.N && (!p.causal || key <= row));
+            const float P = visible ? fast_exp2(S[n][e] * sl2 - L2[h]) : 0.f;
+            const float g = G[n][e] * p.scale;
+            const float PG = P * g;
+            const float ds = P * (dP[n][e] - D[h]);
+            e_part[h] += PG;
+            f_part[h] += dP[n][e] * PG + P * Hs[n][e];
+            Hs[n][e] = ds * g + P * Hs[n][e];  // C1 = P∘((dP - D)∘G + H)
+            dS[n][e] = ds;
+            dP[n][e] = P * dP[n][e];
+            G[n][e] = PG;
+            S[n][e] = P;
+          }
+      });
 
       uint32_t c1_hi[4], c1_lo[4], p_hi[4], p_lo[4], pdp_hi[4], pdp_lo[4], pg_hi[4], pg_lo[4], ds_a[4];
       to_a_frag_split<T>(c1_hi, c1_lo, Hs);
@@ -787,7 +797,7 @@ struct HopperBobConfig {
   static constexpr int kThreads = 128;  // one warpgroup
   static constexpr int kBlockM = 64;    // own key rows per block
   static constexpr int kBlockN = 32;    // query rows per tile (four score tiles live at once)
-  static constexpr int kMinBlocks = 2;
+  static constexpr int kMinBlocks = kD == 64 ? 3 : 2;  // d = 64: 3 x 57 KB smem, <= 168 registers
   static constexpr int kOwnElems = kBlockM * kD;
   static constexpr int kTileElems = kBlockN * kD;
   // K, V, Kt, Vt own; Q, dO, Qt x 2 stages; L, D, E, F x 2 stages
@@ -882,7 +892,12 @@ __global__ void __launch_bounds__(HopperBobConfig<kD>::kThreads, HopperBobConfig
     wgmma_score_product<T, kD, kBN>(S, dK_, dQs);
     if (has_G) wgmma_score_product<T, kD, kBN>(dP, dV_, ddOs);
     if (has_Qt) wgmma_score_product<T, kD, kBN>(G, dK_, dQts);
-    if (has_Kt) wgmma_score_product<T, kD, kBN>(G, dKt_, dQs, has_Qt);
+    if (has_Kt) {
+      if (has_Qt)
+        wgmma_score_product<T, kD, kBN, true>(G, dKt_, dQs);
+      else
+        wgmma_score_product<T, kD, kBN>(G, dKt_, dQs);
+    }
     if (has_H) wgmma_score_product<T, kD, kBN>(Hs, dVt_, ddOs);
     wgmma_commit();
     wgmma_wait<0>();
@@ -892,21 +907,24 @@ __global__ void __launch_bounds__(HopperBobConfig<kD>::kThreads, HopperBobConfig
     wgmma_fence_regs(Hs);
 
     // coefficient tiles, in place: S <- S̄ᵀ, dP <- dSᵀ, G <- dP̄ᵀ
+    with_mask(i0 + kBN > p.N || (p.causal && j0 + kBM - 1 > i0), [&](auto tag) {
+      constexpr bool kMasked = decltype(tag)::value;
 #pragma unroll
-    for (int j = 0; j < kBN / 8; ++j)
+      for (int j = 0; j < kBN / 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int li = frag_col(lane, j, e);  // query within the tile
-        const int key = jw + frag_row(lane, e);
-        const bool visible = i0 + li < p.N && (!p.causal || key <= i0 + li);
-        const float P = visible ? fast_exp2(S[j][e] * sl2 - sLs[li] * kLog2e) : 0.f;
-        const float Dq = sDs[li], Eq = sEs[li], Fq = sFs[li];
-        const float g = G[j][e] * p.scale;
-        const float Pbar = (dP[j][e] - Dq) * g - dP[j][e] * Eq + Hs[j][e];
-        S[j][e] = P * (Pbar - Fq);       // S̄ = P∘(P̄ - F)
-        G[j][e] = P * (g - Eq);          // dP̄ = P∘(G - E)
-        dP[j][e] = P * (dP[j][e] - Dq);  // dS = P∘(dP - D)
-      }
+        for (int e = 0; e < 4; ++e) {
+          const int li = frag_col(lane, j, e);  // query within the tile
+          const int key = jw + frag_row(lane, e);
+          const bool visible = !kMasked || (i0 + li < p.N && (!p.causal || key <= i0 + li));
+          const float P = visible ? fast_exp2(S[j][e] * sl2 - sLs[li] * kLog2e) : 0.f;
+          const float Dq = sDs[li], Eq = sEs[li], Fq = sFs[li];
+          const float g = G[j][e] * p.scale;
+          const float Pbar = (dP[j][e] - Dq) * g - dP[j][e] * Eq + Hs[j][e];
+          S[j][e] = P * (Pbar - Fq);       // S̄ = P∘(P̄ - F)
+          G[j][e] = P * (g - Eq);          // dP̄ = P∘(G - E)
+          dP[j][e] = P * (dP[j][e] - Dq);  // dS = P∘(dP - D)
+        }
+    });
     uint32_t sa[kBN / 16][4], dsa[kBN / 16][4], ga[kBN / 16][4];
     tile_to_a_frags<T, kBN>(sa, S);
     tile_to_a_frags<T, kBN>(dsa, dP);

@@ -453,6 +453,18 @@ __device__ __forceinline__ void to_a_frag_split(uint32_t (&hi)[4], uint32_t (&lo
   to_a_frag<T>(lo, rest);
 }
 
+// Runs f(std::true_type{}) where a tile needs the per-entry mask (keys past N, or causal with a
+// key after some row), else f(std::false_type{}): the elementwise block of a tile is compiled
+// twice and the unmasked copy, which most tiles take, does no index arithmetic. `masked` must be
+// uniform over the block. Inside f: constexpr bool kMasked = decltype(tag)::value.
+template <typename F>
+__device__ __forceinline__ void with_mask(bool masked, F&& f) {
+  if (masked)
+    f(std::true_type{});
+  else
+    f(std::false_type{});
+}
+
 template <int N>
 __device__ __forceinline__ void zero(float (&c)[N][4]) {
 #pragma unroll

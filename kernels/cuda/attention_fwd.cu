@@ -260,48 +260,50 @@ struct HopperFwdConfig {
 };
 
 // Online-softmax update of one 16 x kBN score tile (this warp's rows g and g + 8), in place:
-// s becomes P = exp2(s·sl2 - m) with keys past N and (causal) after the row masked out; m, l and
-// the output accumulator are rescaled.
+// s (raw scores Q·Kᵀ) becomes P = exp2(s·sl2 - m) with keys past N and (causal) after the row
+// masked out; m (log2 units), l and the output accumulator are rescaled. Requires sl2 > 0, so the
+// row maximum can be taken over the raw scores and each entry costs one FFMA before its exp2.
+// Tiles with no masked entry (most) run a copy without the index arithmetic (with_mask).
 template <int kBN, int kD>
 __device__ __forceinline__ void softmax_update(float (&s)[kBN / 8][4], float (&m)[2], float (&l)[2],
                                                float (&acc)[kD / 8][4], float sl2, int j0, int iw, int N,
                                                bool causal, int lane) {
-  const bool need_mask = j0 + kBN > N || (causal && j0 + kBN - 1 > iw);
+  with_mask(j0 + kBN > N || (causal && j0 + kBN - 1 > iw), [&](auto tag) {
+    constexpr bool kMasked = decltype(tag)::value;
+    if constexpr (kMasked) {
 #pragma unroll
-  for (int j = 0; j < kBN / 8; ++j)
+      for (int j = 0; j < kBN / 8; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      float v = s[j][e] * sl2;
-      if (need_mask) {
-        const int key = j0 + frag_col(lane, j, e), row = iw + frag_row(lane, e);
-        if (key >= N || (causal && key > row)) v = -INFINITY;
-      }
-      s[j][e] = v;
+        for (int e = 0; e < 4; ++e) {
+          const int key = j0 + frag_col(lane, j, e), row = iw + frag_row(lane, e);
+          if (key >= N || (causal && key > row)) s[j][e] = -INFINITY;
+        }
     }
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float mx = -INFINITY;
+    for (int h = 0; h < 2; ++h) {
+      float mx = -INFINITY;
 #pragma unroll
-    for (int j = 0; j < kBN / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
-    const float m_new = fmaxf(m[h], quad_max(mx));
-    const float m_use = m_new == -INFINITY ? 0.f : m_new;
-    const float alpha = fast_exp2(m[h] - m_use);
-    m[h] = m_new;
-    float row_sum = 0.f;
+      for (int j = 0; j < kBN / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
+      const float m_new = fmaxf(m[h], quad_max(mx) * sl2);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      const float alpha = fast_exp2(m[h] - m_use);
+      m[h] = m_new;
+      float row_sum = 0.f;
 #pragma unroll
-    for (int j = 0; j < kBN / 8; ++j)
+      for (int j = 0; j < kBN / 8; ++j)
 #pragma unroll
-      for (int e = 2 * h; e < 2 * h + 2; ++e) {
-        s[j][e] = fast_exp2(s[j][e] - m_use);
-        row_sum += s[j][e];
+        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+          s[j][e] = fast_exp2(fmaf(s[j][e], sl2, -m_use));
+          row_sum += s[j][e];
+        }
+      l[h] = l[h] * alpha + row_sum;
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j) {
+        acc[j][2 * h] *= alpha;
+        acc[j][2 * h + 1] *= alpha;
       }
-    l[h] = l[h] * alpha + row_sum;
-#pragma unroll
-    for (int j = 0; j < kD / 8; ++j) {
-      acc[j][2 * h] *= alpha;
-      acc[j][2 * h + 1] *= alpha;
     }
-  }
+  });
 }
 
 template <typename T, int kD>
@@ -440,7 +442,7 @@ void fwd(const AttentionArgs& a) {
   p.L_out = static_cast<typename Elem<T>::Acc*>(a.out1);
   if constexpr (is_half_type<T>()) {
     if (tc_supported(a)) {
-      if (attention_wgmma_active()) {
+      if (attention_wgmma_active() && p.scale > 0) {  // softmax_update needs scale > 0
         if (p.d == 64) return launch_fwd_wgmma<T, 64>(p);
         if (p.d == 128) return launch_fwd_wgmma<T, 128>(p);
       }

@@ -30,14 +30,19 @@ __device__ __forceinline__ void wgmma_coef_product(float (&acc)[kD / 8][4], cons
   }
 }
 
-// s (64 x kBN) = A (64 own rows, smem) · B (kBN other rows, smem)ᵀ, both K-major swizzled.
-// accumulate = false: s is overwritten.
-template <typename T, int kD, int kBN>
-__device__ __forceinline__ void wgmma_score_product(float (&s)[kBN / 8][4], uint64_t da, uint64_t db,
-                                                    bool accumulate = false) {
+// s (64 x kBN) (+)= A (64 own rows, smem) · B (kBN other rows, smem)ᵀ, both K-major swizzled.
+// kAccumulate = false overwrites s: the first k-step is the output-only wgmma_ss_over, so the
+// compiler keeps no earlier value of s alive (see wgmma.cuh). kRowsB: rows of the tile B's
+// descriptor points into (B may be a 16-row slice of a larger tile).
+template <typename T, int kD, int kBN, bool kAccumulate = false, int kRowsB = kBN>
+__device__ __forceinline__ void wgmma_score_product(float (&s)[kBN / 8][4], uint64_t da, uint64_t db) {
 #pragma unroll
-  for (int k = 0; k < kD / 16; ++k)
-    wgmma_ss<T, kBN>(s, da + k_major_step(k, 64), db + k_major_step(k, kBN), accumulate || k > 0);
+  for (int k = 0; k < kD / 16; ++k) {
+    if (k == 0 && !kAccumulate)
+      wgmma_ss_over<T, kBN>(s, da, db);
+    else
+      wgmma_ss<T, kBN>(s, da + k_major_step(k, 64), db + k_major_step(k, kRowsB), true);
+  }
 }
 
 // The 16 x kBN tile c (mma.sync layout) as kBN / 16 register A operands.

@@ -302,19 +302,23 @@ TEST_P(CudaAttentionLowPrecisionCotangents, WithinTwiceComposite) {
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionLowPrecisionCotangents,
                          ::testing::Combine(::testing::Bool(), ::testing::Values<int64_t>(64, 128), ::testing::Bool()));
 
-// A scale other than 1/sqrt(d), on every path (f64, f32, tensor cores, generic bf16).
+// A scale other than 1/sqrt(d), on every path (f64, f32, tensor cores, generic bf16); a negative
+// one too (the Hopper forward takes row maxima of the raw scores, so it leaves scale <= 0 to the
+// mma.sync kernel: this checks that hand-over).
 TEST(CudaAttention, ExplicitScale) {
   GG_REQUIRE_GPU_OR_SKIP();
-  for (int64_t d : {64, 80})
-    for (bool causal : {false, true}) {
-      const Inputs in = make_inputs(2, 3, 100, d, 9000 + d + causal, DType::bf16);  // bf16 values: exact in f32
-      const Levels cpu = run_fused(in, DType::f64, Device::cpu(), causal, 7, 0.37);
-      expect_levels_close(run_fused(in, DType::f64, kGpu, causal, 7, 0.37), cpu, 1e-12,
-                          case_name(DType::f64, in, causal) + " scale=0.37");
-      expect_levels_close(run_fused(in, DType::f32, kGpu, causal, 7, 0.37), cpu, 1e-5,
-                          case_name(DType::f32, in, causal) + " scale=0.37");
-      compare_low_precision(in, DType::bf16, causal, 7, /*gpu_reference=*/false, 0.37);
-    }
+  for (double scale : {0.37, -0.37})
+    for (int64_t d : {64, 80})
+      for (bool causal : {false, true}) {
+        const Inputs in = make_inputs(2, 3, 100, d, 9000 + d + causal, DType::bf16);  // bf16 values: exact in f32
+        const std::string sc = " scale=" + std::to_string(scale);
+        const Levels cpu = run_fused(in, DType::f64, Device::cpu(), causal, 7, scale);
+        expect_levels_close(run_fused(in, DType::f64, kGpu, causal, 7, scale), cpu, 1e-12,
+                            case_name(DType::f64, in, causal) + sc);
+        expect_levels_close(run_fused(in, DType::f32, kGpu, causal, 7, scale), cpu, 1e-5,
+                            case_name(DType::f32, in, causal) + sc);
+        compare_low_precision(in, DType::bf16, causal, 7, /*gpu_reference=*/false, scale);
+      }
 }
 
 // ------------------------------------------------------------------------ every element written
