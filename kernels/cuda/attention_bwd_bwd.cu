@@ -604,8 +604,8 @@ template <int kD>
 struct HopperBobPass1Config {
   static constexpr int kThreads = 128;
   static constexpr int kBlockM = 64;
-  static constexpr int kBlockN = 32;  // keys per loaded tile
-  static constexpr int kSub = 16;     // keys per sub-tile
+  static constexpr int kBlockN = kD == 64 ? 64 : 32;  // keys per loaded tile (d = 128: 2 blocks/SM in smem)
+  static constexpr int kSub = 16;                     // keys per sub-tile
   static constexpr int kCols = 64;    // output columns per block
   static constexpr int kOwnElems = kBlockM * kD;
   static constexpr int kTileElems = kBlockN * kD;
