@@ -950,17 +950,249 @@ __global__ void __launch_bounds__(HopperBobConfig<kD>::kThreads, HopperBobConfig
 #endif
 }
 
+// ------------------------------------------------------------------------ Hopper, E and F first
+//
+// A second pass-1 schedule (attention-bob.md calls the row scalars E and F): pass 0 computes E
+// and F alone (the five score products, no output product); pass 1 then forms the coefficient
+// tiles S̄ = P∘(P̄ - F), dS = P∘(dP - D), dP̄ = P∘(G - E) in f32 from the known E and F, exactly as
+// pass 2 does, and accumulates grad_Q = s·(S̄·K + dS·Kt) and grad_dO = dP̄·V + P·Vt. Two
+// accumulators instead of four, no hi/lo split (nothing cancels later), no column slices at
+// d = 128: 5 + 5 + 4 products against 5 + 9 issued by the split schedule (5·2 + 9 at d = 128).
+// Chosen per head dimension by measurement (bob_ef_schedule below).
+
+template <int kD>
+struct HopperBobEFConfig {
+  static constexpr int kThreads = 128;
+  static constexpr int kBlockM = 64;  // own query rows per block
+  static constexpr int kBlockN = 32;  // keys per loaded tile
+  static constexpr int kSubOut = 16;  // keys per score sub-tile in pass 1 (registers: two accumulators)
+  static constexpr int kSubEF = 32;   // in pass 0 (no accumulators)
+  static constexpr int kMinBlocks = kD == 64 ? 3 : 2;  // shared memory: 57 KB (d = 64), 113 KB
+  static constexpr int kOwnElems = kBlockM * kD;
+  static constexpr int kTileElems = kBlockN * kD;
+  static constexpr size_t kSmem = (3 * kOwnElems + 8 * kTileElems) * 2;  // Q, dO, Qt; K, V, Kt, Vt x 2
+};
+
+// kOutputs = false: pass 0, writes E and F of query rows [i0, i0 + 64). kOutputs = true: pass 1,
+// grad_Q (out0) and grad_dO (out3) of those rows from pass 0's E and F. Warp w owns [iw, iw + 16).
+template <typename T, int kD, bool kOutputs>
+__global__ void __launch_bounds__(HopperBobEFConfig<kD>::kThreads, HopperBobEFConfig<kD>::kMinBlocks)
+    attention_bob_ef_wgmma_kernel(const Params<T> p) {
+#if defined(GG_WGMMA_AVAILABLE)
+  using Cfg = HopperBobEFConfig<kD>;
+  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kThreads = Cfg::kThreads;
+  constexpr int kSub = kOutputs ? Cfg::kSubOut : Cfg::kSubEF;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);  // own [kBM x kD], swizzled
+  T* sdO = sQ + Cfg::kOwnElems;
+  T* sQt = sdO + Cfg::kOwnElems;
+  T* sK = sQt + Cfg::kOwnElems;  // other [2][kBN x kD]
+  T* sV = sK + 2 * Cfg::kTileElems;
+  T* sKt = sV + 2 * Cfg::kTileElems;
+  T* sVt = sKt + 2 * Cfg::kTileElems;
+
+  const bool has_Qt = p.Qt != nullptr, has_Kt = p.Kt != nullptr, has_Vt = p.Vt != nullptr;
+  const bool has_G = has_Qt || has_Kt, has_H = has_Vt;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const BlockCoord bc = block_coord(cdiv(p.N, kBM));
+  const int i0 = bc.blk * kBM, iw = i0 + 16 * warp;
+  const int64_t head = bc.bh * p.N;
+  const int64_t hd = head * kD;
+  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + kBM), kBN) : cdiv(p.N, kBN);
+  const int key_end = p.causal ? min(p.N, i0 + kBM) : p.N;  // no key at or past this is visible
+  const float sl2 = p.scale * kLog2e;
+  float L2[2], D[2], E[2] = {0.f, 0.f}, F[2] = {0.f, 0.f};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = iw + frag_row(lane, 2 * h);
+    L2[h] = row < p.N ? p.L[head + row] * kLog2e : 0.f;
+    D[h] = row < p.N ? p.D[head + row] : 0.f;
+    if (kOutputs && row < p.N) {
+      E[h] = p.E[head + row];
+      F[h] = p.F[head + row];
+    }
+  }
+
+  auto load_tile = [&](int kb, int stage) {
+    const int off = stage * Cfg::kTileElems;
+    load_rows_swz_async<T, kD, kBN, kThreads>(sK + off, p.K + hd, kb * kBN, p.N);
+    if (has_G) load_rows_swz_async<T, kD, kBN, kThreads>(sV + off, p.V + hd, kb * kBN, p.N);
+    if (has_Kt) load_rows_swz_async<T, kD, kBN, kThreads>(sKt + off, p.Kt + hd, kb * kBN, p.N);
+    if (has_Vt) load_rows_swz_async<T, kD, kBN, kThreads>(sVt + off, p.Vt + hd, kb * kBN, p.N);
+  };
+  load_rows_swz_async<T, kD, kBM, kThreads>(sQ, p.Q + hd, i0, p.N);
+  load_rows_swz_async<T, kD, kBM, kThreads>(sdO, p.dO + hd, i0, p.N);
+  if (has_Qt) load_rows_swz_async<T, kD, kBM, kThreads>(sQt, p.Qt + hd, i0, p.N);
+  load_tile(0, 0);
+  cp_async_commit();
+  const uint64_t dQ_ = make_desc_sw128(sQ), ddO_ = make_desc_sw128(sdO), dQt_ = make_desc_sw128(sQt);
+
+  constexpr int kAcc = kOutputs ? kD / 8 : 1;  // pass 0 has no accumulator
+  float gQ[kAcc][4], gdO[kAcc][4];
+  zero(gQ);
+  zero(gdO);
+  float e_part[2] = {0.f, 0.f}, f_part[2] = {0.f, 0.f};
+
+  // s (64 x kSub) (+)= Own · (keys [kSub·q, kSub·q + kSub) of a K-major tile of kBN rows)ᵀ; those
+  // rows start kSub·q·128 bytes (kSub·q·8 16-byte units) into each 64-column slab
+  auto score = [&](float (&s)[kSub / 8][4], uint64_t d_own, uint64_t d_tile, int q) {
+    wgmma_score_product<T, kD, kSub, false, kBN>(s, d_own, d_tile + q * kSub * 8);
+  };
+  auto score_acc = [&](float (&s)[kSub / 8][4], uint64_t d_own, uint64_t d_tile, int q) {
+    wgmma_score_product<T, kD, kSub, true, kBN>(s, d_own, d_tile + q * kSub * 8);
+  };
+  // acc (64 x kD) += A (64 x 16 keys, registers) · rows [16·q, 16·q + 16) of an MN-major tile
+  auto coef16 = [&](float (&acc)[kAcc][4], const uint32_t (&a)[4], uint64_t d_tile, int q) {
+#pragma unroll
+    for (int h = 0; h < kD / 64; ++h)
+      wgmma_rs<T, 64>(*reinterpret_cast<float(*)[8][4]>(&acc[8 * h][0]), a, d_tile + mn_major_step(q, h, kBN), true);
+  };
+
+  for (int kb = 0; kb < num_k_tiles; ++kb) {
+    const int stage = kb % 2;
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+    if (kb + 1 < num_k_tiles) {
+      load_tile(kb + 1, 1 - stage);
+      cp_async_commit();
+    }
+    const int j0 = kb * kBN;
+    const int off = stage * Cfg::kTileElems;
+    const uint64_t dK = make_desc_sw128(sK + off), dV = make_desc_sw128(sV + off), dKt = make_desc_sw128(sKt + off),
+                   dVt = make_desc_sw128(sVt + off);
+
+#pragma unroll 1
+    for (int q = 0; q < kBN / kSub; ++q) {
+      const int js = j0 + kSub * q;
+      if (js >= key_end) break;  // uniform over the block: no row of it sees these keys
+
+      float S[kSub / 8][4], dP[kSub / 8][4], G[kSub / 8][4], Hs[kSub / 8][4];
+      if (!has_G) {
+        zero(dP);
+        zero(G);
+      }
+      if (!has_H) zero(Hs);
+      wgmma_fence();
+      wgmma_fence_regs(S);
+      wgmma_fence_regs(dP);
+      wgmma_fence_regs(G);
+      wgmma_fence_regs(Hs);
+      score(S, dQ_, dK, q);
+      if (has_G) score(dP, ddO_, dV, q);
+      if (has_Qt) score(G, dQt_, dK, q);
+      if (has_Kt) {
+        if (has_Qt)
+          score_acc(G, dQ_, dKt, q);
+        else
+          score(G, dQ_, dKt, q);
+      }
+      if (has_H) score(Hs, ddO_, dVt, q);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_regs(S);
+      wgmma_fence_regs(dP);
+      wgmma_fence_regs(G);
+      wgmma_fence_regs(Hs);
+
+      with_mask(js + kSub > p.N || (p.causal && js + kSub - 1 > i0), [&](auto tag) {
+        constexpr bool kMasked = decltype(tag)::value;
+#pragma unroll
+        for (int n = 0; n < kSub / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e / 2;
+            const int key = js + frag_col(lane, n, e), row = iw + frag_row(lane, e);
+            const bool visible = !kMasked || (key < p.N && (!p.causal || key <= row));
+            const float P = visible ? fast_exp2(S[n][e] * sl2 - L2[h]) : 0.f;
+            const float g = G[n][e] * p.scale;
+            if constexpr (!kOutputs) {  // E = Σ P∘G·s, F + 2·D·E = Σ P∘(dP∘G·s + H)
+              const float PG = P * g;
+              e_part[h] += PG;
+              f_part[h] += dP[n][e] * PG + P * Hs[n][e];
+            } else {  // in place: S <- S̄, dP <- dS, G <- dP̄, Hs <- P
+              const float Pbar = (dP[n][e] - D[h]) * g - dP[n][e] * E[h] + Hs[n][e];
+              S[n][e] = P * (Pbar - F[h]);
+              G[n][e] = P * (g - E[h]);
+              dP[n][e] = P * (dP[n][e] - D[h]);
+              Hs[n][e] = P;
+            }
+          }
+      });
+      if constexpr (kOutputs) {
+        uint32_t sb_a[4], ds_a[4], dpb_a[4], p_a[4];
+        to_a_frag<T>(sb_a, S);
+        to_a_frag<T>(ds_a, dP);
+        to_a_frag<T>(dpb_a, G);
+        to_a_frag<T>(p_a, Hs);
+        wgmma_fence_regs(gQ);
+        wgmma_fence_regs(gdO);
+        wgmma_fence();
+        coef16(gQ, sb_a, dK, q);                // gQ += S̄·K
+        if (has_Kt) coef16(gQ, ds_a, dKt, q);   // gQ += dS·Kt
+        if (has_G) coef16(gdO, dpb_a, dV, q);   // gdO += dP̄·V
+        if (has_Vt) coef16(gdO, p_a, dVt, q);   // gdO += P·Vt
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_regs(gQ);
+        wgmma_fence_regs(gdO);
+      }
+    }
+  }
+
+  if constexpr (kOutputs) {
+    const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
+    store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, gQ, scale, iw, p.N, lane);
+    store_acc<T, kD>(p.out3 + (head + iw) * kD, kD, gdO, one, iw, p.N, lane);
+  } else {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float e_row = quad_sum(e_part[h]);
+      const float f_row = quad_sum(f_part[h]) - 2.f * D[h] * e_row;
+      const int row = iw + frag_row(lane, 2 * h);
+      if (lane % 4 == 0 && row < p.N) {
+        p.E[head + row] = e_row;
+        p.F[head + row] = f_row;
+      }
+    }
+  }
+#else
+  __trap();  // launched only where sm_90a code was built and the device is 9.x
+#endif
+}
+
 // ------------------------------------------------------------------------ launchers
+
+// Which pass-1 schedule the Hopper BoB runs (attention_bob_ef_mode in kernels.h): E and F first,
+// or the split pass 1.
+bool bob_ef_schedule(int d) {
+  const int mode = attention_bob_ef_mode();
+  return mode < 0 ? d == 128 : mode == 1;
+}
 
 template <typename T, int kD>
 void launch_bob_tc(const Params<T>& p) {
   if constexpr (kD == 64 || kD == 128) {
     if (attention_wgmma_active()) {
-      using H1 = HopperBobPass1Config<kD>;
-      auto pass1 = attention_bob_pass1_wgmma_kernel<T, kD>;
-      set_smem(pass1, H1::kSmem);
-      pass1<<<dim3(grid_x(p.BH, cdiv(p.N, H1::kBlockM)), kD / H1::kCols), H1::kThreads, H1::kSmem, cuda_stream()>>>(p);
-      CUDA_CHECK_LAUNCH();
+      if (bob_ef_schedule(kD)) {
+        using C = HopperBobEFConfig<kD>;
+        const unsigned grid = grid_x(p.BH, cdiv(p.N, C::kBlockM));
+        auto pass0 = attention_bob_ef_wgmma_kernel<T, kD, false>;
+        set_smem(pass0, C::kSmem);
+        pass0<<<grid, C::kThreads, C::kSmem, cuda_stream()>>>(p);
+        CUDA_CHECK_LAUNCH();
+        auto pass1 = attention_bob_ef_wgmma_kernel<T, kD, true>;
+        set_smem(pass1, C::kSmem);
+        pass1<<<grid, C::kThreads, C::kSmem, cuda_stream()>>>(p);
+        CUDA_CHECK_LAUNCH();
+      } else {
+        using H1 = HopperBobPass1Config<kD>;
+        auto pass1 = attention_bob_pass1_wgmma_kernel<T, kD>;
+        set_smem(pass1, H1::kSmem);
+        pass1<<<dim3(grid_x(p.BH, cdiv(p.N, H1::kBlockM)), kD / H1::kCols), H1::kThreads, H1::kSmem, cuda_stream()>>>(
+            p);
+        CUDA_CHECK_LAUNCH();
+      }
       using H2 = HopperBobConfig<kD>;
       auto pass2 = attention_bob_pass2_wgmma_kernel<T, kD>;
       set_smem(pass2, H2::kSmemPass2);

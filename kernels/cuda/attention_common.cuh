@@ -63,6 +63,10 @@ struct Elem<__nv_bfloat16> {
     __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&h);
   }
+  // The two values of a packed register, exactly (a bf16 is the top half of its float).
+  static __device__ __forceinline__ float2 unpack(uint32_t u) {
+    return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+  }
 };
 template <>
 struct Elem<__half> {
@@ -72,6 +76,9 @@ struct Elem<__half> {
   static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
     __half2 h = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&h);
+  }
+  static __device__ __forceinline__ float2 unpack(uint32_t u) {
+    return __half22float2(*reinterpret_cast<const __half2*>(&u));
   }
 };
 
@@ -442,15 +449,15 @@ __device__ __forceinline__ void to_a_frag(uint32_t (&a)[4], const float (&c)[2][
 
 // The same tile as two A operands, hi = round(c) and lo = round(c - hi): hi·B + lo·B carries c to
 // about 2^-16 relative (bf16) instead of 2^-8. Used where products cancel later (BoB pass 1).
+// hi is rounded once (packed) and read back from its register, not rounded a second time.
 template <typename T>
 __device__ __forceinline__ void to_a_frag_split(uint32_t (&hi)[4], uint32_t (&lo)[4], const float (&c)[2][4]) {
-  float rest[2][4];
-#pragma unroll
-  for (int n = 0; n < 2; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) rest[n][e] = c[n][e] - Elem<T>::to_acc(Elem<T>::from_acc(c[n][e]));
   to_a_frag<T>(hi, c);
-  to_a_frag<T>(lo, rest);
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {  // hi[r] packs c[r / 2][2·(r % 2)] and c[r / 2][2·(r % 2) + 1]
+    const float2 h = Elem<T>::unpack(hi[r]);
+    lo[r] = Elem<T>::pack(c[r / 2][2 * (r % 2)] - h.x, c[r / 2][2 * (r % 2) + 1] - h.y);
+  }
 }
 
 // Runs f(std::true_type{}) where a tile needs the per-entry mask (keys past N, or causal with a

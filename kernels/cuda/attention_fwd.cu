@@ -462,9 +462,16 @@ bool wgmma_enabled_at_start() {
   return env == nullptr || std::string(env) != "0";
 }
 bool g_wgmma_enabled = wgmma_enabled_at_start();
+int g_bob_ef_mode = [] {
+  const char* env = std::getenv("GG_ATTENTION_BOB_EF");
+  if (env == nullptr) return -1;
+  return std::string(env) == "1" ? 1 : std::string(env) == "0" ? 0 : -1;
+}();
 }  // namespace
 
 void set_attention_wgmma(bool enabled) { g_wgmma_enabled = enabled; }
+void set_attention_bob_ef_mode(int mode) { g_bob_ef_mode = mode < 0 ? -1 : mode > 0 ? 1 : 0; }
+int attention_bob_ef_mode() { return g_bob_ef_mode; }
 bool attention_wgmma_enabled() { return g_wgmma_enabled; }
 
 int compute_capability_major() {

@@ -33,5 +33,10 @@ bool attention_wgmma_enabled();
 bool attention_wgmma_built();   // sm_90a code is in this build (CMAKE_CUDA_ARCHITECTURES has 90a)
 bool attention_wgmma_active();  // built, enabled, and the current device is compute capability 9.x
 int compute_capability_major();  // of the current device
+// Pass-1 schedule of the Hopper BoB: -1 (default) picks per head dimension (E and F first at
+// d = 128, the split pass 1 at d = 64, as measured); 0 always the split pass 1; 1 always E and F
+// first. GG_ATTENTION_BOB_EF=0 or 1 sets it at start-up. For tests and A/B benchmarks.
+void set_attention_bob_ef_mode(int mode);
+int attention_bob_ef_mode();
 
 }  // namespace gg::kernels::cuda

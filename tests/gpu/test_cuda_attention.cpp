@@ -12,8 +12,9 @@
 //   ExplicitScale          a non-default scale on every path.
 //   BobIsDeterministic     bitwise identical BoB outputs across runs at bf16, N = 1024.
 //   AutogradChain          gg::attention differentiated twice on the GPU runs the fused kernels.
-//   HopperBobCotangentSubsets  the wgmma BoB with cotangent subsets 7, 1, 2, 4: every output
-//                          within 2 x the mma.sync kernels' error, deterministic.
+//   HopperBobCotangentSubsets  the wgmma BoB, both pass-1 schedules, cotangent subsets 7, 1, 2, 4
+//                          and N = 1: every output within 2 x the mma.sync kernels' error,
+//                          deterministic.
 //   Hopper*                the sm_90a (wgmma) forward, backward and BoB vs the mma.sync kernels, both
 //                          against f64: error ≤ 2 x the mma.sync kernels' (or the rounding floor);
 //                          runs where the Hopper kernels are active (H100/H200 with a 90a build).
@@ -452,36 +453,46 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionHopper,
                          ::testing::Combine(::testing::Bool(), ::testing::Values<int64_t>(1, 77, 200, 1000),
                                             ::testing::Values<int64_t>(64, 128), ::testing::Bool()));
 
-// The Hopper BoB kernels on every cotangent subset that takes a different branch (7 = all three,
-// 1, 2, 4 = one each): every output against the CPU f64 reference and the mma.sync kernels, and two
-// runs agree bitwise.
+// The Hopper BoB kernels, both pass-1 schedules (the split pass 1 and E/F first), on every
+// cotangent subset that takes a different branch (7 = all three, 1, 2, 4 = one each), and a single
+// row (N = 1: every coefficient cancels to 0 in exact arithmetic): every output against the CPU f64
+// reference and the mma.sync kernels, and two runs agree bitwise.
+struct BobEfMode {
+  explicit BobEfMode(int mode) { kernels::cuda::set_attention_bob_ef_mode(mode); }
+  ~BobEfMode() { kernels::cuda::set_attention_bob_ef_mode(-1); }
+};
+
 TEST(CudaAttention, HopperBobCotangentSubsets) {
   GG_REQUIRE_HOPPER_OR_SKIP();
-  for (bool f16 : {false, true})
-    for (int64_t d : {64, 128})
-      for (bool causal : {false, true})
-        for (int cot_mask : {7, 1, 2, 4}) {
-          const int64_t N = f16 ? 77 : 300;
-          const DType dtype = dtype_of(f16);
-          const Inputs in = make_inputs(1, 3, N, d, 9000 + N + d + causal + 10 * cot_mask, dtype);
-          const std::string what = case_name(dtype, in, causal, cot_mask);
-          const Levels ref = run_fused(in, DType::f64, Device::cpu(), causal, cot_mask);
-          const Levels mma = [&] {
-            WgmmaOff off;
-            return run_fused(in, dtype, kGpu, causal, cot_mask);
-          }();
-          const Levels a = run_fused(in, dtype, kGpu, causal, cot_mask);
-          const Levels b = run_fused(in, dtype, kGpu, causal, cot_mask);
-          const double scale = family_scale(ref.bob);
-          for (int i = 0; i < 4; ++i) {
-            ASSERT_TRUE(all_finite(a.bob[i])) << what << " " << kBobNames[i];
-            EXPECT_EQ(a.bob[i], b.bob[i]) << what << " " << kBobNames[i] << ": not deterministic";
-            const double err_h = rel_err(a.bob[i], ref.bob[i], scale), err_m = rel_err(mma.bob[i], ref.bob[i], scale);
-            if (verbose()) std::printf("  %-50s %-3s wgmma %.3g mma.sync %.3g\n", what.c_str(), kBobNames[i], err_h, err_m);
-            EXPECT_LE(err_h, std::max(2 * err_m, low_precision_floor(dtype)))
-                << what << " " << kBobNames[i] << ": wgmma " << err_h << ", mma.sync " << err_m;
+  for (int ef : {0, 1})
+    for (bool f16 : {false, true})
+      for (int64_t d : {64, 128})
+        for (bool causal : {false, true})
+          for (int cot_mask : {7, 1, 2, 4, -1}) {
+            const int64_t N = cot_mask < 0 ? 1 : f16 ? 77 : 300;
+            const int mask = cot_mask < 0 ? 7 : cot_mask;
+            const DType dtype = dtype_of(f16);
+            const Inputs in = make_inputs(1, 3, N, d, 9000 + N + d + causal + 10 * mask, dtype);
+            const std::string what = case_name(dtype, in, causal, mask) + " ef=" + std::to_string(ef);
+            const Levels ref = run_fused(in, DType::f64, Device::cpu(), causal, mask);
+            const Levels mma = [&] {
+              WgmmaOff off;
+              return run_fused(in, dtype, kGpu, causal, mask);
+            }();
+            BobEfMode mode(ef);
+            const Levels a = run_fused(in, dtype, kGpu, causal, mask);
+            const Levels b = run_fused(in, dtype, kGpu, causal, mask);
+            const double scale = family_scale(ref.bob);
+            for (int i = 0; i < 4; ++i) {
+              ASSERT_TRUE(all_finite(a.bob[i])) << what << " " << kBobNames[i];
+              EXPECT_EQ(a.bob[i], b.bob[i]) << what << " " << kBobNames[i] << ": not deterministic";
+              const double err_h = rel_err(a.bob[i], ref.bob[i], scale), err_m = rel_err(mma.bob[i], ref.bob[i], scale);
+              if (verbose())
+                std::printf("  %-56s %-3s wgmma %.3g mma.sync %.3g\n", what.c_str(), kBobNames[i], err_h, err_m);
+              EXPECT_LE(err_h, std::max(2 * err_m, low_precision_floor(dtype)))
+                  << what << " " << kBobNames[i] << ": wgmma " << err_h << ", mma.sync " << err_m;
+            }
           }
-        }
 }
 
 TEST(CudaAttention, HopperForwardPoisonedAndDeterministic) {
