@@ -9,7 +9,8 @@ mkdir -p "$FINAL"
 export OUT="$(mktemp -d)"
 rc=0
 if [ "${GG_SKIP_TESTS:-0}" != 1 ]; then
-  scripts/gpu-test.sh >"$OUT/gpu-test.out" 2>&1 || rc=$?
+  # GG_MEMCHECK_FILTER: the gtest filter for compute-sanitizer memcheck (gpu-test.sh's argument)
+  scripts/gpu-test.sh ${GG_MEMCHECK_FILTER:+"$GG_MEMCHECK_FILTER"} >"$OUT/gpu-test.out" 2>&1 || rc=$?
   cp "$OUT/summary.txt" "$FINAL/test-summary.txt"
   cat "$OUT/summary.txt"
 fi

@@ -391,11 +391,25 @@ void check_poisoned(DType dtype, int64_t N, int64_t d, bool causal) {
   }
 }
 
+// Forces a pass-1 schedule of the Hopper BoB (kernels.h: -1 default, 0 split, 1 E/F first).
+struct BobEfMode {
+  explicit BobEfMode(int mode) { kernels::cuda::set_attention_bob_ef_mode(mode); }
+  ~BobEfMode() { kernels::cuda::set_attention_bob_ef_mode(-1); }
+};
+
 TEST(CudaAttention, PoisonedOutputs) {
   GG_REQUIRE_GPU_OR_SKIP();
   for (bool causal : {false, true}) {
     check_poisoned(DType::bf16, 77, 64, causal);   // tensor cores, one pass-1 slice
     check_poisoned(DType::f16, 77, 128, causal);   // tensor cores, two pass-1 slices
+    {  // on Hopper, the pass-1 schedule each of the two lines above does not take by default
+      BobEfMode ef(1);
+      check_poisoned(DType::bf16, 77, 64, causal);
+    }
+    {
+      BobEfMode ef(0);
+      check_poisoned(DType::f16, 77, 128, causal);
+    }
     check_poisoned(DType::bf16, 77, 80, causal);   // generic, f32 arithmetic, two column slices
     check_poisoned(DType::f32, 77, 32, causal);    // generic
     check_poisoned(DType::f64, 77, 16, causal);    // generic, d smaller than a staging chunk
@@ -457,11 +471,6 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionHopper,
 // cotangent subset that takes a different branch (7 = all three, 1, 2, 4 = one each), and a single
 // row (N = 1: every coefficient cancels to 0 in exact arithmetic): every output against the CPU f64
 // reference and the mma.sync kernels, and two runs agree bitwise.
-struct BobEfMode {
-  explicit BobEfMode(int mode) { kernels::cuda::set_attention_bob_ef_mode(mode); }
-  ~BobEfMode() { kernels::cuda::set_attention_bob_ef_mode(-1); }
-};
-
 TEST(CudaAttention, HopperBobCotangentSubsets) {
   GG_REQUIRE_HOPPER_OR_SKIP();
   for (int ef : {0, 1})
