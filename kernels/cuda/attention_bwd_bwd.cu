@@ -275,6 +275,35 @@ __global__ void __launch_bounds__(GenConfig::kThreads, 1) attention_bob_pass2_ge
 // Pass 1's epilogue, shared by the mma.sync and wgmma kernels: E and F of this warp's rows from
 // the per-thread partial sums (written by the blocks of the first column slice), then
 // grad_Q = s·(XA - E·X2 - F·X3) and grad_dO = Y - E·O on columns [c0, c0 + kCols).
+// One entry of the coefficient tiles of pass 2 and of the E/F-first pass 1, in place, from
+// P = exp(S - L) and the row's D, E, F: S <- S̄ = P∘(P̄ - F), G <- dP̄ = P∘(G·s - E),
+// dP <- dS = P∘(dP - D), where P̄ = (dP - D)∘G·s - dP∘E + H.
+__device__ __forceinline__ void coef_entry(float P, float scale, float D, float E, float F, float& S, float& dP,
+                                           float& G, float H) {
+  const float g = G * scale;
+  const float Pbar = (dP - D) * g - dP * E + H;
+  S = P * (Pbar - F);
+  G = P * (g - E);
+  dP = P * (dP - D);
+}
+
+// One entry of the split pass 1 (mma.sync and Hopper kernels), in place, from P = exp(S - L):
+// S <- P, dP <- P∘dP, G <- P∘G·s, Hs <- C1 = P∘((dP - D)∘G·s + H), dS = P∘(dP - D); the row sums
+// e += P∘G·s and f += P∘(dP∘G·s + H) (E and F, before the epilogue's -2·D·E).
+__device__ __forceinline__ void split_pass1_entry(float P, float scale, float D, float& S, float& dP, float& G,
+                                                  float& Hs, float& dS, float& e, float& f) {
+  const float g = G * scale;
+  const float PG = P * g;
+  const float ds = P * (dP - D);
+  e += PG;
+  f += dP * PG + P * Hs;
+  Hs = ds * g + P * Hs;
+  dS = ds;
+  dP = P * dP;
+  G = PG;
+  S = P;
+}
+
 template <typename T, int kD, int kCols>
 __device__ __forceinline__ void bob_pass1_epilogue(const Params<T>& p, const float (&XA)[kCols / 8][4],
                                                    const float (&X2)[kCols / 8][4], const float (&X3)[kCols / 8][4],
@@ -413,16 +442,7 @@ __global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_bob_pass1
             const int key = js + frag_col(lane, n, e), row = iw + frag_row(lane, e);
             const bool visible = key < p.N && (!p.causal || key <= row);
             const float P = visible ? exp2f(S[n][e] * sl2 - L2[h]) : 0.f;
-            const float g = G[n][e] * p.scale;
-            const float PG = P * g;
-            const float ds = P * (dP[n][e] - D[h]);
-            e_part[h] += PG;
-            f_part[h] += dP[n][e] * PG + P * Hs[n][e];
-            Hs[n][e] = ds * g + P * Hs[n][e];  // C1 = P∘((dP - D)∘G + H)
-            dS[n][e] = ds;
-            dP[n][e] = P * dP[n][e];
-            G[n][e] = PG;
-            S[n][e] = P;
+            split_pass1_entry(P, p.scale, D[h], S[n][e], dP[n][e], G[n][e], Hs[n][e], dS[n][e], e_part[h], f_part[h]);
           }
 
         // output products on columns [c0, c0 + kCols) of the key rows. XA, X2, X3 and the
@@ -559,12 +579,7 @@ __global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_bob_pass2
             const int key = jw + frag_row(lane, e);
             const bool visible = i0 + li < p.N && (!p.causal || key <= i0 + li);
             const float P = visible ? exp2f(S[n][e] * sl2 - sLs[li] * kLog2e) : 0.f;
-            const float Dq = sDs[li], Eq = sEs[li], Fq = sFs[li];
-            const float g = G[n][e] * p.scale;
-            const float Pbar = (dP[n][e] - Dq) * g - dP[n][e] * Eq + Hs[n][e];
-            S[n][e] = P * (Pbar - Fq);         // S̄ = P∘(P̄ - F)
-            G[n][e] = P * (g - Eq);            // dP̄ = P∘(G - E)
-            dP[n][e] = P * (dP[n][e] - Dq);    // dS = P∘(dP - D)
+            coef_entry(P, p.scale, sDs[li], sEs[li], sFs[li], S[n][e], dP[n][e], G[n][e], Hs[n][e]);
           }
 
         uint32_t a[4];
@@ -590,6 +605,109 @@ __global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_bob_pass2
 }
 
 
+// ------------------------------------------------------------------------ Hopper query sweep
+//
+// What the two Hopper pass-1 schedules (split, and E/F first) share: a block of kBM = 64 query
+// rows keeps Q, dO and Qt in shared memory and sweeps the key tiles K, V, Kt, Vt (kBN rows each,
+// double-buffered); per sub-tile of kSub keys it computes the four score tiles S = Q·Kᵀ,
+// dP = dO·Vᵀ, G = Qt·Kᵀ + Q·Ktᵀ (unscaled) and H = dO·Vtᵀ, dropping the products of absent
+// cotangents (their tiles are zero). 128-byte swizzled tiles, 3·kBM·kD + 8·kBN·kD elements.
+template <typename T, int kD, int kBM, int kBN, int kThreads>
+struct HopperQuerySweep {
+  static constexpr int kOwnElems = kBM * kD, kTileElems = kBN * kD;
+  const Params<T>& p;
+  const int64_t hd;  // (b, h) · N · d: the head's first element
+  const bool has_Qt, has_Kt, has_Vt, has_G, has_H;
+  T *sQ, *sdO, *sQt, *sK, *sV, *sKt, *sVt;
+
+  // Carves shared memory and starts loading the own rows [i0, i0 + kBM) and key tile 0 (one
+  // cp.async group).
+  __device__ HopperQuerySweep(unsigned char* smem, const Params<T>& p_, int64_t hd_, int i0)
+      : p(p_), hd(hd_), has_Qt(p_.Qt != nullptr), has_Kt(p_.Kt != nullptr), has_Vt(p_.Vt != nullptr),
+        has_G(has_Qt || has_Kt), has_H(has_Vt) {
+    sQ = reinterpret_cast<T*>(smem);
+    sdO = sQ + kOwnElems;
+    sQt = sdO + kOwnElems;
+    sK = sQt + kOwnElems;
+    sV = sK + 2 * kTileElems;
+    sKt = sV + 2 * kTileElems;
+    sVt = sKt + 2 * kTileElems;
+    load_rows_swz_async<T, kD, kBM, kThreads>(sQ, p.Q + hd, i0, p.N);
+    load_rows_swz_async<T, kD, kBM, kThreads>(sdO, p.dO + hd, i0, p.N);
+    if (has_Qt) load_rows_swz_async<T, kD, kBM, kThreads>(sQt, p.Qt + hd, i0, p.N);
+    load_tile(0, 0);
+    cp_async_commit();
+  }
+  __device__ void load_tile(int kb, int stage) {
+    const int off = stage * kTileElems;
+    load_rows_swz_async<T, kD, kBN, kThreads>(sK + off, p.K + hd, kb * kBN, p.N);
+    if (has_G) load_rows_swz_async<T, kD, kBN, kThreads>(sV + off, p.V + hd, kb * kBN, p.N);
+    if (has_Kt) load_rows_swz_async<T, kD, kBN, kThreads>(sKt + off, p.Kt + hd, kb * kBN, p.N);
+    if (has_Vt) load_rows_swz_async<T, kD, kBN, kThreads>(sVt + off, p.Vt + hd, kb * kBN, p.N);
+  }
+  // Top of key tile kb: waits for it, then starts loading tile kb + 1 into the other stage.
+  __device__ void next_tile(int kb, int num_k_tiles) {
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();  // tile kb visible; every warp is done with the other stage
+    if (kb + 1 < num_k_tiles) {
+      load_tile(kb + 1, 1 - kb % 2);
+      cp_async_commit();
+    }
+  }
+  // L·log2e and D of this thread's own rows (iw + g, iw + g + 8; head: (b, h) · N); 0 past N.
+  __device__ void row_scalars(int64_t head, int iw, int lane, float (&L2)[2], float (&D)[2]) const {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = iw + frag_row(lane, 2 * h);
+      L2[h] = row < p.N ? p.L[head + row] * kLog2e : 0.f;
+      D[h] = row < p.N ? p.D[head + row] : 0.f;
+    }
+  }
+  struct Tiles {
+    uint64_t K, V, Kt, Vt;  // descriptors of the key tiles in one stage
+  };
+  __device__ Tiles tiles(int stage) const {
+    const int off = stage * kTileElems;
+    return {make_desc_sw128(sK + off), make_desc_sw128(sV + off), make_desc_sw128(sKt + off),
+            make_desc_sw128(sVt + off)};
+  }
+  // The score tiles of keys [kSub·q, kSub·q + kSub) of the stage t, issued and waited for. Those
+  // keys' rows start kSub·q·128 bytes (kSub·q·8 16-byte units) into each 64-column slab.
+  template <int kSub>
+  __device__ void scores(float (&S)[kSub / 8][4], float (&dP)[kSub / 8][4], float (&G)[kSub / 8][4],
+                         float (&Hs)[kSub / 8][4], const Tiles& t, int q) const {
+    const uint64_t dQ = make_desc_sw128(sQ), ddO = make_desc_sw128(sdO), dQt = make_desc_sw128(sQt);
+    const uint64_t at = uint64_t(q) * kSub * 8;
+    if (!has_G) {
+      zero(dP);
+      zero(G);
+    }
+    if (!has_H) zero(Hs);
+    wgmma_fence();
+    wgmma_fence_regs(S);
+    wgmma_fence_regs(dP);
+    wgmma_fence_regs(G);
+    wgmma_fence_regs(Hs);
+    wgmma_score_product<T, kD, kSub, false, kBN>(S, dQ, t.K + at);
+    if (has_G) wgmma_score_product<T, kD, kSub, false, kBN>(dP, ddO, t.V + at);
+    if (has_Qt) wgmma_score_product<T, kD, kSub, false, kBN>(G, dQt, t.K + at);
+    if (has_Kt) {
+      if (has_Qt)
+        wgmma_score_product<T, kD, kSub, true, kBN>(G, dQ, t.Kt + at);
+      else
+        wgmma_score_product<T, kD, kSub, false, kBN>(G, dQ, t.Kt + at);
+    }
+    if (has_H) wgmma_score_product<T, kD, kSub, false, kBN>(Hs, ddO, t.Vt + at);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_regs(S);
+    wgmma_fence_regs(dP);
+    wgmma_fence_regs(G);
+    wgmma_fence_regs(Hs);
+  }
+};
+
 // ------------------------------------------------------------------------ Hopper pass 1
 //
 // Pass 1 for query rows [i0, i0 + 64) and output columns [c0, c0 + 64) (d = 128: two column slices
@@ -606,6 +724,7 @@ struct HopperBobPass1Config {
   static constexpr int kBlockM = 64;
   static constexpr int kBlockN = kD == 64 ? 64 : 32;  // keys per loaded tile (d = 128: 2 blocks/SM in smem)
   static constexpr int kSub = 16;                     // keys per sub-tile
+  static_assert(kBlockN % kSub == 0, "whole sub-tiles");
   static constexpr int kCols = 64;    // output columns per block
   static constexpr int kOwnElems = kBlockM * kD;
   static constexpr int kTileElems = kBlockN * kD;
@@ -616,49 +735,21 @@ template <typename T, int kD>
 __global__ void __launch_bounds__(128, 2) attention_bob_pass1_wgmma_kernel(const Params<T> p) {
 #if defined(GG_WGMMA_AVAILABLE)
   using Cfg = HopperBobPass1Config<kD>;
-  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kThreads = Cfg::kThreads;
+  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kSub = Cfg::kSub;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  T* sQ = reinterpret_cast<T*>(smem_raw);  // own [kBM x kD], swizzled
-  T* sdO = sQ + Cfg::kOwnElems;
-  T* sQt = sdO + Cfg::kOwnElems;
-  T* sK = sQt + Cfg::kOwnElems;  // other [2][kBN x kD]
-  T* sV = sK + 2 * Cfg::kTileElems;
-  T* sKt = sV + 2 * Cfg::kTileElems;
-  T* sVt = sKt + 2 * Cfg::kTileElems;
-
-  const bool has_Qt = p.Qt != nullptr, has_Kt = p.Kt != nullptr, has_Vt = p.Vt != nullptr;
-  const bool has_G = has_Qt || has_Kt, has_H = has_Vt;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const BlockCoord bc = block_coord(cdiv(p.N, kBM));
   const int i0 = bc.blk * kBM, iw = i0 + 16 * warp;
   const int half = blockIdx.y;  // output columns [64·half, 64·half + 64)
   const int c0 = Cfg::kCols * half;
   const int64_t head = bc.bh * p.N;
-  const int64_t hd = head * kD;
+  HopperQuerySweep<T, kD, kBM, kBN, Cfg::kThreads> sw(smem_raw, p, head * kD, i0);
+  const bool has_G = sw.has_G, has_Kt = sw.has_Kt, has_Vt = sw.has_Vt;
   const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + kBM), kBN) : cdiv(p.N, kBN);
   const int key_end = p.causal ? min(p.N, i0 + kBM) : p.N;  // no key at or past this is visible
   const float sl2 = p.scale * kLog2e;
   float L2[2], D[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = iw + frag_row(lane, 2 * h);
-    L2[h] = row < p.N ? p.L[head + row] * kLog2e : 0.f;
-    D[h] = row < p.N ? p.D[head + row] : 0.f;
-  }
-
-  auto load_tile = [&](int kb, int stage) {
-    const int off = stage * Cfg::kTileElems;
-    load_rows_swz_async<T, kD, kBN, kThreads>(sK + off, p.K + hd, kb * kBN, p.N);
-    if (has_G) load_rows_swz_async<T, kD, kBN, kThreads>(sV + off, p.V + hd, kb * kBN, p.N);
-    if (has_Kt) load_rows_swz_async<T, kD, kBN, kThreads>(sKt + off, p.Kt + hd, kb * kBN, p.N);
-    if (has_Vt) load_rows_swz_async<T, kD, kBN, kThreads>(sVt + off, p.Vt + hd, kb * kBN, p.N);
-  };
-  load_rows_swz_async<T, kD, kBM, kThreads>(sQ, p.Q + hd, i0, p.N);
-  load_rows_swz_async<T, kD, kBM, kThreads>(sdO, p.dO + hd, i0, p.N);
-  if (has_Qt) load_rows_swz_async<T, kD, kBM, kThreads>(sQt, p.Qt + hd, i0, p.N);
-  load_tile(0, 0);
-  cp_async_commit();
-  const uint64_t dQ_ = make_desc_sw128(sQ), ddO_ = make_desc_sw128(sdO), dQt_ = make_desc_sw128(sQt);
+  sw.row_scalars(head, iw, lane, L2, D);
 
   float XA[8][4], X2[8][4], X3[8][4], Y[8][4];
   zero(XA);
@@ -667,64 +758,21 @@ __global__ void __launch_bounds__(128, 2) attention_bob_pass1_wgmma_kernel(const
   zero(Y);
   float e_part[2] = {0.f, 0.f}, f_part[2] = {0.f, 0.f};
 
-  // s (64 x 16) (+)= Own · (keys [16·q, 16·q + 16) of a K-major tile of kBN rows)ᵀ: those rows
-  // start 16·q·128 bytes (q·128 16-byte units) into each 64-column slab of the tile.
-  auto score16 = [&](float (&s)[2][4], uint64_t d_own, uint64_t d_tile, int q) {
-    wgmma_score_product<T, kD, 16, false, kBN>(s, d_own, d_tile + q * 128);
-  };
-  auto score16_acc = [&](float (&s)[2][4], uint64_t d_own, uint64_t d_tile, int q) {
-    wgmma_score_product<T, kD, 16, true, kBN>(s, d_own, d_tile + q * 128);
-  };
-
   for (int kb = 0; kb < num_k_tiles; ++kb) {
-    const int stage = kb % 2;
-    cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();
-    if (kb + 1 < num_k_tiles) {
-      load_tile(kb + 1, 1 - stage);
-      cp_async_commit();
-    }
+    sw.next_tile(kb, num_k_tiles);
     const int j0 = kb * kBN;
-    const int off = stage * Cfg::kTileElems;
-    const uint64_t dK = make_desc_sw128(sK + off), dV = make_desc_sw128(sV + off), dKt = make_desc_sw128(sKt + off),
-                   dVt = make_desc_sw128(sVt + off);
+    const auto t = sw.tiles(kb % 2);
 
 #pragma unroll 1
-    for (int q = 0; q < kBN / Cfg::kSub; ++q) {
-      const int js = j0 + Cfg::kSub * q;
+    for (int q = 0; q < kBN / kSub; ++q) {
+      const int js = j0 + kSub * q;
       if (js >= key_end) break;  // uniform over the block: no row of it sees these keys
 
       float S[2][4], dP[2][4], G[2][4], Hs[2][4], dS[2][4];
-      if (!has_G) {
-        zero(dP);
-        zero(G);
-      }
-      if (!has_H) zero(Hs);
-      wgmma_fence();
-      wgmma_fence_regs(S);
-      wgmma_fence_regs(dP);
-      wgmma_fence_regs(G);
-      wgmma_fence_regs(Hs);
-      score16(S, dQ_, dK, q);
-      if (has_G) score16(dP, ddO_, dV, q);
-      if (has_Qt) score16(G, dQt_, dK, q);
-      if (has_Kt) {
-        if (has_Qt)
-          score16_acc(G, dQ_, dKt, q);
-        else
-          score16(G, dQ_, dKt, q);
-      }
-      if (has_H) score16(Hs, ddO_, dVt, q);
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_fence_regs(S);
-      wgmma_fence_regs(dP);
-      wgmma_fence_regs(G);
-      wgmma_fence_regs(Hs);
+      sw.template scores<kSub>(S, dP, G, Hs, t, q);
 
       // coefficient tiles, in place: S <- P, dP <- P∘dP, G <- P∘G, Hs <- C1; and dS
-      with_mask(js + Cfg::kSub > p.N || (p.causal && js + Cfg::kSub - 1 > i0), [&](auto tag) {
+      with_mask(js + kSub > p.N || (p.causal && js + kSub - 1 > i0), [&](auto tag) {
         constexpr bool kMasked = decltype(tag)::value;
 #pragma unroll
         for (int n = 0; n < 2; ++n)
@@ -734,16 +782,7 @@ __global__ void __launch_bounds__(128, 2) attention_bob_pass1_wgmma_kernel(const
             const int key = js + frag_col(lane, n, e), row = iw + frag_row(lane, e);
             const bool visible = !kMasked || (key < p.N && (!p.causal || key <= row));
             const float P = visible ? fast_exp2(S[n][e] * sl2 - L2[h]) : 0.f;
-            const float g = G[n][e] * p.scale;
-            const float PG = P * g;
-            const float ds = P * (dP[n][e] - D[h]);
-            e_part[h] += PG;
-            f_part[h] += dP[n][e] * PG + P * Hs[n][e];
-            Hs[n][e] = ds * g + P * Hs[n][e];  // C1 = P∘((dP - D)∘G + H)
-            dS[n][e] = ds;
-            dP[n][e] = P * dP[n][e];
-            G[n][e] = PG;
-            S[n][e] = P;
+            split_pass1_entry(P, p.scale, D[h], S[n][e], dP[n][e], G[n][e], Hs[n][e], dS[n][e], e_part[h], f_part[h]);
           }
       });
 
@@ -755,8 +794,8 @@ __global__ void __launch_bounds__(128, 2) attention_bob_pass1_wgmma_kernel(const
       to_a_frag<T>(ds_a, dS);
 
       // output products on columns [c0, c0 + 64): B = rows [16·q, 16·q + 16) of the key tiles
-      const uint64_t bK = dK + mn_major_step(q, half, kBN), bV = dV + mn_major_step(q, half, kBN),
-                     bKt = dKt + mn_major_step(q, half, kBN), bVt = dVt + mn_major_step(q, half, kBN);
+      const uint64_t bK = t.K + mn_major_step(q, half, kBN), bV = t.V + mn_major_step(q, half, kBN),
+                     bKt = t.Kt + mn_major_step(q, half, kBN), bVt = t.Vt + mn_major_step(q, half, kBN);
       wgmma_fence_regs(XA);
       wgmma_fence_regs(X2);
       wgmma_fence_regs(X3);
@@ -917,12 +956,7 @@ __global__ void __launch_bounds__(HopperBobConfig<kD>::kThreads, HopperBobConfig
           const int key = jw + frag_row(lane, e);
           const bool visible = !kMasked || (i0 + li < p.N && (!p.causal || key <= i0 + li));
           const float P = visible ? fast_exp2(S[j][e] * sl2 - sLs[li] * kLog2e) : 0.f;
-          const float Dq = sDs[li], Eq = sEs[li], Fq = sFs[li];
-          const float g = G[j][e] * p.scale;
-          const float Pbar = (dP[j][e] - Dq) * g - dP[j][e] * Eq + Hs[j][e];
-          S[j][e] = P * (Pbar - Fq);       // S̄ = P∘(P̄ - F)
-          G[j][e] = P * (g - Eq);          // dP̄ = P∘(G - E)
-          dP[j][e] = P * (dP[j][e] - Dq);  // dS = P∘(dP - D)
+          coef_entry(P, p.scale, sDs[li], sEs[li], sFs[li], S[j][e], dP[j][e], G[j][e], Hs[j][e]);
         }
     });
     uint32_t sa[kBN / 16][4], dsa[kBN / 16][4], ga[kBN / 16][4];
@@ -967,6 +1001,7 @@ struct HopperBobEFConfig {
   static constexpr int kBlockN = 32;  // keys per loaded tile
   static constexpr int kSubOut = 16;  // keys per score sub-tile in pass 1 (registers: two accumulators)
   static constexpr int kSubEF = 32;   // in pass 0 (no accumulators)
+  static_assert(kBlockN % kSubOut == 0 && kBlockN % kSubEF == 0, "whole sub-tiles");
   static constexpr int kMinBlocks = kD == 64 ? 3 : 2;  // shared memory: 57 KB (d = 64), 113 KB
   static constexpr int kOwnElems = kBlockM * kD;
   static constexpr int kTileElems = kBlockN * kD;
@@ -980,52 +1015,28 @@ __global__ void __launch_bounds__(HopperBobEFConfig<kD>::kThreads, HopperBobEFCo
     attention_bob_ef_wgmma_kernel(const Params<T> p) {
 #if defined(GG_WGMMA_AVAILABLE)
   using Cfg = HopperBobEFConfig<kD>;
-  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kThreads = Cfg::kThreads;
+  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN;
   constexpr int kSub = kOutputs ? Cfg::kSubOut : Cfg::kSubEF;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  T* sQ = reinterpret_cast<T*>(smem_raw);  // own [kBM x kD], swizzled
-  T* sdO = sQ + Cfg::kOwnElems;
-  T* sQt = sdO + Cfg::kOwnElems;
-  T* sK = sQt + Cfg::kOwnElems;  // other [2][kBN x kD]
-  T* sV = sK + 2 * Cfg::kTileElems;
-  T* sKt = sV + 2 * Cfg::kTileElems;
-  T* sVt = sKt + 2 * Cfg::kTileElems;
-
-  const bool has_Qt = p.Qt != nullptr, has_Kt = p.Kt != nullptr, has_Vt = p.Vt != nullptr;
-  const bool has_G = has_Qt || has_Kt, has_H = has_Vt;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const BlockCoord bc = block_coord(cdiv(p.N, kBM));
   const int i0 = bc.blk * kBM, iw = i0 + 16 * warp;
   const int64_t head = bc.bh * p.N;
-  const int64_t hd = head * kD;
+  HopperQuerySweep<T, kD, kBM, kBN, Cfg::kThreads> sw(smem_raw, p, head * kD, i0);
+  const bool has_G = sw.has_G, has_Kt = sw.has_Kt, has_Vt = sw.has_Vt;
   const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + kBM), kBN) : cdiv(p.N, kBN);
   const int key_end = p.causal ? min(p.N, i0 + kBM) : p.N;  // no key at or past this is visible
   const float sl2 = p.scale * kLog2e;
   float L2[2], D[2], E[2] = {0.f, 0.f}, F[2] = {0.f, 0.f};
+  sw.row_scalars(head, iw, lane, L2, D);
+  if constexpr (kOutputs) {
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = iw + frag_row(lane, 2 * h);
-    L2[h] = row < p.N ? p.L[head + row] * kLog2e : 0.f;
-    D[h] = row < p.N ? p.D[head + row] : 0.f;
-    if (kOutputs && row < p.N) {
-      E[h] = p.E[head + row];
-      F[h] = p.F[head + row];
+    for (int h = 0; h < 2; ++h) {
+      const int row = iw + frag_row(lane, 2 * h);
+      E[h] = row < p.N ? p.E[head + row] : 0.f;
+      F[h] = row < p.N ? p.F[head + row] : 0.f;
     }
   }
-
-  auto load_tile = [&](int kb, int stage) {
-    const int off = stage * Cfg::kTileElems;
-    load_rows_swz_async<T, kD, kBN, kThreads>(sK + off, p.K + hd, kb * kBN, p.N);
-    if (has_G) load_rows_swz_async<T, kD, kBN, kThreads>(sV + off, p.V + hd, kb * kBN, p.N);
-    if (has_Kt) load_rows_swz_async<T, kD, kBN, kThreads>(sKt + off, p.Kt + hd, kb * kBN, p.N);
-    if (has_Vt) load_rows_swz_async<T, kD, kBN, kThreads>(sVt + off, p.Vt + hd, kb * kBN, p.N);
-  };
-  load_rows_swz_async<T, kD, kBM, kThreads>(sQ, p.Q + hd, i0, p.N);
-  load_rows_swz_async<T, kD, kBM, kThreads>(sdO, p.dO + hd, i0, p.N);
-  if (has_Qt) load_rows_swz_async<T, kD, kBM, kThreads>(sQt, p.Qt + hd, i0, p.N);
-  load_tile(0, 0);
-  cp_async_commit();
-  const uint64_t dQ_ = make_desc_sw128(sQ), ddO_ = make_desc_sw128(sdO), dQt_ = make_desc_sw128(sQt);
 
   constexpr int kAcc = kOutputs ? kD / 8 : 1;  // pass 0 has no accumulator
   float gQ[kAcc][4], gdO[kAcc][4];
@@ -1033,14 +1044,6 @@ __global__ void __launch_bounds__(HopperBobEFConfig<kD>::kThreads, HopperBobEFCo
   zero(gdO);
   float e_part[2] = {0.f, 0.f}, f_part[2] = {0.f, 0.f};
 
-  // s (64 x kSub) (+)= Own · (keys [kSub·q, kSub·q + kSub) of a K-major tile of kBN rows)ᵀ; those
-  // rows start kSub·q·128 bytes (kSub·q·8 16-byte units) into each 64-column slab
-  auto score = [&](float (&s)[kSub / 8][4], uint64_t d_own, uint64_t d_tile, int q) {
-    wgmma_score_product<T, kD, kSub, false, kBN>(s, d_own, d_tile + q * kSub * 8);
-  };
-  auto score_acc = [&](float (&s)[kSub / 8][4], uint64_t d_own, uint64_t d_tile, int q) {
-    wgmma_score_product<T, kD, kSub, true, kBN>(s, d_own, d_tile + q * kSub * 8);
-  };
   // acc (64 x kD) += A (64 x 16 keys, registers) · rows [16·q, 16·q + 16) of an MN-major tile
   auto coef16 = [&](float (&acc)[kAcc][4], const uint32_t (&a)[4], uint64_t d_tile, int q) {
 #pragma unroll
@@ -1049,18 +1052,9 @@ __global__ void __launch_bounds__(HopperBobEFConfig<kD>::kThreads, HopperBobEFCo
   };
 
   for (int kb = 0; kb < num_k_tiles; ++kb) {
-    const int stage = kb % 2;
-    cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();
-    if (kb + 1 < num_k_tiles) {
-      load_tile(kb + 1, 1 - stage);
-      cp_async_commit();
-    }
+    sw.next_tile(kb, num_k_tiles);
     const int j0 = kb * kBN;
-    const int off = stage * Cfg::kTileElems;
-    const uint64_t dK = make_desc_sw128(sK + off), dV = make_desc_sw128(sV + off), dKt = make_desc_sw128(sKt + off),
-                   dVt = make_desc_sw128(sVt + off);
+    const auto t = sw.tiles(kb % 2);
 
 #pragma unroll 1
     for (int q = 0; q < kBN / kSub; ++q) {
@@ -1068,32 +1062,7 @@ __global__ void __launch_bounds__(HopperBobEFConfig<kD>::kThreads, HopperBobEFCo
       if (js >= key_end) break;  // uniform over the block: no row of it sees these keys
 
       float S[kSub / 8][4], dP[kSub / 8][4], G[kSub / 8][4], Hs[kSub / 8][4];
-      if (!has_G) {
-        zero(dP);
-        zero(G);
-      }
-      if (!has_H) zero(Hs);
-      wgmma_fence();
-      wgmma_fence_regs(S);
-      wgmma_fence_regs(dP);
-      wgmma_fence_regs(G);
-      wgmma_fence_regs(Hs);
-      score(S, dQ_, dK, q);
-      if (has_G) score(dP, ddO_, dV, q);
-      if (has_Qt) score(G, dQt_, dK, q);
-      if (has_Kt) {
-        if (has_Qt)
-          score_acc(G, dQ_, dKt, q);
-        else
-          score(G, dQ_, dKt, q);
-      }
-      if (has_H) score(Hs, ddO_, dVt, q);
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_fence_regs(S);
-      wgmma_fence_regs(dP);
-      wgmma_fence_regs(G);
-      wgmma_fence_regs(Hs);
+      sw.template scores<kSub>(S, dP, G, Hs, t, q);
 
       with_mask(js + kSub > p.N || (p.causal && js + kSub - 1 > i0), [&](auto tag) {
         constexpr bool kMasked = decltype(tag)::value;
@@ -1105,16 +1074,12 @@ __global__ void __launch_bounds__(HopperBobEFConfig<kD>::kThreads, HopperBobEFCo
             const int key = js + frag_col(lane, n, e), row = iw + frag_row(lane, e);
             const bool visible = !kMasked || (key < p.N && (!p.causal || key <= row));
             const float P = visible ? fast_exp2(S[n][e] * sl2 - L2[h]) : 0.f;
-            const float g = G[n][e] * p.scale;
             if constexpr (!kOutputs) {  // E = Σ P∘G·s, F + 2·D·E = Σ P∘(dP∘G·s + H)
-              const float PG = P * g;
+              const float PG = P * (G[n][e] * p.scale);
               e_part[h] += PG;
               f_part[h] += dP[n][e] * PG + P * Hs[n][e];
             } else {  // in place: S <- S̄, dP <- dS, G <- dP̄, Hs <- P
-              const float Pbar = (dP[n][e] - D[h]) * g - dP[n][e] * E[h] + Hs[n][e];
-              S[n][e] = P * (Pbar - F[h]);
-              G[n][e] = P * (g - E[h]);
-              dP[n][e] = P * (dP[n][e] - D[h]);
+              coef_entry(P, p.scale, D[h], E[h], F[h], S[n][e], dP[n][e], G[n][e], Hs[n][e]);
               Hs[n][e] = P;
             }
           }
@@ -1128,10 +1093,10 @@ __global__ void __launch_bounds__(HopperBobEFConfig<kD>::kThreads, HopperBobEFCo
         wgmma_fence_regs(gQ);
         wgmma_fence_regs(gdO);
         wgmma_fence();
-        coef16(gQ, sb_a, dK, q);                // gQ += S̄·K
-        if (has_Kt) coef16(gQ, ds_a, dKt, q);   // gQ += dS·Kt
-        if (has_G) coef16(gdO, dpb_a, dV, q);   // gdO += dP̄·V
-        if (has_Vt) coef16(gdO, p_a, dVt, q);   // gdO += P·Vt
+        coef16(gQ, sb_a, t.K, q);                // gQ += S̄·K
+        if (has_Kt) coef16(gQ, ds_a, t.Kt, q);   // gQ += dS·Kt
+        if (has_G) coef16(gdO, dpb_a, t.V, q);   // gdO += dP̄·V
+        if (has_Vt) coef16(gdO, p_a, t.Vt, q);   // gdO += P·Vt
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_fence_regs(gQ);
