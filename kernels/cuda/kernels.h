@@ -33,6 +33,11 @@ bool attention_wgmma_enabled();
 bool attention_wgmma_built();   // sm_90a code is in this build (CMAKE_CUDA_ARCHITECTURES has 90a)
 bool attention_wgmma_active();  // built, enabled, and the current device is compute capability 9.x
 int compute_capability_major();  // of the current device
+// The warp-specialised Hopper forward (TMA producer warpgroup, two consumer warpgroups), where the
+// Hopper kernels apply. Off by default until the whole GPU suite has run with it (its own test
+// passes; docs/kernel-notes.md, v11); GG_ATTENTION_WS=1 turns it on at start-up.
+void set_attention_ws(bool enabled);
+bool attention_ws_enabled();
 // Pass-1 schedule of the Hopper BoB: -1 (default) picks per head dimension (E and F first at
 // d = 128, the split pass 1 at d = 64, as measured); 0 always the split pass 1; 1 always E and F
 // first. GG_ATTENTION_BOB_EF=0 or 1 sets it at start-up. For tests and A/B benchmarks.

@@ -12,6 +12,8 @@
 //   ExplicitScale          a non-default scale on every path.
 //   BobIsDeterministic     bitwise identical BoB outputs across runs at bf16, N = 1024.
 //   AutogradChain          gg::attention differentiated twice on the GPU runs the fused kernels.
+//   HopperForwardWarpSpecialized  the warp-specialised forward: O, L against f64 within 2 x the
+//                          one-warpgroup Hopper forward's error, poisoned, deterministic.
 //   HopperBobCotangentSubsets  the wgmma BoB, both pass-1 schedules, cotangent subsets 7, 1, 2, 4
 //                          and N = 1: every output within 2 x the mma.sync kernels' error,
 //                          deterministic.
@@ -466,6 +468,65 @@ TEST_P(CudaAttentionHopper, WithinTwiceMmaSync) {
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionHopper,
                          ::testing::Combine(::testing::Bool(), ::testing::Values<int64_t>(1, 77, 200, 1000),
                                             ::testing::Values<int64_t>(64, 128), ::testing::Bool()));
+
+// The warp-specialised forward (TMA producer, two consumer warpgroups; off by default), switched on:
+// O and L against the CPU f64 reference, O's error at most 2 x the one-warpgroup Hopper forward's
+// (or the rounding floor); outputs poisoned before the run; two runs bitwise equal.
+struct WsMode {
+  explicit WsMode(bool on) : was(kernels::cuda::attention_ws_enabled()) { kernels::cuda::set_attention_ws(on); }
+  ~WsMode() { kernels::cuda::set_attention_ws(was); }
+  bool was;
+};
+
+TEST(CudaAttention, HopperForwardWarpSpecialized) {
+  GG_REQUIRE_HOPPER_OR_SKIP();
+  for (bool f16 : {false, true})
+    for (int64_t d : {64, 128})
+      for (bool causal : {false, true})
+        for (int64_t N : {1, 77, 200, 1000}) {
+          const DType dtype = dtype_of(f16);
+          const Inputs in = make_inputs(2, 3, N, d, 8700 + N + d + causal, dtype);
+          const std::string what = case_name(dtype, in, causal) + " ws";
+          auto t = [&](const Values& v) { return from_vector(v, in.shape, dtype, kGpu); };
+          const Tensor q = t(in.Q), k = t(in.K), v = t(in.V);
+          const Tensor qc = from_vector(in.Q, in.shape, DType::f64, Device::cpu()),
+                       kc = from_vector(in.K, in.shape, DType::f64, Device::cpu()),
+                       vc = from_vector(in.V, in.shape, DType::f64, Device::cpu());
+          const AttentionForward ref = attention_forward(qc, kc, vc, AttentionOptions{std::nullopt, causal});
+          const AttentionForward hopper = [&] {
+            WsMode off(false);
+            return attention_forward(q, k, v, AttentionOptions{std::nullopt, causal});
+          }();
+          kernels::AttentionArgs a{};
+          a.shape = {in.shape[0], in.shape[1], N, d, 1.0 / std::sqrt(static_cast<double>(d)), causal};
+          a.dtype = dtype;
+          a.Q = q.raw_data();
+          a.K = k.raw_data();
+          a.V = v.raw_data();
+          std::vector<Values> O, L;
+          for (int r = 0; r < 2; ++r) {
+            Tensor o = full(in.shape, NAN, dtype, kGpu), lse = full({in.shape[0], in.shape[1], N}, NAN, DType::f32, kGpu);
+            a.out0 = o.raw_data();
+            a.out1 = lse.raw_data();
+            {
+              WsMode on(true);
+              kernels::cuda::attention_fwd(a);
+            }
+            O.push_back(o.to_vector<double>());
+            L.push_back(lse.to_vector<double>());
+            ASSERT_TRUE(all_finite(O.back())) << what << " O";
+            ASSERT_TRUE(all_finite(L.back())) << what << " L";
+          }
+          EXPECT_EQ(O[0], O[1]) << what << ": O not deterministic";
+          const Values ref_O = ref.O.to_vector<double>(), ref_L = ref.L.to_vector<double>();
+          const double scale = family_scale({ref_O});
+          const double err_ws = rel_err(O[0], ref_O, scale), err_h = rel_err(hopper.O.to_vector<double>(), ref_O, scale);
+          if (verbose()) std::printf("  %-50s O ws %.3g hopper %.3g\n", what.c_str(), err_ws, err_h);
+          EXPECT_LE(err_ws, std::max(2 * err_h, low_precision_floor(dtype))) << what << " O: ws " << err_ws
+                                                                             << ", hopper " << err_h;
+          EXPECT_LE(max_abs_diff(L[0], ref_L), 1e-3) << what << " L";
+        }
+}
 
 // The Hopper BoB kernels, both pass-1 schedules (the split pass 1 and E/F first), on every
 // cotangent subset that takes a different branch (7 = all three, 1, 2, 4 = one each), and a single

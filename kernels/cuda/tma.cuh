@@ -1,0 +1,94 @@
+// Hopper (sm_90) bulk tensor copies and shared-memory barriers, for warp-specialised kernels: one
+// producer thread copies tiles from global to shared memory with the copy engine (TMA), and the
+// consumers wait on an mbarrier that completes when the bytes have landed; the consumers release
+// a stage by arriving on a second mbarrier that the producer waits on before reusing it.
+//
+//   mbar_init(bar, count)           once, by one thread, then mbar_fence_init() and a block barrier
+//   mbar_expect_tx(bar, bytes)      producer: one arrival that also expects `bytes` of copies
+//   tma_load_3d(dst, map, bar, ...) producer: copy one box of a 3D tensor map into dst
+//   mbar_arrive(bar)                consumer: one arrival
+//   mbar_wait(bar, parity)          wait until the phase with this parity has completed
+//
+// A barrier's k-th completion (k = 0, 1, ...) is waited for with parity k % 2. Tensor maps
+// (CUtensorMap, made on the host by cuTensorMapEncodeTiled) are passed to the kernel by value as
+// __grid_constant__ parameters. setmaxnreg moves registers between warpgroups (sm_90a only).
+#pragma once
+#include <cuda.h>
+
+#include <cstdint>
+
+namespace gg::kernels::cuda::attn {
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define GG_TMA_AVAILABLE 1
+#endif
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+#ifdef GG_TMA_AVAILABLE
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+#endif
+}
+// Makes initialised barriers visible to the copy engine (and the other threads, after a barrier).
+__device__ __forceinline__ void mbar_fence_init() {
+#ifdef GG_TMA_AVAILABLE
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+#ifdef GG_TMA_AVAILABLE
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+#ifdef GG_TMA_AVAILABLE
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+#ifdef GG_TMA_AVAILABLE
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n"
+      "}\n" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+#endif
+}
+
+// Copies the box of a 3D tensor map whose first element is at coordinates (c0, c1, c2) (innermost
+// first) into shared memory at dst (1024-byte aligned for the 128-byte swizzle); completes on bar.
+// Rows outside the tensor read as zeros.
+__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1, int c2) {
+#ifdef GG_TMA_AVAILABLE
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
+      "[%2];\n" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+#endif
+}
+
+// Registers per thread of the calling warpgroup (a multiple of 8 in [24, 256]); the kernel needs a
+// register cap at entry (__launch_bounds__(threads, 1)) and each role in one branch of an if/else.
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+
+}  // namespace gg::kernels::cuda::attn
