@@ -7,17 +7,21 @@ PyTorch's SDPA and composite chain from the same run.
 import json, sys
 
 # The published fused (Triton) BoB chain on the H200, as quoted in the issue that set the targets
-# (d = 64, non-causal; not measured in our runs).
+# (d = 64, non-causal; not measured in our runs). plot_attention.py draws the same figures.
 TRITON = {4096: 3.33, 8192: 9.63, 16384: 36.8}
 
-ours, torch = {}, {}
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    key = (r.get("d"), bool(r.get("causal")), r.get("N"))
-    if r.get("impl") == "gradgrad" and "chain_ms" in r and "fwd_ms" in r:
-        ours[key] = r
-    elif "sdpa_fwd_ms" in r:
-        torch[key] = r
+
+def load(path):
+    """Our lines and PyTorch's from a results file, each keyed by (d, causal, N)."""
+    ours, torch = {}, {}
+    for line in open(path):
+        r = json.loads(line)
+        key = (r.get("d"), bool(r.get("causal")), r.get("N"))
+        if r.get("impl") == "gradgrad" and "chain_ms" in r and "fwd_ms" in r:
+            ours[key] = r
+        elif "sdpa_fwd_ms" in r:
+            torch[key] = r
+    return ours, torch
 
 
 def ms(x):
@@ -28,31 +32,37 @@ def ratio(a, b):
     return "—" if a is None or b is None else f"{a / b:.2f}×"
 
 
-for d in (64, 128):
-    for causal in (False, True):
-        rows = sorted(n for (dd, c, n) in ours if dd == d and c == causal)
-        if not rows:
-            continue
-        triton = d == 64 and not causal
-        print(f"**d = {d}, {'causal' if causal else 'non-causal'}** (times in ms)\n")
-        head = ["N", "fwd", "SDPA fwd", "ratio", "fwd+bwd", "SDPA fwd+bwd", "ratio", "BoB only", "chain",
-                "composite chain", "ratio"]
-        if triton:
-            head += ["Triton chain (issue)", "ratio"]
-        head += ["chain peak", "TFLOP/s fwd / bwd / BoB"]
-        print("| " + " | ".join(head) + " |")
-        print("|" + "|".join(["---:"] * (len(head) - 1) + ["---"]) + "|")
-        for n in rows:
-            o, t = ours[(d, causal, n)], torch.get((d, causal, n), {})
-            comp = t.get("chain_ms")
-            cells = [str(n), ms(o["fwd_ms"]), ms(t.get("sdpa_fwd_ms")), ratio(o["fwd_ms"], t.get("sdpa_fwd_ms")),
-                     ms(o["fwdbwd_ms"]), ms(t.get("sdpa_fwdbwd_ms")), ratio(o["fwdbwd_ms"], t.get("sdpa_fwdbwd_ms")),
-                     ms(o["bob_ms"]), ms(o["chain_ms"]), ms(comp) if comp else ("OOM" if t else "—"),
-                     ratio(o["chain_ms"], comp)]
+def main(path):
+    ours, torch = load(path)
+    for d in (64, 128):
+        for causal in (False, True):
+            rows = sorted(n for (dd, c, n) in ours if dd == d and c == causal)
+            if not rows:
+                continue
+            triton = d == 64 and not causal
+            print(f"**d = {d}, {'causal' if causal else 'non-causal'}** (times in ms)\n")
+            head = ["N", "fwd", "SDPA fwd", "ratio", "fwd+bwd", "SDPA fwd+bwd", "ratio", "BoB only", "chain",
+                    "composite chain", "ratio"]
             if triton:
-                tr = TRITON.get(n)
-                cells += [ms(tr), f"**{o['chain_ms'] / tr:.2f}×**" if tr else "—"]
-            cells += [f"{o['chain_peak_GiB']:.3f} GiB",
-                      f"{o['fwd_TFLOPs']:.0f} / {o['bwd_TFLOPs']:.0f} / {o['bob_TFLOPs']:.0f}"]
-            print("| " + " | ".join(cells) + " |")
-        print()
+                head += ["Triton chain (issue)", "ratio"]
+            head += ["chain peak", "TFLOP/s fwd / bwd / BoB"]
+            print("| " + " | ".join(head) + " |")
+            print("|" + "|".join(["---:"] * (len(head) - 1) + ["---"]) + "|")
+            for n in rows:
+                o, t = ours[(d, causal, n)], torch.get((d, causal, n), {})
+                comp = t.get("chain_ms")
+                cells = [str(n), ms(o["fwd_ms"]), ms(t.get("sdpa_fwd_ms")), ratio(o["fwd_ms"], t.get("sdpa_fwd_ms")),
+                         ms(o["fwdbwd_ms"]), ms(t.get("sdpa_fwdbwd_ms")), ratio(o["fwdbwd_ms"], t.get("sdpa_fwdbwd_ms")),
+                         ms(o["bob_ms"]), ms(o["chain_ms"]), ms(comp) if comp else ("OOM" if t else "—"),
+                         ratio(o["chain_ms"], comp)]
+                if triton:
+                    tr = TRITON.get(n)
+                    cells += [ms(tr), f"**{o['chain_ms'] / tr:.2f}×**" if tr else "—"]
+                cells += [f"{o['chain_peak_GiB']:.3f} GiB",
+                          f"{o['fwd_TFLOPs']:.0f} / {o['bwd_TFLOPs']:.0f} / {o['bob_TFLOPs']:.0f}"]
+                print("| " + " | ".join(cells) + " |")
+            print()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
