@@ -44,6 +44,22 @@ namespace {
 
 using namespace attn;
 
+// Epilogue of the tensor-core forward kernels (mma.sync and Hopper): this warp's rows from iw,
+// m in log2 units, l this thread's part of the row sums: O = acc / l and L = (m + log2 l)·ln 2.
+template <typename T, int kD>
+__device__ __forceinline__ void fwd_epilogue(const Params<T>& p, const float (&acc)[kD / 8][4], const float (&m)[2],
+                                             const float (&l)[2], int64_t head, int iw, int lane) {
+  float inv_l[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float l_row = quad_sum(l[h]);
+    inv_l[h] = 1.f / l_row;
+    const int row = iw + frag_row(lane, 2 * h);
+    if (lane % 4 == 0 && row < p.N) p.L_out[head + row] = (m[h] + log2f(l_row)) * kLn2;
+  }
+  store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, acc, inv_l, iw, p.N, lane);
+}
+
 // ------------------------------------------------------------------------ generic kernel
 
 template <typename T>
@@ -235,16 +251,7 @@ __global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_fwd_tc_ke
     __syncthreads();  // all warps are done with this stage before it is refilled
   }
 
-  // ---- epilogue: O = acc / l, L = (m + log2 l)·ln 2
-  float inv_l[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float l_row = quad_sum(l[h]);
-    inv_l[h] = 1.f / l_row;
-    const int row = iw + frag_row(lane, 2 * h);
-    if (lane % 4 == 0 && row < p.N) p.L_out[head + row] = (m[h] + log2f(l_row)) * kLn2;
-  }
-  store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, acc, inv_l, iw, p.N, lane);
+  fwd_epilogue<T, kD>(p, acc, m, l, head, iw, lane);  // O = acc / l, L = (m + log2 l)·ln 2
 }
 
 
@@ -392,16 +399,7 @@ __global__ void __launch_bounds__(HopperFwdConfig<kD>::kThreads, HopperFwdConfig
       for (int e = 0; e < 4; ++e) s_cur[x][e] = s_next[x][e];
   }
 
-  // ---- epilogue: O = acc / l, L = (m + log2 l)·ln 2
-  float inv_l[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float l_row = quad_sum(l[h]);
-    inv_l[h] = 1.f / l_row;
-    const int row = iw + frag_row(lane, 2 * h);
-    if (lane % 4 == 0 && row < p.N) p.L_out[head + row] = (m[h] + log2f(l_row)) * kLn2;
-  }
-  store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, acc, inv_l, iw, p.N, lane);
+  fwd_epilogue<T, kD>(p, acc, m, l, head, iw, lane);  // O = acc / l, L = (m + log2 l)·ln 2
 #else
   __trap();  // launched only where sm_90a code was built (GG_CUDA_SM90A) and the device is 9.x
 #endif
@@ -561,15 +559,7 @@ __global__ void __launch_bounds__(HopperFwdWsConfig<kD>::kThreads, 1)
         for (int e = 0; e < 4; ++e) s_cur[x][e] = s_next[x][e];
     }
 
-    float inv_l[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float l_row = quad_sum(l[h]);
-      inv_l[h] = 1.f / l_row;
-      const int row = iw + frag_row(lane, 2 * h);
-      if (lane % 4 == 0 && row < p.N) p.L_out[head + row] = (m[h] + log2f(l_row)) * kLn2;
-    }
-    store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, acc, inv_l, iw, p.N, lane);
+    fwd_epilogue<T, kD>(p, acc, m, l, head, iw, lane);
   }
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
