@@ -34,8 +34,8 @@ bool attention_wgmma_built();   // sm_90a code is in this build (CMAKE_CUDA_ARCH
 bool attention_wgmma_active();  // built, enabled, and the current device is compute capability 9.x
 int compute_capability_major();  // of the current device
 // The warp-specialised Hopper forward (TMA producer warpgroup, two consumer warpgroups), where the
-// Hopper kernels apply. Off by default until the whole GPU suite has run with it (its own test
-// passes; docs/kernel-notes.md, v11); GG_ATTENTION_WS=1 turns it on at start-up.
+// Hopper kernels apply (d in {64, 128}). On by default; off, the one-warpgroup Hopper forward runs
+// (for tests and A/B benchmarks). GG_ATTENTION_WS=0 turns it off at start-up.
 void set_attention_ws(bool enabled);
 bool attention_ws_enabled();
 // Pass-1 schedule of the Hopper BoB: -1 (default) picks per head dimension (E and F first at

@@ -393,6 +393,13 @@ void check_poisoned(DType dtype, int64_t N, int64_t d, bool causal) {
   }
 }
 
+// Forces the warp-specialised Hopper forward on or off for one scope (on by default).
+struct WsMode {
+  explicit WsMode(bool on) : was(kernels::cuda::attention_ws_enabled()) { kernels::cuda::set_attention_ws(on); }
+  ~WsMode() { kernels::cuda::set_attention_ws(was); }
+  bool was;
+};
+
 // Forces a pass-1 schedule of the Hopper BoB (kernels.h: -1 default, 0 split, 1 E/F first).
 struct BobEfMode {
   explicit BobEfMode(int mode) { kernels::cuda::set_attention_bob_ef_mode(mode); }
@@ -404,12 +411,14 @@ TEST(CudaAttention, PoisonedOutputs) {
   for (bool causal : {false, true}) {
     check_poisoned(DType::bf16, 77, 64, causal);   // tensor cores, one pass-1 slice
     check_poisoned(DType::f16, 77, 128, causal);   // tensor cores, two pass-1 slices
-    {  // on Hopper, the pass-1 schedule each of the two lines above does not take by default
+    {  // on Hopper, the pass-1 schedule and the forward each of the two lines above does not take by default
       BobEfMode ef(1);
+      WsMode ws(false);
       check_poisoned(DType::bf16, 77, 64, causal);
     }
     {
       BobEfMode ef(0);
+      WsMode ws(false);
       check_poisoned(DType::f16, 77, 128, causal);
     }
     check_poisoned(DType::bf16, 77, 80, causal);   // generic, f32 arithmetic, two column slices
@@ -469,14 +478,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionHopper,
                          ::testing::Combine(::testing::Bool(), ::testing::Values<int64_t>(1, 77, 200, 1000),
                                             ::testing::Values<int64_t>(64, 128), ::testing::Bool()));
 
-// The warp-specialised forward (TMA producer, two consumer warpgroups; off by default), switched on:
+// The warp-specialised forward (TMA producer, two consumer warpgroups; the default on Hopper):
 // O and L against the CPU f64 reference, O's error at most 2 x the one-warpgroup Hopper forward's
 // (or the rounding floor); outputs poisoned before the run; two runs bitwise equal.
-struct WsMode {
-  explicit WsMode(bool on) : was(kernels::cuda::attention_ws_enabled()) { kernels::cuda::set_attention_ws(on); }
-  ~WsMode() { kernels::cuda::set_attention_ws(was); }
-  bool was;
-};
 
 TEST(CudaAttention, HopperForwardWarpSpecialized) {
   GG_REQUIRE_HOPPER_OR_SKIP();
