@@ -47,6 +47,7 @@
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_hopper.cuh"
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/tma.cuh"
 
 namespace gg::kernels::cuda {
 namespace {
@@ -607,46 +608,138 @@ __global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_bob_pass2
 
 // ------------------------------------------------------------------------ Hopper query sweep
 //
-// What the two Hopper pass-1 schedules (split, and E/F first) share: a block of kBM = 64 query
-// rows keeps Q, dO and Qt in shared memory and sweeps the key tiles K, V, Kt, Vt (kBN rows each,
-// double-buffered); per sub-tile of kSub keys it computes the four score tiles S = Q·Kᵀ,
-// dP = dO·Vᵀ, G = Qt·Kᵀ + Q·Ktᵀ (unscaled) and H = dO·Vtᵀ, dropping the products of absent
-// cotangents (their tiles are zero). 128-byte swizzled tiles, 3·kBM·kD + 8·kBN·kD elements.
-template <typename T, int kD, int kBM, int kBN, int kThreads>
+// What the Hopper pass-1 kernels share (the split pass 1 and both passes of the E/F-first
+// schedule, each with cp.async or with warp-specialised loads): a warpgroup owning 64 query rows
+// keeps Q, dO and Qt in shared memory and sweeps the key tiles K, V, Kt, Vt (kBN rows each); per
+// sub-tile of kSub keys it computes the four score tiles S = Q·Kᵀ, dP = dO·Vᵀ,
+// G = Qt·Kᵀ + Q·Ktᵀ (unscaled) and H = dO·Vtᵀ, dropping the products of absent cotangents (their
+// tiles are zero). Tiles are 128-byte swizzled. A sweep (HopperQuerySweep: cp.async, one
+// warpgroup per block; HopperQuerySweepWs: bulk tensor copies by a producer warpgroup for two
+// consumer warpgroups) gives the row loops below:
+//   begin_tile(kb) / end_tile(kb)  around the use of key tile kb (wait for it / release it)
+//   tiles(kb)                      descriptors of key tile kb
+//   own, cot                       descriptors of the warpgroup's own rows; present cotangents
+
+struct Cotangents {
+  bool Qt, Kt, Vt, G, H;
+  __device__ Cotangents(const void* qt, const void* kt, const void* vt)
+      : Qt(qt != nullptr), Kt(kt != nullptr), Vt(vt != nullptr), G(Qt || Kt), H(Vt) {}
+};
+struct OwnTiles {
+  uint64_t Q, dO, Qt;  // descriptors of the own rows
+};
+// The own rows of one warp as register A operands (load_a_frags), for score products whose key
+// tiles are few columns wide (wgmma_score_product_rs); Qt's only where present.
+template <int kD>
+struct OwnFrags {
+  uint32_t Q[kD / 16][4], dO[kD / 16][4], Qt[kD / 16][4];
+  template <typename T>
+  __device__ void load(const Params<T>& p, int64_t hd, int iw, int lane) {
+    load_a_frags<T, kD>(Q, p.Q + hd, iw, p.N, lane);
+    load_a_frags<T, kD>(dO, p.dO + hd, iw, p.N, lane);
+    if (p.Qt != nullptr) load_a_frags<T, kD>(Qt, p.Qt + hd, iw, p.N, lane);
+  }
+};
+
+// One score product of the own rows (descriptor: from shared memory; fragments: from registers).
+template <typename T, int kD, int kSub, bool kAcc, int kBN>
+__device__ __forceinline__ void own_score(float (&s)[kSub / 8][4], uint64_t own, uint64_t b) {
+  wgmma_score_product<T, kD, kSub, kAcc, kBN>(s, own, b);
+}
+template <typename T, int kD, int kSub, bool kAcc, int kBN>
+__device__ __forceinline__ void own_score(float (&s)[kSub / 8][4], const uint32_t (&own)[kD / 16][4], uint64_t b) {
+  wgmma_score_product_rs<T, kD, kSub, kAcc, kBN>(s, own, b);
+}
+struct KeyTiles {
+  uint64_t K, V, Kt, Vt;  // descriptors of one key tile
+};
+
+// The score tiles of keys [kSub·q, kSub·q + kSub) of the key tile t, issued and waited for. Those
+// keys' rows start kSub·q·128 bytes (kSub·q·8 16-byte units) into each 64-column slab.
+template <typename T, int kD, int kBN, int kSub, typename Own>
+__device__ __forceinline__ void query_scores(float (&S)[kSub / 8][4], float (&dP)[kSub / 8][4],
+                                             float (&G)[kSub / 8][4], float (&Hs)[kSub / 8][4], const Cotangents& c,
+                                             const Own& own, const KeyTiles& t, int q) {
+  const uint64_t at = uint64_t(q) * kSub * 8;
+  if (!c.G) {
+    zero(dP);
+    zero(G);
+  }
+  if (!c.H) zero(Hs);
+  wgmma_fence();
+  wgmma_fence_regs(S);
+  wgmma_fence_regs(dP);
+  wgmma_fence_regs(G);
+  wgmma_fence_regs(Hs);
+  own_score<T, kD, kSub, false, kBN>(S, own.Q, t.K + at);
+  if (c.G) own_score<T, kD, kSub, false, kBN>(dP, own.dO, t.V + at);
+  if (c.Qt) own_score<T, kD, kSub, false, kBN>(G, own.Qt, t.K + at);
+  if (c.Kt) {
+    if (c.Qt)
+      own_score<T, kD, kSub, true, kBN>(G, own.Q, t.Kt + at);
+    else
+      own_score<T, kD, kSub, false, kBN>(G, own.Q, t.Kt + at);
+  }
+  if (c.H) own_score<T, kD, kSub, false, kBN>(Hs, own.dO, t.Vt + at);
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_fence_regs(S);
+  wgmma_fence_regs(dP);
+  wgmma_fence_regs(G);
+  wgmma_fence_regs(Hs);
+}
+
+// L·log2e and D of this thread's own rows (iw + g, iw + g + 8; head: (b, h) · N); 0 past N.
+template <typename T>
+__device__ __forceinline__ void row_scalars(const Params<T>& p, int64_t head, int iw, int lane, float (&L2)[2],
+                                            float (&D)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = iw + frag_row(lane, 2 * h);
+    L2[h] = row < p.N ? p.L[head + row] * kLog2e : 0.f;
+    D[h] = row < p.N ? p.D[head + row] : 0.f;
+  }
+}
+
+// cp.async sweep: one warpgroup per block of 64 query rows [i0, i0 + 64), key tiles
+// double-buffered (a block barrier per tile). 3·64·kD + 8·kBN·kD elements of shared memory.
+template <typename T, int kD, int kBN>
 struct HopperQuerySweep {
-  static constexpr int kOwnElems = kBM * kD, kTileElems = kBN * kD;
+  static constexpr int kThreads = 128, kOwnElems = 64 * kD, kTileElems = kBN * kD;
+  static constexpr size_t kSmem = (3 * kOwnElems + 8 * kTileElems) * sizeof(T);
   const Params<T>& p;
   const int64_t hd;  // (b, h) · N · d: the head's first element
-  const bool has_Qt, has_Kt, has_Vt, has_G, has_H;
-  T *sQ, *sdO, *sQt, *sK, *sV, *sKt, *sVt;
+  const int num_k_tiles;
+  const Cotangents cot;
+  OwnTiles own;
+  T *sK, *sV, *sKt, *sVt;
 
-  // Carves shared memory and starts loading the own rows [i0, i0 + kBM) and key tile 0 (one
-  // cp.async group).
-  __device__ HopperQuerySweep(unsigned char* smem, const Params<T>& p_, int64_t hd_, int i0)
-      : p(p_), hd(hd_), has_Qt(p_.Qt != nullptr), has_Kt(p_.Kt != nullptr), has_Vt(p_.Vt != nullptr),
-        has_G(has_Qt || has_Kt), has_H(has_Vt) {
-    sQ = reinterpret_cast<T*>(smem);
-    sdO = sQ + kOwnElems;
-    sQt = sdO + kOwnElems;
+  // Carves shared memory and starts loading the own rows and key tile 0 (one cp.async group).
+  __device__ HopperQuerySweep(unsigned char* smem, const Params<T>& p_, int64_t hd_, int i0, int num_k_tiles_)
+      : p(p_), hd(hd_), num_k_tiles(num_k_tiles_), cot(p_.Qt, p_.Kt, p_.Vt) {
+    T* sQ = reinterpret_cast<T*>(smem);
+    T* sdO = sQ + kOwnElems;
+    T* sQt = sdO + kOwnElems;
     sK = sQt + kOwnElems;
     sV = sK + 2 * kTileElems;
     sKt = sV + 2 * kTileElems;
     sVt = sKt + 2 * kTileElems;
-    load_rows_swz_async<T, kD, kBM, kThreads>(sQ, p.Q + hd, i0, p.N);
-    load_rows_swz_async<T, kD, kBM, kThreads>(sdO, p.dO + hd, i0, p.N);
-    if (has_Qt) load_rows_swz_async<T, kD, kBM, kThreads>(sQt, p.Qt + hd, i0, p.N);
+    load_rows_swz_async<T, kD, 64, kThreads>(sQ, p.Q + hd, i0, p.N);
+    load_rows_swz_async<T, kD, 64, kThreads>(sdO, p.dO + hd, i0, p.N);
+    if (cot.Qt) load_rows_swz_async<T, kD, 64, kThreads>(sQt, p.Qt + hd, i0, p.N);
+    own = {make_desc_sw128(sQ), make_desc_sw128(sdO), make_desc_sw128(sQt)};
     load_tile(0, 0);
     cp_async_commit();
   }
   __device__ void load_tile(int kb, int stage) {
     const int off = stage * kTileElems;
     load_rows_swz_async<T, kD, kBN, kThreads>(sK + off, p.K + hd, kb * kBN, p.N);
-    if (has_G) load_rows_swz_async<T, kD, kBN, kThreads>(sV + off, p.V + hd, kb * kBN, p.N);
-    if (has_Kt) load_rows_swz_async<T, kD, kBN, kThreads>(sKt + off, p.Kt + hd, kb * kBN, p.N);
-    if (has_Vt) load_rows_swz_async<T, kD, kBN, kThreads>(sVt + off, p.Vt + hd, kb * kBN, p.N);
+    if (cot.G) load_rows_swz_async<T, kD, kBN, kThreads>(sV + off, p.V + hd, kb * kBN, p.N);
+    if (cot.Kt) load_rows_swz_async<T, kD, kBN, kThreads>(sKt + off, p.Kt + hd, kb * kBN, p.N);
+    if (cot.Vt) load_rows_swz_async<T, kD, kBN, kThreads>(sVt + off, p.Vt + hd, kb * kBN, p.N);
   }
-  // Top of key tile kb: waits for it, then starts loading tile kb + 1 into the other stage.
-  __device__ void next_tile(int kb, int num_k_tiles) {
+  // Waits for key tile kb, then starts loading tile kb + 1 into the other stage.
+  __device__ void begin_tile(int kb) {
     cp_async_wait<0>();
     fence_proxy_async();
     __syncthreads();  // tile kb visible; every warp is done with the other stage
@@ -655,101 +748,138 @@ struct HopperQuerySweep {
       cp_async_commit();
     }
   }
-  // L·log2e and D of this thread's own rows (iw + g, iw + g + 8; head: (b, h) · N); 0 past N.
-  __device__ void row_scalars(int64_t head, int iw, int lane, float (&L2)[2], float (&D)[2]) const {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = iw + frag_row(lane, 2 * h);
-      L2[h] = row < p.N ? p.L[head + row] * kLog2e : 0.f;
-      D[h] = row < p.N ? p.D[head + row] : 0.f;
-    }
-  }
-  struct Tiles {
-    uint64_t K, V, Kt, Vt;  // descriptors of the key tiles in one stage
-  };
-  __device__ Tiles tiles(int stage) const {
-    const int off = stage * kTileElems;
+  __device__ void end_tile(int) {}
+  __device__ KeyTiles tiles(int kb) const {
+    const int off = (kb % 2) * kTileElems;
     return {make_desc_sw128(sK + off), make_desc_sw128(sV + off), make_desc_sw128(sKt + off),
             make_desc_sw128(sVt + off)};
   }
-  // The score tiles of keys [kSub·q, kSub·q + kSub) of the stage t, issued and waited for. Those
-  // keys' rows start kSub·q·128 bytes (kSub·q·8 16-byte units) into each 64-column slab.
-  template <int kSub>
-  __device__ void scores(float (&S)[kSub / 8][4], float (&dP)[kSub / 8][4], float (&G)[kSub / 8][4],
-                         float (&Hs)[kSub / 8][4], const Tiles& t, int q) const {
-    const uint64_t dQ = make_desc_sw128(sQ), ddO = make_desc_sw128(sdO), dQt = make_desc_sw128(sQt);
-    const uint64_t at = uint64_t(q) * kSub * 8;
-    if (!has_G) {
-      zero(dP);
-      zero(G);
+};
+
+// The tensor maps of a warp-specialised query sweep: own rows in boxes of 64, key tiles of kBN.
+struct QueryMaps {
+  CUtensorMap Q, dO, Qt, K, V, Kt, Vt;
+};
+
+// Warp-specialised sweep: a block of 128 query rows [i0, i0 + 128) and three warpgroups.
+// Warpgroup 0 is the producer: one thread copies the own rows once and the key tiles into a ring
+// of kStages stages with bulk tensor copies, refilling a stage once both consumers have released
+// it ("empty" barrier, 256 arrivals); warpgroups 1 and 2 each own 64 of the rows and run a row
+// loop on tiles they wait for on the "full" barriers. Both consumers read the same key tiles (half
+// the loads per product of two 64-row blocks), and no consumer instruction is a load or a block
+// barrier. Absent cotangents' tiles are neither copied nor read.
+template <typename T, int kD, int kBN, int kStages>
+struct HopperQuerySweepWs {
+  static constexpr int kOwnElems = 64 * kD, kTileElems = kBN * kD;
+  // Q, dO, Qt of both consumers; K, V, Kt, Vt x kStages; 1 + 2·kStages barriers
+  static constexpr size_t kSmem = (6 * kOwnElems + 4 * kStages * kTileElems) * sizeof(T) + 8 * (1 + 2 * kStages);
+  static_assert(kSmem <= 227 * 1024, "shared memory");
+  const Cotangents cot;
+  OwnTiles own;
+  T *sQ, *sdO, *sQt, *sK, *sV, *sKt, *sVt;
+  uint64_t *own_bar, *full, *empty;
+
+  __device__ HopperQuerySweepWs(unsigned char* smem, const Params<T>& p) : cot(p.Qt, p.Kt, p.Vt) {
+    sQ = reinterpret_cast<T*>(smem);  // [2 consumers][64 x kD] each of sQ, sdO, sQt
+    sdO = sQ + 2 * kOwnElems;
+    sQt = sdO + 2 * kOwnElems;
+    sK = sQt + 2 * kOwnElems;  // [kStages][kBN x kD] each of sK, sV, sKt, sVt
+    sV = sK + kStages * kTileElems;
+    sKt = sV + kStages * kTileElems;
+    sVt = sKt + kStages * kTileElems;
+    own_bar = reinterpret_cast<uint64_t*>(sVt + kStages * kTileElems);
+    full = own_bar + 1;
+    empty = full + kStages;
+  }
+  // By one thread, followed by a block barrier.
+  __device__ void init_barriers() {
+    mbar_init(own_bar, 1);
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 256);
     }
-    if (!has_H) zero(Hs);
-    wgmma_fence();
-    wgmma_fence_regs(S);
-    wgmma_fence_regs(dP);
-    wgmma_fence_regs(G);
-    wgmma_fence_regs(Hs);
-    wgmma_score_product<T, kD, kSub, false, kBN>(S, dQ, t.K + at);
-    if (has_G) wgmma_score_product<T, kD, kSub, false, kBN>(dP, ddO, t.V + at);
-    if (has_Qt) wgmma_score_product<T, kD, kSub, false, kBN>(G, dQt, t.K + at);
-    if (has_Kt) {
-      if (has_Qt)
-        wgmma_score_product<T, kD, kSub, true, kBN>(G, dQ, t.Kt + at);
-      else
-        wgmma_score_product<T, kD, kSub, false, kBN>(G, dQ, t.Kt + at);
+    mbar_fence_init();
+  }
+  // The producer thread: own rows of both consumers, then key tiles [0, num_k_tiles) of head bh.
+  __device__ void produce(const QueryMaps& m, int i0, int bh, int num_k_tiles) {
+    mbar_expect_tx(own_bar, (cot.Qt ? 3 : 2) * 2 * kOwnElems * sizeof(T));
+    for (int c = 0; c < 2; ++c)
+      for (int h = 0; h < kD / 64; ++h) {
+        const int off = c * kOwnElems + h * 64 * 64;
+        tma_load_3d(sQ + off, &m.Q, own_bar, 64 * h, i0 + 64 * c, bh);
+        tma_load_3d(sdO + off, &m.dO, own_bar, 64 * h, i0 + 64 * c, bh);
+        if (cot.Qt) tma_load_3d(sQt + off, &m.Qt, own_bar, 64 * h, i0 + 64 * c, bh);
+      }
+    const uint32_t tile_bytes = (1 + int(cot.G) + int(cot.Kt) + int(cot.Vt)) * kTileElems * sizeof(T);
+    for (int kb = 0; kb < num_k_tiles; ++kb) {
+      const int s = kb % kStages;
+      if (kb >= kStages) mbar_wait(&empty[s], ((kb / kStages) - 1) & 1);  // its previous tile released
+      mbar_expect_tx(&full[s], tile_bytes);
+      for (int h = 0; h < kD / 64; ++h) {
+        const int off = s * kTileElems + h * kBN * 64;
+        tma_load_3d(sK + off, &m.K, &full[s], 64 * h, kb * kBN, bh);
+        if (cot.G) tma_load_3d(sV + off, &m.V, &full[s], 64 * h, kb * kBN, bh);
+        if (cot.Kt) tma_load_3d(sKt + off, &m.Kt, &full[s], 64 * h, kb * kBN, bh);
+        if (cot.Vt) tma_load_3d(sVt + off, &m.Vt, &full[s], 64 * h, kb * kBN, bh);
+      }
     }
-    if (has_H) wgmma_score_product<T, kD, kSub, false, kBN>(Hs, ddO, t.Vt + at);
-    wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_fence_regs(S);
-    wgmma_fence_regs(dP);
-    wgmma_fence_regs(G);
-    wgmma_fence_regs(Hs);
+  }
+  // Consumer c (0 or 1): its own rows' descriptors, once they have landed.
+  __device__ void consume_as(int c) {
+    own = {make_desc_sw128(sQ + c * kOwnElems), make_desc_sw128(sdO + c * kOwnElems),
+           make_desc_sw128(sQt + c * kOwnElems)};
+    mbar_wait(own_bar, 0);
+  }
+  __device__ void begin_tile(int kb) { mbar_wait(&full[kb % kStages], (kb / kStages) & 1); }
+  __device__ void end_tile(int kb) { mbar_arrive(&empty[kb % kStages]); }
+  __device__ KeyTiles tiles(int kb) const {
+    const int off = (kb % kStages) * kTileElems;
+    return {make_desc_sw128(sK + off), make_desc_sw128(sV + off), make_desc_sw128(sKt + off),
+            make_desc_sw128(sVt + off)};
   }
 };
+
+template <typename T>
+QueryMaps make_query_maps(const Params<T>& p, int d, int key_rows) {
+  auto map = [&](const T* x, int rows) { return make_tensor_map(x != nullptr ? x : p.Q, p.BH, p.N, d, rows); };
+  return {map(p.Q, 64), map(p.dO, 64), map(p.Qt, 64), map(p.K, key_rows), map(p.V, key_rows), map(p.Kt, key_rows),
+          map(p.Vt, key_rows)};
+}
 
 // ------------------------------------------------------------------------ Hopper pass 1
 //
 // Pass 1 for query rows [i0, i0 + 64) and output columns [c0, c0 + 64) (d = 128: two column slices
-// over grid.y, score tiles recomputed per slice, as in the mma.sync kernel). Key tiles of 32 rows,
-// double-buffered; each is swept in two sub-tiles of 16 keys so that the five score tiles of a
-// warp (S, dP, G, H and dS, 16 x 16 each) and the split coefficient operands fit in registers
-// beside the four 16 x 64 accumulators. Score products: wgmma m64n16k16 (own rows from shared
-// memory); coefficient products: wgmma m64n64k16 with register A operands, hi + lo pairs where the
-// mma.sync kernel splits them.
+// over grid.y, score tiles recomputed per slice, as in the mma.sync kernel). Key tiles of kBN rows,
+// each swept in sub-tiles of 16 keys so that the five score tiles of a warp (S, dP, G, H and dS,
+// 16 x 16 each) and the split coefficient operands fit in registers beside the four 16 x 64
+// accumulators. Score products: wgmma m64n16k16 (own rows from shared memory); coefficient
+// products: wgmma m64n64k16 with register A operands, hi + lo pairs where the mma.sync kernel
+// splits them.
 
 template <int kD>
 struct HopperBobPass1Config {
-  static constexpr int kThreads = 128;
-  static constexpr int kBlockM = 64;
   static constexpr int kBlockN = kD == 64 ? 64 : 32;  // keys per loaded tile (d = 128: 2 blocks/SM in smem)
   static constexpr int kSub = 16;                     // keys per sub-tile
   static_assert(kBlockN % kSub == 0, "whole sub-tiles");
-  static constexpr int kCols = 64;    // output columns per block
-  static constexpr int kOwnElems = kBlockM * kD;
-  static constexpr int kTileElems = kBlockN * kD;
-  static constexpr size_t kSmem = (3 * kOwnElems + 8 * kTileElems) * 2;  // Q, dO, Qt; K, V, Kt, Vt x 2
+  static constexpr int kCols = 64;  // output columns per block
 };
 
-template <typename T, int kD>
-__global__ void __launch_bounds__(128, 2) attention_bob_pass1_wgmma_kernel(const Params<T> p) {
-#if defined(GG_WGMMA_AVAILABLE)
+// The split pass 1 of one warpgroup (thread tid of 128) owning query rows [i0, i0 + 64), output
+// columns [64·blockIdx.y, 64·blockIdx.y + 64), over key tiles [0, num_k_tiles) of the sweep.
+template <typename T, int kD, typename Sweep>
+__device__ __forceinline__ void split_pass1_rows(Sweep& sw, const Params<T>& p, int64_t head, int i0,
+                                                 int num_k_tiles, int tid) {
   using Cfg = HopperBobPass1Config<kD>;
-  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kSub = Cfg::kSub;
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const BlockCoord bc = block_coord(cdiv(p.N, kBM));
-  const int i0 = bc.blk * kBM, iw = i0 + 16 * warp;
+  constexpr int kBN = Cfg::kBlockN, kSub = Cfg::kSub;
+  const int warp = tid / 32, lane = tid % 32;
+  const int iw = i0 + 16 * warp;
   const int half = blockIdx.y;  // output columns [64·half, 64·half + 64)
   const int c0 = Cfg::kCols * half;
-  const int64_t head = bc.bh * p.N;
-  HopperQuerySweep<T, kD, kBM, kBN, Cfg::kThreads> sw(smem_raw, p, head * kD, i0);
-  const bool has_G = sw.has_G, has_Kt = sw.has_Kt, has_Vt = sw.has_Vt;
-  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + kBM), kBN) : cdiv(p.N, kBN);
-  const int key_end = p.causal ? min(p.N, i0 + kBM) : p.N;  // no key at or past this is visible
+  const Cotangents& cot = sw.cot;
+  const int key_end = p.causal ? min(p.N, i0 + 64) : p.N;  // no key at or past this is visible
   const float sl2 = p.scale * kLog2e;
   float L2[2], D[2];
-  sw.row_scalars(head, iw, lane, L2, D);
+  row_scalars(p, head, iw, lane, L2, D);
 
   float XA[8][4], X2[8][4], X3[8][4], Y[8][4];
   zero(XA);
@@ -759,17 +889,17 @@ __global__ void __launch_bounds__(128, 2) attention_bob_pass1_wgmma_kernel(const
   float e_part[2] = {0.f, 0.f}, f_part[2] = {0.f, 0.f};
 
   for (int kb = 0; kb < num_k_tiles; ++kb) {
-    sw.next_tile(kb, num_k_tiles);
+    sw.begin_tile(kb);
     const int j0 = kb * kBN;
-    const auto t = sw.tiles(kb % 2);
+    const KeyTiles t = sw.tiles(kb);
 
 #pragma unroll 1
     for (int q = 0; q < kBN / kSub; ++q) {
       const int js = j0 + kSub * q;
-      if (js >= key_end) break;  // uniform over the block: no row of it sees these keys
+      if (js >= key_end) break;  // uniform over the warpgroup: no row of it sees these keys
 
       float S[2][4], dP[2][4], G[2][4], Hs[2][4], dS[2][4];
-      sw.template scores<kSub>(S, dP, G, Hs, t, q);
+      query_scores<T, kD, kBN, kSub>(S, dP, G, Hs, cot, sw.own, t, q);
 
       // coefficient tiles, in place: S <- P, dP <- P∘dP, G <- P∘G, Hs <- C1; and dS
       with_mask(js + kSub > p.N || (p.causal && js + kSub - 1 > i0), [&](auto tag) {
@@ -805,14 +935,14 @@ __global__ void __launch_bounds__(128, 2) attention_bob_pass1_wgmma_kernel(const
       wgmma_rs<T, 64>(XA, c1_lo, bK, true);
       wgmma_rs<T, 64>(X3, p_hi, bK, true);  // X3 += P·K
       wgmma_rs<T, 64>(X3, p_lo, bK, true);
-      if (has_Vt) wgmma_rs<T, 64>(Y, p_hi, bVt, true);  // Y += P·Vt
-      if (has_G) {
+      if (cot.Vt) wgmma_rs<T, 64>(Y, p_hi, bVt, true);  // Y += P·Vt
+      if (cot.G) {
         wgmma_rs<T, 64>(X2, pdp_hi, bK, true);  // X2 += (P∘dP)·K
         wgmma_rs<T, 64>(X2, pdp_lo, bK, true);
         wgmma_rs<T, 64>(Y, pg_hi, bV, true);  // Y += (P∘G)·V
         wgmma_rs<T, 64>(Y, pg_lo, bV, true);
       }
-      if (has_Kt) wgmma_rs<T, 64>(XA, ds_a, bKt, true);  // XA += dS·Kt
+      if (cot.Kt) wgmma_rs<T, 64>(XA, ds_a, bKt, true);  // XA += dS·Kt
       wgmma_commit();
       wgmma_wait<0>();
       wgmma_fence_regs(XA);
@@ -820,9 +950,23 @@ __global__ void __launch_bounds__(128, 2) attention_bob_pass1_wgmma_kernel(const
       wgmma_fence_regs(X3);
       wgmma_fence_regs(Y);
     }
+    sw.end_tile(kb);
   }
 
   bob_pass1_epilogue<T, kD, Cfg::kCols>(p, XA, X2, X3, Y, e_part, f_part, D, head, iw, c0, lane);
+}
+
+template <typename T, int kD>
+__global__ void __launch_bounds__(128, 2) attention_bob_pass1_wgmma_kernel(const Params<T> p) {
+#if defined(GG_WGMMA_AVAILABLE)
+  constexpr int kBN = HopperBobPass1Config<kD>::kBlockN;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const BlockCoord bc = block_coord(cdiv(p.N, 64));
+  const int i0 = bc.blk * 64;
+  const int64_t head = bc.bh * p.N;
+  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + 64), kBN) : cdiv(p.N, kBN);
+  HopperQuerySweep<T, kD, kBN> sw(smem_raw, p, head * kD, i0, num_k_tiles);
+  split_pass1_rows<T, kD>(sw, p, head, i0, num_k_tiles, threadIdx.x);
 #else
   __trap();
 #endif
@@ -996,39 +1140,38 @@ __global__ void __launch_bounds__(HopperBobConfig<kD>::kThreads, HopperBobConfig
 
 template <int kD>
 struct HopperBobEFConfig {
-  static constexpr int kThreads = 128;
-  static constexpr int kBlockM = 64;  // own query rows per block
   static constexpr int kBlockN = 32;  // keys per loaded tile
-  static constexpr int kSubOut = 16;  // keys per score sub-tile in pass 1 (registers: two accumulators)
-  static constexpr int kSubEF = 32;   // in pass 0 (no accumulators)
+  // d = 64: the own rows as register A operands of the score products (48 registers), so that
+  // only the key tiles are read from shared memory, and sub-tiles of 32 keys in both passes.
+  // d = 128: own rows from shared memory (their fragments would take 96 registers beside the
+  // 128 of the two accumulators); pass 1's sub-tiles of 16 keys.
+  static constexpr bool kRegOwn = kD == 64;
+  static constexpr int kSubOut = kD == 64 ? 32 : 16;  // keys per score sub-tile in pass 1
+  static constexpr int kSubEF = 32;                   // in pass 0 (no accumulators)
   static_assert(kBlockN % kSubOut == 0 && kBlockN % kSubEF == 0, "whole sub-tiles");
-  static constexpr int kMinBlocks = kD == 64 ? 3 : 2;  // shared memory: 57 KB (d = 64), 113 KB
-  static constexpr int kOwnElems = kBlockM * kD;
-  static constexpr int kTileElems = kBlockN * kD;
-  static constexpr size_t kSmem = (3 * kOwnElems + 8 * kTileElems) * 2;  // Q, dO, Qt; K, V, Kt, Vt x 2
+  // blocks per SM (one-warpgroup kernels): shared memory 57 KB (d = 64), 113 KB; registers: pass 1
+  // at d = 64 needs more than the 168 of three blocks
+  static constexpr int kMinBlocks0 = kD == 64 ? 3 : 2, kMinBlocks1 = 2;
 };
 
-// kOutputs = false: pass 0, writes E and F of query rows [i0, i0 + 64). kOutputs = true: pass 1,
-// grad_Q (out0) and grad_dO (out3) of those rows from pass 0's E and F. Warp w owns [iw, iw + 16).
-template <typename T, int kD, bool kOutputs>
-__global__ void __launch_bounds__(HopperBobEFConfig<kD>::kThreads, HopperBobEFConfig<kD>::kMinBlocks)
-    attention_bob_ef_wgmma_kernel(const Params<T> p) {
-#if defined(GG_WGMMA_AVAILABLE)
+// kOutputs = false: pass 0, writes E and F of the warpgroup's query rows [i0, i0 + 64).
+// kOutputs = true: pass 1, grad_Q (out0) and grad_dO (out3) of those rows from pass 0's E and F.
+// Thread tid of 128; warp w owns [iw, iw + 16).
+template <typename T, int kD, bool kOutputs, typename Sweep>
+__device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t head, int i0, int num_k_tiles,
+                                        int tid) {
   using Cfg = HopperBobEFConfig<kD>;
-  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN;
+  constexpr int kBN = Cfg::kBlockN;
   constexpr int kSub = kOutputs ? Cfg::kSubOut : Cfg::kSubEF;
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const BlockCoord bc = block_coord(cdiv(p.N, kBM));
-  const int i0 = bc.blk * kBM, iw = i0 + 16 * warp;
-  const int64_t head = bc.bh * p.N;
-  HopperQuerySweep<T, kD, kBM, kBN, Cfg::kThreads> sw(smem_raw, p, head * kD, i0);
-  const bool has_G = sw.has_G, has_Kt = sw.has_Kt, has_Vt = sw.has_Vt;
-  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + kBM), kBN) : cdiv(p.N, kBN);
-  const int key_end = p.causal ? min(p.N, i0 + kBM) : p.N;  // no key at or past this is visible
+  const int warp = tid / 32, lane = tid % 32;
+  const int iw = i0 + 16 * warp;
+  const Cotangents& cot = sw.cot;
+  const int key_end = p.causal ? min(p.N, i0 + 64) : p.N;  // no key at or past this is visible
   const float sl2 = p.scale * kLog2e;
+  OwnFrags<Cfg::kRegOwn ? kD : 16> frags;  // d = 64: the own rows in registers
+  if constexpr (Cfg::kRegOwn) frags.load(p, head * kD, iw, lane);
   float L2[2], D[2], E[2] = {0.f, 0.f}, F[2] = {0.f, 0.f};
-  sw.row_scalars(head, iw, lane, L2, D);
+  row_scalars(p, head, iw, lane, L2, D);
   if constexpr (kOutputs) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -1052,17 +1195,20 @@ __global__ void __launch_bounds__(HopperBobEFConfig<kD>::kThreads, HopperBobEFCo
   };
 
   for (int kb = 0; kb < num_k_tiles; ++kb) {
-    sw.next_tile(kb, num_k_tiles);
+    sw.begin_tile(kb);
     const int j0 = kb * kBN;
-    const auto t = sw.tiles(kb % 2);
+    const KeyTiles t = sw.tiles(kb);
 
 #pragma unroll 1
     for (int q = 0; q < kBN / kSub; ++q) {
       const int js = j0 + kSub * q;
-      if (js >= key_end) break;  // uniform over the block: no row of it sees these keys
+      if (js >= key_end) break;  // uniform over the warpgroup: no row of it sees these keys
 
       float S[kSub / 8][4], dP[kSub / 8][4], G[kSub / 8][4], Hs[kSub / 8][4];
-      sw.template scores<kSub>(S, dP, G, Hs, t, q);
+      if constexpr (Cfg::kRegOwn)
+        query_scores<T, kD, kBN, kSub>(S, dP, G, Hs, cot, frags, t, q);
+      else
+        query_scores<T, kD, kBN, kSub>(S, dP, G, Hs, cot, sw.own, t, q);
 
       with_mask(js + kSub > p.N || (p.causal && js + kSub - 1 > i0), [&](auto tag) {
         constexpr bool kMasked = decltype(tag)::value;
@@ -1085,24 +1231,30 @@ __global__ void __launch_bounds__(HopperBobEFConfig<kD>::kThreads, HopperBobEFCo
           }
       });
       if constexpr (kOutputs) {
-        uint32_t sb_a[4], ds_a[4], dpb_a[4], p_a[4];
-        to_a_frag<T>(sb_a, S);
-        to_a_frag<T>(ds_a, dP);
-        to_a_frag<T>(dpb_a, G);
-        to_a_frag<T>(p_a, Hs);
+        constexpr int kU = kSub / 16;  // 16-key steps of the sub-tile
+        uint32_t sb_a[kU][4], ds_a[kU][4], dpb_a[kU][4], p_a[kU][4];
+        tile_to_a_frags<T, kSub>(sb_a, S);
+        tile_to_a_frags<T, kSub>(ds_a, dP);
+        tile_to_a_frags<T, kSub>(dpb_a, G);
+        tile_to_a_frags<T, kSub>(p_a, Hs);
         wgmma_fence_regs(gQ);
         wgmma_fence_regs(gdO);
         wgmma_fence();
-        coef16(gQ, sb_a, t.K, q);                // gQ += S̄·K
-        if (has_Kt) coef16(gQ, ds_a, t.Kt, q);   // gQ += dS·Kt
-        if (has_G) coef16(gdO, dpb_a, t.V, q);   // gdO += dP̄·V
-        if (has_Vt) coef16(gdO, p_a, t.Vt, q);   // gdO += P·Vt
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+          const int r = kU * q + u;                   // 16-key step within the key tile
+          coef16(gQ, sb_a[u], t.K, r);                // gQ += S̄·K
+          if (cot.Kt) coef16(gQ, ds_a[u], t.Kt, r);   // gQ += dS·Kt
+          if (cot.G) coef16(gdO, dpb_a[u], t.V, r);   // gdO += dP̄·V
+          if (cot.Vt) coef16(gdO, p_a[u], t.Vt, r);   // gdO += P·Vt
+        }
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_fence_regs(gQ);
         wgmma_fence_regs(gdO);
       }
     }
+    sw.end_tile(kb);
   }
 
   if constexpr (kOutputs) {
@@ -1121,41 +1273,129 @@ __global__ void __launch_bounds__(HopperBobEFConfig<kD>::kThreads, HopperBobEFCo
       }
     }
   }
+}
+
+template <typename T, int kD, bool kOutputs>
+__global__ void __launch_bounds__(128, kOutputs ? HopperBobEFConfig<kD>::kMinBlocks1 : HopperBobEFConfig<kD>::kMinBlocks0)
+    attention_bob_ef_wgmma_kernel(const Params<T> p) {
+#if defined(GG_WGMMA_AVAILABLE)
+  constexpr int kBN = HopperBobEFConfig<kD>::kBlockN;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const BlockCoord bc = block_coord(cdiv(p.N, 64));
+  const int i0 = bc.blk * 64;
+  const int64_t head = bc.bh * p.N;
+  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + 64), kBN) : cdiv(p.N, kBN);
+  HopperQuerySweep<T, kD, kBN> sw(smem_raw, p, head * kD, i0, num_k_tiles);
+  ef_rows<T, kD, kOutputs>(sw, p, head, i0, num_k_tiles, threadIdx.x);
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
 #endif
 }
 
+// ------------------------------------------------------------------------ Hopper, warp-specialised
+//
+// The query passes above (the split pass 1, E/F pass 0 and pass 1) on HopperQuerySweepWs: blocks
+// of 128 query rows, a producer warpgroup and two consumer warpgroups each running the same row
+// loop as the one-warpgroup kernels on 64 rows. Registers move from the producer to the consumers
+// with setmaxnreg. On by default with the warp-specialised forward (set_attention_ws).
+
+enum class QueryPass { kSplit, kEF0, kEF1 };
+
+template <int kD, QueryPass kPass>
+struct HopperBobWsConfig {
+  static constexpr int kThreads = 384;  // producer + two consumer warpgroups
+  static constexpr int kBlockM = 128;   // query rows per block (64 per consumer)
+  static constexpr int kBlockN =
+      kPass == QueryPass::kSplit ? HopperBobPass1Config<kD>::kBlockN : HopperBobEFConfig<kD>::kBlockN;
+  static constexpr int kStages = 3;
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "register file");
+  static constexpr int kSlices = kPass == QueryPass::kSplit ? kD / HopperBobPass1Config<kD>::kCols : 1;  // grid.y
+};
+
+template <typename T, int kD, QueryPass kPass>
+__global__ void __launch_bounds__(384, 1)
+    attention_bob_query_ws_kernel(const Params<T> p, const __grid_constant__ QueryMaps maps) {
+#if defined(GG_WGMMA_AVAILABLE)
+  using Cfg = HopperBobWsConfig<kD, kPass>;
+  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  HopperQuerySweepWs<T, kD, kBN, Cfg::kStages> sw(smem_raw, p);
+  const BlockCoord bc = block_coord(cdiv(p.N, kBM));
+  const int i0 = bc.blk * kBM;
+  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + kBM), kBN) : cdiv(p.N, kBN);
+  if (threadIdx.x == 0) sw.init_barriers();
+  __syncthreads();
+  const int wg = threadIdx.x / 128;
+  if (wg == 0) {
+    setmaxnreg_dec<Cfg::kProducerRegs>();
+    if (threadIdx.x == 0) sw.produce(maps, i0, static_cast<int>(bc.bh), num_k_tiles);
+  } else {
+    setmaxnreg_inc<Cfg::kConsumerRegs>();
+    sw.consume_as(wg - 1);
+    const int64_t head = bc.bh * p.N;
+    const int rows = i0 + 64 * (wg - 1);
+    if constexpr (kPass == QueryPass::kSplit)
+      split_pass1_rows<T, kD>(sw, p, head, rows, num_k_tiles, threadIdx.x % 128);
+    else
+      ef_rows<T, kD, kPass == QueryPass::kEF1>(sw, p, head, rows, num_k_tiles, threadIdx.x % 128);
+  }
+#else
+  __trap();  // launched only where sm_90a code was built and the device is 9.x
+#endif
+}
+
+template <typename T, int kD, QueryPass kPass>
+void launch_bob_query_ws(const Params<T>& p, const QueryMaps& maps) {
+  using Cfg = HopperBobWsConfig<kD, kPass>;
+  constexpr size_t smem = HopperQuerySweepWs<T, kD, Cfg::kBlockN, Cfg::kStages>::kSmem;
+  auto kernel = attention_bob_query_ws_kernel<T, kD, kPass>;
+  set_smem(kernel, smem);
+  kernel<<<dim3(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), Cfg::kSlices), Cfg::kThreads, smem, cuda_stream()>>>(p, maps);
+  CUDA_CHECK_LAUNCH();
+}
+
 // ------------------------------------------------------------------------ launchers
 
 // Which pass-1 schedule the Hopper BoB runs (attention_bob_ef_mode in kernels.h): E and F first,
-// or the split pass 1.
+// or the split pass 1. By default, as measured on the H200 (docs/kernel-notes.md, v12-v13): E and F
+// first at d = 128, and at d = 64 with the warp-specialised kernels (without them the split
+// pass 1 is faster at d = 64).
 bool bob_ef_schedule(int d) {
   const int mode = attention_bob_ef_mode();
-  return mode < 0 ? d == 128 : mode == 1;
+  return mode < 0 ? (d == 128 || attention_ws_enabled()) : mode == 1;
 }
 
 template <typename T, int kD>
 void launch_bob_tc(const Params<T>& p) {
   if constexpr (kD == 64 || kD == 128) {
     if (attention_wgmma_active()) {
-      if (bob_ef_schedule(kD)) {
-        using C = HopperBobEFConfig<kD>;
-        const unsigned grid = grid_x(p.BH, cdiv(p.N, C::kBlockM));
+      const bool ef = bob_ef_schedule(kD);
+      if (attention_ws_enabled()) {
+        const QueryMaps maps = make_query_maps(p, kD, ef ? HopperBobEFConfig<kD>::kBlockN : HopperBobPass1Config<kD>::kBlockN);
+        if (ef) {
+          launch_bob_query_ws<T, kD, QueryPass::kEF0>(p, maps);
+          launch_bob_query_ws<T, kD, QueryPass::kEF1>(p, maps);
+        } else {
+          launch_bob_query_ws<T, kD, QueryPass::kSplit>(p, maps);
+        }
+      } else if (ef) {
+        using Sweep = HopperQuerySweep<T, kD, HopperBobEFConfig<kD>::kBlockN>;
+        const unsigned grid = grid_x(p.BH, cdiv(p.N, 64));
         auto pass0 = attention_bob_ef_wgmma_kernel<T, kD, false>;
-        set_smem(pass0, C::kSmem);
-        pass0<<<grid, C::kThreads, C::kSmem, cuda_stream()>>>(p);
+        set_smem(pass0, Sweep::kSmem);
+        pass0<<<grid, Sweep::kThreads, Sweep::kSmem, cuda_stream()>>>(p);
         CUDA_CHECK_LAUNCH();
         auto pass1 = attention_bob_ef_wgmma_kernel<T, kD, true>;
-        set_smem(pass1, C::kSmem);
-        pass1<<<grid, C::kThreads, C::kSmem, cuda_stream()>>>(p);
+        set_smem(pass1, Sweep::kSmem);
+        pass1<<<grid, Sweep::kThreads, Sweep::kSmem, cuda_stream()>>>(p);
         CUDA_CHECK_LAUNCH();
       } else {
         using H1 = HopperBobPass1Config<kD>;
+        using Sweep = HopperQuerySweep<T, kD, H1::kBlockN>;
         auto pass1 = attention_bob_pass1_wgmma_kernel<T, kD>;
-        set_smem(pass1, H1::kSmem);
-        pass1<<<dim3(grid_x(p.BH, cdiv(p.N, H1::kBlockM)), kD / H1::kCols), H1::kThreads, H1::kSmem, cuda_stream()>>>(
-            p);
+        set_smem(pass1, Sweep::kSmem);
+        pass1<<<dim3(grid_x(p.BH, cdiv(p.N, 64)), kD / H1::kCols), Sweep::kThreads, Sweep::kSmem, cuda_stream()>>>(p);
         CUDA_CHECK_LAUNCH();
       }
       using H2 = HopperBobConfig<kD>;

@@ -45,6 +45,40 @@ __device__ __forceinline__ void wgmma_score_product(float (&s)[kBN / 8][4], uint
   }
 }
 
+// s (64 x kBN) (+)= A (64 own rows, register fragments a[k] per k16 step, from load_a_frags) ·
+// B (kBN other rows, smem)ᵀ, B K-major swizzled: wgmma_score_product with the own rows in registers,
+// so that only B is read from shared memory (with N = 16 or 32 columns, an SS product is limited
+// by shared-memory reads of A: bench/wgmma_rate.cu).
+template <typename T, int kD, int kBN, bool kAccumulate = false, int kRowsB = kBN>
+__device__ __forceinline__ void wgmma_score_product_rs(float (&s)[kBN / 8][4], const uint32_t (&a)[kD / 16][4],
+                                                       uint64_t db) {
+#pragma unroll
+  for (int k = 0; k < kD / 16; ++k) {
+    if (k == 0 && !kAccumulate)
+      wgmma_rs_kb_over<T, kBN>(s, a[0], db);
+    else
+      wgmma_rs_kb<T, kBN>(s, a[k], db + k_major_step(k, kRowsB), true);
+  }
+}
+
+// The A operands (mma.sync m16n8k16 A fragments, one per k16 step) of this warp's rows
+// [iw, iw + 16) of a head's (N, kD) row-major matrix g, read from global memory; rows at or past N
+// are zero.
+template <typename T, int kD>
+__device__ __forceinline__ void load_a_frags(uint32_t (&a)[kD / 16][4], const T* g, int iw, int N, int lane) {
+  const int r0 = iw + lane / 4, r1 = r0 + 8, c = 2 * (lane % 4);
+  auto at = [&](int r, int col) {
+    return r < N ? *reinterpret_cast<const uint32_t*>(g + static_cast<int64_t>(r) * kD + col) : 0u;
+  };
+#pragma unroll
+  for (int k = 0; k < kD / 16; ++k) {
+    a[k][0] = at(r0, 16 * k + c);  // row g,     k 2t..2t+1
+    a[k][1] = at(r1, 16 * k + c);  // row g + 8
+    a[k][2] = at(r0, 16 * k + c + 8);
+    a[k][3] = at(r1, 16 * k + c + 8);
+  }
+}
+
 // The 16 x kBN tile c (mma.sync layout) as kBN / 16 register A operands.
 template <typename T, int kBN>
 __device__ __forceinline__ void tile_to_a_frags(uint32_t (&a)[kBN / 16][4], const float (&c)[kBN / 8][4]) {

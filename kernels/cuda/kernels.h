@@ -33,14 +33,16 @@ bool attention_wgmma_enabled();
 bool attention_wgmma_built();   // sm_90a code is in this build (CMAKE_CUDA_ARCHITECTURES has 90a)
 bool attention_wgmma_active();  // built, enabled, and the current device is compute capability 9.x
 int compute_capability_major();  // of the current device
-// The warp-specialised Hopper forward (TMA producer warpgroup, two consumer warpgroups), where the
-// Hopper kernels apply (d in {64, 128}). On by default; off, the one-warpgroup Hopper forward runs
-// (for tests and A/B benchmarks). GG_ATTENTION_WS=0 turns it off at start-up.
+// The warp-specialised Hopper kernels (TMA producer warpgroup, two consumer warpgroups) for the
+// forward and the BoB's query-parallel passes, where the Hopper kernels apply (d in {64, 128}).
+// On by default; off, the one-warpgroup Hopper kernels run (for tests and A/B benchmarks).
+// GG_ATTENTION_WS=0 turns them off at start-up.
 void set_attention_ws(bool enabled);
 bool attention_ws_enabled();
-// Pass-1 schedule of the Hopper BoB: -1 (default) picks per head dimension (E and F first at
-// d = 128, the split pass 1 at d = 64, as measured); 0 always the split pass 1; 1 always E and F
-// first. GG_ATTENTION_BOB_EF=0 or 1 sets it at start-up. For tests and A/B benchmarks.
+// Pass-1 schedule of the Hopper BoB: -1 (default) picks as measured (E and F first at d = 128,
+// and at d = 64 with the warp-specialised kernels on; else the split pass 1); 0 always the split
+// pass 1; 1 always E and F first. GG_ATTENTION_BOB_EF=0 or 1 sets it at start-up. For tests and
+// A/B benchmarks.
 void set_attention_bob_ef_mode(int mode);
 int attention_bob_ef_mode();
 

@@ -14,8 +14,14 @@
 // __grid_constant__ parameters. setmaxnreg moves registers between warpgroups (sm_90a only).
 #pragma once
 #include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
+
+#include "core/error.h"
+#include "kernels/cuda/check.cuh"
 
 namespace gg::kernels::cuda::attn {
 
@@ -89,6 +95,35 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 #endif
+}
+
+// ---------------------------------------------------------------- host: tensor maps
+
+// A (BH, N, d) tensor as a 3D tensor map {d, N, BH} (innermost first) with boxes of 64 columns x
+// `rows` rows of one head, 128-byte swizzled: rows past N read as zeros, never another head's.
+template <typename T>
+inline CUtensorMap make_tensor_map(const T* base, int64_t BH, int N, int d, int rows) {
+  using Encode = PFN_cuTensorMapEncodeTiled_v12000;
+  static Encode encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
+    GG_CHECK(fn != nullptr && q == cudaDriverEntryPointSuccess, DeviceError,
+             "gg::attention (CUDA): cuTensorMapEncodeTiled is not available in this driver");
+    return reinterpret_cast<Encode>(fn);
+  }();
+  CUtensorMap map;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(d), static_cast<cuuint64_t>(N), static_cast<cuuint64_t>(BH)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(d) * sizeof(T), static_cast<cuuint64_t>(N) * d * sizeof(T)};
+  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(rows), 1};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUtensorMapDataType type =
+      std::is_same_v<T, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const CUresult r = encode(&map, type, 3, const_cast<T*>(base), dims, strides, box,
+                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  GG_CHECK(r == CUDA_SUCCESS, DeviceError, "gg::attention (CUDA): cuTensorMapEncodeTiled failed (", int(r), ")");
+  return map;
 }
 
 }  // namespace gg::kernels::cuda::attn

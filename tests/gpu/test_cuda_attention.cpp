@@ -14,9 +14,9 @@
 //   AutogradChain          gg::attention differentiated twice on the GPU runs the fused kernels.
 //   HopperForwardWarpSpecialized  the warp-specialised forward: O, L against f64 within 2 x the
 //                          one-warpgroup Hopper forward's error, poisoned, deterministic.
-//   HopperBobCotangentSubsets  the wgmma BoB, both pass-1 schedules, cotangent subsets 7, 1, 2, 4
-//                          and N = 1: every output within 2 x the mma.sync kernels' error,
-//                          deterministic.
+//   HopperBobCotangentSubsets  the wgmma BoB, both pass-1 schedules, with and without warp
+//                          specialisation, cotangent subsets 7, 1, 2, 4 and N = 1: every output
+//                          within 2 x the mma.sync kernels' error, deterministic.
 //   Hopper*                the sm_90a (wgmma) forward, backward and BoB vs the mma.sync kernels, both
 //                          against f64: error ≤ 2 x the mma.sync kernels' (or the rounding floor);
 //                          runs where the Hopper kernels are active (H100/H200 with a 90a build).
@@ -534,8 +534,9 @@ TEST(CudaAttention, HopperForwardWarpSpecialized) {
 
 // The Hopper BoB kernels, both pass-1 schedules (the split pass 1 and E/F first), on every
 // cotangent subset that takes a different branch (7 = all three, 1, 2, 4 = one each), and a single
-// row (N = 1: every coefficient cancels to 0 in exact arithmetic): every output against the CPU f64
-// reference and the mma.sync kernels, and two runs agree bitwise.
+// row (N = 1: every coefficient cancels to 0 in exact arithmetic), each with the one-warpgroup and
+// the warp-specialised query passes: every output against the CPU f64 reference and the mma.sync
+// kernels, and two runs agree bitwise.
 TEST(CudaAttention, HopperBobCotangentSubsets) {
   GG_REQUIRE_HOPPER_OR_SKIP();
   for (int ef : {0, 1})
@@ -554,17 +555,21 @@ TEST(CudaAttention, HopperBobCotangentSubsets) {
               return run_fused(in, dtype, kGpu, causal, mask);
             }();
             BobEfMode mode(ef);
-            const Levels a = run_fused(in, dtype, kGpu, causal, mask);
-            const Levels b = run_fused(in, dtype, kGpu, causal, mask);
-            const double scale = family_scale(ref.bob);
-            for (int i = 0; i < 4; ++i) {
-              ASSERT_TRUE(all_finite(a.bob[i])) << what << " " << kBobNames[i];
-              EXPECT_EQ(a.bob[i], b.bob[i]) << what << " " << kBobNames[i] << ": not deterministic";
-              const double err_h = rel_err(a.bob[i], ref.bob[i], scale), err_m = rel_err(mma.bob[i], ref.bob[i], scale);
-              if (verbose())
-                std::printf("  %-56s %-3s wgmma %.3g mma.sync %.3g\n", what.c_str(), kBobNames[i], err_h, err_m);
-              EXPECT_LE(err_h, std::max(2 * err_m, low_precision_floor(dtype)))
-                  << what << " " << kBobNames[i] << ": wgmma " << err_h << ", mma.sync " << err_m;
+            for (bool ws : {false, true}) {
+              WsMode ws_mode(ws);
+              const std::string w = what + (ws ? " ws" : "");
+              const Levels a = run_fused(in, dtype, kGpu, causal, mask);
+              const Levels b = run_fused(in, dtype, kGpu, causal, mask);
+              const double scale = family_scale(ref.bob);
+              for (int i = 0; i < 4; ++i) {
+                ASSERT_TRUE(all_finite(a.bob[i])) << w << " " << kBobNames[i];
+                EXPECT_EQ(a.bob[i], b.bob[i]) << w << " " << kBobNames[i] << ": not deterministic";
+                const double err_h = rel_err(a.bob[i], ref.bob[i], scale), err_m = rel_err(mma.bob[i], ref.bob[i], scale);
+                if (verbose())
+                  std::printf("  %-59s %-3s wgmma %.3g mma.sync %.3g\n", w.c_str(), kBobNames[i], err_h, err_m);
+                EXPECT_LE(err_h, std::max(2 * err_m, low_precision_floor(dtype)))
+                    << w << " " << kBobNames[i] << ": wgmma " << err_h << ", mma.sync " << err_m;
+              }
             }
           }
 }
