@@ -756,7 +756,7 @@ struct HopperQuerySweep {
   }
 };
 
-// The tensor maps of a warp-specialised query sweep: own rows in boxes of 64, key tiles of kBN.
+// The tensor maps of the warp-specialised sweeps (make_query_maps below).
 struct QueryMaps {
   CUtensorMap Q, dO, Qt, K, V, Kt, Vt;
 };
@@ -839,11 +839,24 @@ struct HopperQuerySweepWs {
   }
 };
 
+// Boxes of query_rows rows for Q, dO, Qt and key_rows rows for K, V, Kt, Vt (0: that group unused,
+// not encoded); absent cotangents map Q's memory (never read).
 template <typename T>
-QueryMaps make_query_maps(const Params<T>& p, int d, int key_rows) {
+QueryMaps make_query_maps(const Params<T>& p, int d, int query_rows, int key_rows) {
+  QueryMaps m{};
   auto map = [&](const T* x, int rows) { return make_tensor_map(x != nullptr ? x : p.Q, p.BH, p.N, d, rows); };
-  return {map(p.Q, 64), map(p.dO, 64), map(p.Qt, 64), map(p.K, key_rows), map(p.V, key_rows), map(p.Kt, key_rows),
-          map(p.Vt, key_rows)};
+  if (query_rows > 0) {
+    m.Q = map(p.Q, query_rows);
+    m.dO = map(p.dO, query_rows);
+    m.Qt = map(p.Qt, query_rows);
+  }
+  if (key_rows > 0) {
+    m.K = map(p.K, key_rows);
+    m.V = map(p.V, key_rows);
+    m.Kt = map(p.Kt, key_rows);
+    m.Vt = map(p.Vt, key_rows);
+  }
+  return m;
 }
 
 // ------------------------------------------------------------------------ Hopper pass 1
@@ -973,77 +986,90 @@ __global__ void __launch_bounds__(128, 2) attention_bob_pass1_wgmma_kernel(const
 }
 
 // ------------------------------------------------------------------------ Hopper pass 2
+//
+// Pass 2, key-parallel: a warpgroup owning 64 key rows [j0, j0 + 64) sweeps the query tiles Q, dO,
+// Qt (kBN rows) with their row scalars L, D, E, F; per tile: score tiles Sᵀ, dPᵀ, Gᵀ (unscaled), Hᵀ
+// (64 keys x kBN queries), coefficient tiles S̄ᵀ, dSᵀ, dP̄ᵀ in place, then grad_K += S̄ᵀ·Q + dSᵀ·Qt
+// and grad_V += dP̄ᵀ·dO. As for pass 1, a sweep gives the row loop its tiles:
+// HopperKeySweep (cp.async, own rows in shared memory, one warpgroup per block) or
+// HopperKeySweepWs (a producer warpgroup for two consumer warpgroups; own rows in registers).
 
 template <int kD>
 struct HopperBobConfig {
   static_assert(kD == 64 || kD == 128, "Hopper BoB: d in {64, 128}");
-  static constexpr int kThreads = 128;  // one warpgroup
-  static constexpr int kBlockM = 64;    // own key rows per block
   static constexpr int kBlockN = 32;    // query rows per tile (four score tiles live at once)
   static constexpr int kMinBlocks = kD == 64 ? 3 : 2;  // d = 64: 3 x 57 KB smem, <= 168 registers
-  static constexpr int kOwnElems = kBlockM * kD;
-  static constexpr int kTileElems = kBlockN * kD;
-  // K, V, Kt, Vt own; Q, dO, Qt x 2 stages; L, D, E, F x 2 stages
-  static constexpr size_t kSmemPass2 = (4 * kOwnElems + 6 * kTileElems) * 2 + 8 * kBlockN * sizeof(float);
 };
 
-// Pass 2 for key rows [j0, j0 + 64); warp w owns keys [jw, jw + 16).
-template <typename T, int kD>
-__global__ void __launch_bounds__(HopperBobConfig<kD>::kThreads, HopperBobConfig<kD>::kMinBlocks)
-    attention_bob_pass2_wgmma_kernel(const Params<T> p) {
-#if defined(GG_WGMMA_AVAILABLE)
-  using Cfg = HopperBobConfig<kD>;
-  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kThreads = Cfg::kThreads;
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  T* sK = reinterpret_cast<T*>(smem_raw);  // own [kBM x kD], swizzled
-  T* sV = sK + Cfg::kOwnElems;
-  T* sKt = sV + Cfg::kOwnElems;
-  T* sVt = sKt + Cfg::kOwnElems;
-  T* sQ = sVt + Cfg::kOwnElems;  // other [2][kBN x kD]
-  T* sdO = sQ + 2 * Cfg::kTileElems;
-  T* sQt = sdO + 2 * Cfg::kTileElems;
-  float* sL = reinterpret_cast<float*>(sQt + 2 * Cfg::kTileElems);  // [2][kBN] each
-  float* sD = sL + 2 * kBN;
-  float* sE = sD + 2 * kBN;
-  float* sF = sE + 2 * kBN;
+// Descriptors of one query tile and its row scalars in shared memory.
+struct QueryTiles {
+  uint64_t Q, dO, Qt;
+  const float *L, *D, *E, *F;
+};
+// The own key rows as shared-memory descriptors, or as one warp's register A operands (Kt's and
+// Vt's only where present, V's only where G is).
+struct OwnKeyTiles {
+  uint64_t K, V, Kt, Vt;
+};
+template <int kD>
+struct OwnKeyFrags {
+  uint32_t K[kD / 16][4], V[kD / 16][4], Kt[kD / 16][4], Vt[kD / 16][4];
+  template <typename T>
+  __device__ void load(const Params<T>& p, const Cotangents& c, int64_t hd, int jw, int lane) {
+    load_a_frags<T, kD>(K, p.K + hd, jw, p.N, lane);
+    if (c.G) load_a_frags<T, kD>(V, p.V + hd, jw, p.N, lane);
+    if (c.Kt) load_a_frags<T, kD>(Kt, p.Kt + hd, jw, p.N, lane);
+    if (c.Vt) load_a_frags<T, kD>(Vt, p.Vt + hd, jw, p.N, lane);
+  }
+};
 
-  const bool has_Qt = p.Qt != nullptr, has_Kt = p.Kt != nullptr, has_Vt = p.Vt != nullptr;
-  const bool has_G = has_Qt || has_Kt, has_H = has_Vt;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const BlockCoord bc = block_coord(cdiv(p.N, kBM));
-  const int j0 = bc.blk * kBM, jw = j0 + 16 * warp;
-  const int64_t head = bc.bh * p.N;
-  const int64_t hd = head * kD;
-  const T* Qh = p.Q + hd;
-  const T* dOh = p.dO + hd;
-  const T* Qth = has_Qt ? p.Qt + hd : nullptr;
-  const int num_q_tiles = cdiv(p.N, kBN);
-  const int q_begin = p.causal ? j0 / kBN : 0;
-  const float sl2 = p.scale * kLog2e;
+// cp.async sweep: one warpgroup per block of 64 key rows, query tiles and scalars double-buffered.
+template <typename T, int kD, int kBN>
+struct HopperKeySweep {
+  static constexpr int kThreads = 128, kOwnElems = 64 * kD, kTileElems = kBN * kD;
+  // K, V, Kt, Vt own; Q, dO, Qt x 2 stages; L, D, E, F x 2 stages
+  static constexpr size_t kSmem = (4 * kOwnElems + 6 * kTileElems) * sizeof(T) + 8 * kBN * sizeof(float);
+  const Params<T>& p;
+  const int64_t head, hd;
+  const int q_begin, num_q_tiles;
+  const Cotangents cot;
+  OwnKeyTiles own;
+  T *sQ, *sdO, *sQt;
+  float *sL, *sD, *sE, *sF;
 
-  auto load_tile = [&](int qt, int stage) {
-    load_rows_swz_async<T, kD, kBN, kThreads>(sQ + stage * Cfg::kTileElems, Qh, qt * kBN, p.N);
-    load_rows_swz_async<T, kD, kBN, kThreads>(sdO + stage * Cfg::kTileElems, dOh, qt * kBN, p.N);
-    if (has_Qt) load_rows_swz_async<T, kD, kBN, kThreads>(sQt + stage * Cfg::kTileElems, Qth, qt * kBN, p.N);
+  __device__ HopperKeySweep(unsigned char* smem, const Params<T>& p_, int64_t head_, int j0, int q_begin_,
+                            int num_q_tiles_)
+      : p(p_), head(head_), hd(head_ * kD), q_begin(q_begin_), num_q_tiles(num_q_tiles_), cot(p_.Qt, p_.Kt, p_.Vt) {
+    T* sK = reinterpret_cast<T*>(smem);  // own [64 x kD], swizzled
+    T* sV = sK + kOwnElems;
+    T* sKt = sV + kOwnElems;
+    T* sVt = sKt + kOwnElems;
+    sQ = sVt + kOwnElems;  // other [2][kBN x kD]
+    sdO = sQ + 2 * kTileElems;
+    sQt = sdO + 2 * kTileElems;
+    sL = reinterpret_cast<float*>(sQt + 2 * kTileElems);  // [2][kBN] each
+    sD = sL + 2 * kBN;
+    sE = sD + 2 * kBN;
+    sF = sE + 2 * kBN;
+    load_rows_swz_async<T, kD, 64, kThreads>(sK, p.K + hd, j0, p.N);
+    if (cot.G) load_rows_swz_async<T, kD, 64, kThreads>(sV, p.V + hd, j0, p.N);
+    if (cot.Kt) load_rows_swz_async<T, kD, 64, kThreads>(sKt, p.Kt + hd, j0, p.N);
+    if (cot.Vt) load_rows_swz_async<T, kD, 64, kThreads>(sVt, p.Vt + hd, j0, p.N);
+    own = {make_desc_sw128(sK), make_desc_sw128(sV), make_desc_sw128(sKt), make_desc_sw128(sVt)};
+    load_tile(q_begin, 0);
+    cp_async_commit();
+  }
+  __device__ void load_tile(int qt, int stage) {
+    load_rows_swz_async<T, kD, kBN, kThreads>(sQ + stage * kTileElems, p.Q + hd, qt * kBN, p.N);
+    load_rows_swz_async<T, kD, kBN, kThreads>(sdO + stage * kTileElems, p.dO + hd, qt * kBN, p.N);
+    if (cot.Qt) load_rows_swz_async<T, kD, kBN, kThreads>(sQt + stage * kTileElems, p.Qt + hd, qt * kBN, p.N);
     load_scalars_async<kThreads>(sL + stage * kBN, p.L + head, qt * kBN, kBN, p.N);
     load_scalars_async<kThreads>(sD + stage * kBN, p.D + head, qt * kBN, kBN, p.N);
     load_scalars_async<kThreads>(sE + stage * kBN, p.E + head, qt * kBN, kBN, p.N);
     load_scalars_async<kThreads>(sF + stage * kBN, p.F + head, qt * kBN, kBN, p.N);
-  };
-  load_rows_swz_async<T, kD, kBM, kThreads>(sK, p.K + hd, j0, p.N);
-  if (has_G) load_rows_swz_async<T, kD, kBM, kThreads>(sV, p.V + hd, j0, p.N);
-  if (has_Kt) load_rows_swz_async<T, kD, kBM, kThreads>(sKt, p.Kt + hd, j0, p.N);
-  if (has_Vt) load_rows_swz_async<T, kD, kBM, kThreads>(sVt, p.Vt + hd, j0, p.N);
-  load_tile(q_begin, 0);
-  cp_async_commit();
-  const uint64_t dK_ = make_desc_sw128(sK), dV_ = make_desc_sw128(sV), dKt_ = make_desc_sw128(sKt),
-                 dVt_ = make_desc_sw128(sVt);
-
-  float gK[kD / 8][4], gV[kD / 8][4];
-  zero(gK);
-  zero(gV);
-
-  for (int qt = q_begin; qt < num_q_tiles; ++qt) {
+  }
+  // Waits for query tile qt, then starts loading tile qt + 1 into the other stage.
+  __device__ void begin_tile(int qt) {
     const int stage = (qt - q_begin) % 2;
     cp_async_wait<0>();
     fence_proxy_async();
@@ -1052,80 +1078,242 @@ __global__ void __launch_bounds__(HopperBobConfig<kD>::kThreads, HopperBobConfig
       load_tile(qt + 1, 1 - stage);
       cp_async_commit();
     }
-    const int i0 = qt * kBN;
-    const T* sQs = sQ + stage * Cfg::kTileElems;
-    const T* sdOs = sdO + stage * Cfg::kTileElems;
-    const T* sQts = sQt + stage * Cfg::kTileElems;
-    const float* sLs = sL + stage * kBN;
-    const float* sDs = sD + stage * kBN;
-    const float* sEs = sE + stage * kBN;
-    const float* sFs = sF + stage * kBN;
-    const uint64_t dQs = make_desc_sw128(sQs), ddOs = make_desc_sw128(sdOs), dQts = make_desc_sw128(sQts);
+  }
+  __device__ void end_tile(int) {}
+  __device__ QueryTiles tiles(int qt) const {
+    const int stage = (qt - q_begin) % 2;
+    return {make_desc_sw128(sQ + stage * kTileElems), make_desc_sw128(sdO + stage * kTileElems),
+            make_desc_sw128(sQt + stage * kTileElems), sL + stage * kBN, sD + stage * kBN, sE + stage * kBN,
+            sF + stage * kBN};
+  }
+};
 
-    // score tiles, transposed (64 keys x kBN queries): Sᵀ, dPᵀ, Gᵀ (unscaled), Hᵀ
-    float S[kBN / 8][4], dP[kBN / 8][4], G[kBN / 8][4], Hs[kBN / 8][4];
-    if (!has_G) zero(dP);
-    if (!has_G) zero(G);
-    if (!has_H) zero(Hs);
-    wgmma_fence();
-    wgmma_fence_regs(S);
-    wgmma_fence_regs(dP);
-    wgmma_fence_regs(G);
-    wgmma_fence_regs(Hs);
-    wgmma_score_product<T, kD, kBN>(S, dK_, dQs);
-    if (has_G) wgmma_score_product<T, kD, kBN>(dP, dV_, ddOs);
-    if (has_Qt) wgmma_score_product<T, kD, kBN>(G, dK_, dQts);
-    if (has_Kt) {
-      if (has_Qt)
-        wgmma_score_product<T, kD, kBN, true>(G, dKt_, dQs);
-      else
-        wgmma_score_product<T, kD, kBN>(G, dKt_, dQs);
+// Warp-specialised sweep: blocks of 128 key rows [j0, j0 + 128); warpgroup 0 produces, warpgroups 1
+// and 2 own 64 keys each and keep them in registers (no own rows in shared memory). In the
+// producer, one thread copies the query tiles into a ring of kStages stages by bulk tensor copies,
+// and one warp copies their row scalars (plain loads and stores: a row's scalars are 4 bytes and
+// need not be 16-byte aligned); a stage is full after the copy engine's bytes and the warp's 32
+// arrivals, empty after the consumers' 256 arrivals.
+template <typename T, int kD, int kBN, int kStages>
+struct HopperKeySweepWs {
+  static_assert(kBN == 32, "one scalar per lane of the scalar warp");
+  static constexpr int kTileElems = kBN * kD;
+  // Q, dO, Qt x kStages; L, D, E, F x kStages; 2·kStages barriers
+  static constexpr size_t kSmem = 3 * kStages * kTileElems * sizeof(T) + 4 * kStages * kBN * sizeof(float) + 16 * kStages;
+  const Cotangents cot;
+  const int q_begin;
+  T *sQ, *sdO, *sQt;
+  float* sS;  // [kStages][4][kBN]: L, D, E, F
+  uint64_t *full, *empty;
+
+  __device__ HopperKeySweepWs(unsigned char* smem, const Params<T>& p, int q_begin_)
+      : cot(p.Qt, p.Kt, p.Vt), q_begin(q_begin_) {
+    sQ = reinterpret_cast<T*>(smem);
+    sdO = sQ + kStages * kTileElems;
+    sQt = sdO + kStages * kTileElems;
+    sS = reinterpret_cast<float*>(sQt + kStages * kTileElems);
+    full = reinterpret_cast<uint64_t*>(sS + 4 * kStages * kBN);
+    empty = full + kStages;
+  }
+  __device__ void init_barriers() {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&full[s], 1 + 32);
+      mbar_init(&empty[s], 256);
     }
-    if (has_H) wgmma_score_product<T, kD, kBN>(Hs, dVt_, ddOs);
-    wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_fence_regs(S);
-    wgmma_fence_regs(dP);
-    wgmma_fence_regs(G);
-    wgmma_fence_regs(Hs);
+    mbar_fence_init();
+  }
+  __device__ int stage(int qt) const { return (qt - q_begin) % kStages; }
+  __device__ uint32_t round(int qt) const { return (qt - q_begin) / kStages; }
+  // Thread 0 of the producer: the query tiles [q_begin, num_q_tiles) of head bh.
+  __device__ void produce_tiles(const QueryMaps& m, int bh, int num_q_tiles) {
+    const uint32_t bytes = (2 + int(cot.Qt)) * kTileElems * sizeof(T);
+    for (int qt = q_begin; qt < num_q_tiles; ++qt) {
+      const int s = stage(qt);
+      if (round(qt) > 0) mbar_wait(&empty[s], (round(qt) - 1) & 1);
+      mbar_expect_tx(&full[s], bytes);
+      for (int h = 0; h < kD / 64; ++h) {
+        const int off = s * kTileElems + h * kBN * 64;
+        tma_load_3d(sQ + off, &m.Q, &full[s], 64 * h, qt * kBN, bh);
+        tma_load_3d(sdO + off, &m.dO, &full[s], 64 * h, qt * kBN, bh);
+        if (cot.Qt) tma_load_3d(sQt + off, &m.Qt, &full[s], 64 * h, qt * kBN, bh);
+      }
+    }
+  }
+  // One warp of the producer: the tiles' row scalars (0 past N).
+  __device__ void produce_scalars(const Params<T>& p, int64_t head, int num_q_tiles, int lane) {
+    for (int qt = q_begin; qt < num_q_tiles; ++qt) {
+      const int s = stage(qt), i = qt * kBN + lane;
+      if (round(qt) > 0) mbar_wait(&empty[s], (round(qt) - 1) & 1);
+      float* d = sS + s * 4 * kBN + lane;
+      const bool ok = i < p.N;
+      d[0] = ok ? p.L[head + i] : 0.f;
+      d[kBN] = ok ? p.D[head + i] : 0.f;
+      d[2 * kBN] = ok ? p.E[head + i] : 0.f;
+      d[3 * kBN] = ok ? p.F[head + i] : 0.f;
+      mbar_arrive(&full[s]);  // release: the stores above are visible to threads that wait on it
+    }
+  }
+  __device__ void begin_tile(int qt) { mbar_wait(&full[stage(qt)], round(qt) & 1); }
+  __device__ void end_tile(int qt) { mbar_arrive(&empty[stage(qt)]); }
+  __device__ QueryTiles tiles(int qt) const {
+    const int s = stage(qt);
+    const float* sc = sS + s * 4 * kBN;
+    return {make_desc_sw128(sQ + s * kTileElems), make_desc_sw128(sdO + s * kTileElems),
+            make_desc_sw128(sQt + s * kTileElems), sc, sc + kBN, sc + 2 * kBN, sc + 3 * kBN};
+  }
+};
 
-    // coefficient tiles, in place: S <- S̄ᵀ, dP <- dSᵀ, G <- dP̄ᵀ
-    with_mask(i0 + kBN > p.N || (p.causal && j0 + kBM - 1 > i0), [&](auto tag) {
-      constexpr bool kMasked = decltype(tag)::value;
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int li = frag_col(lane, j, e);  // query within the tile
-          const int key = jw + frag_row(lane, e);
-          const bool visible = !kMasked || (i0 + li < p.N && (!p.causal || key <= i0 + li));
-          const float P = visible ? fast_exp2(S[j][e] * sl2 - sLs[li] * kLog2e) : 0.f;
-          coef_entry(P, p.scale, sDs[li], sEs[li], sFs[li], S[j][e], dP[j][e], G[j][e], Hs[j][e]);
-        }
-    });
-    uint32_t sa[kBN / 16][4], dsa[kBN / 16][4], ga[kBN / 16][4];
-    tile_to_a_frags<T, kBN>(sa, S);
-    tile_to_a_frags<T, kBN>(dsa, dP);
-    tile_to_a_frags<T, kBN>(ga, G);
+// Pass 2 of one warpgroup (thread tid of 128) owning key rows [j0, j0 + 64), over the query tiles
+// [q_begin, num_q_tiles) of the sweep; own: the own rows (OwnKeyTiles or OwnKeyFrags).
+template <typename T, int kD, int kBN, typename Sweep, typename Own>
+__device__ __forceinline__ void pass2_rows(Sweep& sw, const Own& own, const Params<T>& p, int64_t head, int j0,
+                                           int q_begin, int num_q_tiles, int tid) {
+  const int warp = tid / 32, lane = tid % 32;
+  const int jw = j0 + 16 * warp;
+  const Cotangents& cot = sw.cot;
+  const float sl2 = p.scale * kLog2e;
 
-    wgmma_fence_regs(gK);
-    wgmma_fence_regs(gV);
-    wgmma_fence();
-    wgmma_coef_product<T, kD, kBN>(gK, sa, dQs);                // gK += S̄ᵀ·Q
-    if (has_Qt) wgmma_coef_product<T, kD, kBN>(gK, dsa, dQts);  // gK += dSᵀ·Qt
-    if (has_G) wgmma_coef_product<T, kD, kBN>(gV, ga, ddOs);    // gV += dP̄ᵀ·dO
-    wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_fence_regs(gK);
-    wgmma_fence_regs(gV);
+  float gK[kD / 8][4], gV[kD / 8][4];
+  zero(gK);
+  zero(gV);
+
+  for (int qt = q_begin; qt < num_q_tiles; ++qt) {
+    sw.begin_tile(qt);
+    const int i0 = qt * kBN;
+    const QueryTiles t = sw.tiles(qt);
+    // causal: a tile whose queries all precede the warpgroup's first key adds nothing
+    if (!(p.causal && i0 + kBN <= j0)) {
+      // score tiles, transposed (64 keys x kBN queries): Sᵀ, dPᵀ, Gᵀ (unscaled), Hᵀ
+      float S[kBN / 8][4], dP[kBN / 8][4], G[kBN / 8][4], Hs[kBN / 8][4];
+      if (!cot.G) zero(dP);
+      if (!cot.G) zero(G);
+      if (!cot.H) zero(Hs);
+      wgmma_fence();
+      wgmma_fence_regs(S);
+      wgmma_fence_regs(dP);
+      wgmma_fence_regs(G);
+      wgmma_fence_regs(Hs);
+      own_score<T, kD, kBN, false, kBN>(S, own.K, t.Q);
+      if (cot.G) own_score<T, kD, kBN, false, kBN>(dP, own.V, t.dO);
+      if (cot.Qt) own_score<T, kD, kBN, false, kBN>(G, own.K, t.Qt);
+      if (cot.Kt) {
+        if (cot.Qt)
+          own_score<T, kD, kBN, true, kBN>(G, own.Kt, t.Q);
+        else
+          own_score<T, kD, kBN, false, kBN>(G, own.Kt, t.Q);
+      }
+      if (cot.H) own_score<T, kD, kBN, false, kBN>(Hs, own.Vt, t.dO);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_regs(S);
+      wgmma_fence_regs(dP);
+      wgmma_fence_regs(G);
+      wgmma_fence_regs(Hs);
+
+      // coefficient tiles, in place: S <- S̄ᵀ, dP <- dSᵀ, G <- dP̄ᵀ
+      with_mask(i0 + kBN > p.N || (p.causal && j0 + 64 - 1 > i0), [&](auto tag) {
+        constexpr bool kMasked = decltype(tag)::value;
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int li = frag_col(lane, j, e);  // query within the tile
+            const int key = jw + frag_row(lane, e);
+            const bool visible = !kMasked || (i0 + li < p.N && (!p.causal || key <= i0 + li));
+            const float P = visible ? fast_exp2(S[j][e] * sl2 - t.L[li] * kLog2e) : 0.f;
+            coef_entry(P, p.scale, t.D[li], t.E[li], t.F[li], S[j][e], dP[j][e], G[j][e], Hs[j][e]);
+          }
+      });
+      uint32_t sa[kBN / 16][4], dsa[kBN / 16][4], ga[kBN / 16][4];
+      tile_to_a_frags<T, kBN>(sa, S);
+      tile_to_a_frags<T, kBN>(dsa, dP);
+      tile_to_a_frags<T, kBN>(ga, G);
+
+      wgmma_fence_regs(gK);
+      wgmma_fence_regs(gV);
+      wgmma_fence();
+      wgmma_coef_product<T, kD, kBN>(gK, sa, t.Q);                // gK += S̄ᵀ·Q
+      if (cot.Qt) wgmma_coef_product<T, kD, kBN>(gK, dsa, t.Qt);  // gK += dSᵀ·Qt
+      if (cot.G) wgmma_coef_product<T, kD, kBN>(gV, ga, t.dO);    // gV += dP̄ᵀ·dO
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_regs(gK);
+      wgmma_fence_regs(gV);
+    }
+    sw.end_tile(qt);
   }
 
   const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
   store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, gK, scale, jw, p.N, lane);
   store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, gV, one, jw, p.N, lane);
+}
+
+// Pass 2 for key rows [j0, j0 + 64), one warpgroup.
+template <typename T, int kD>
+__global__ void __launch_bounds__(128, HopperBobConfig<kD>::kMinBlocks) attention_bob_pass2_wgmma_kernel(const Params<T> p) {
+#if defined(GG_WGMMA_AVAILABLE)
+  constexpr int kBN = HopperBobConfig<kD>::kBlockN;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const BlockCoord bc = block_coord(cdiv(p.N, 64));
+  const int j0 = bc.blk * 64;
+  const int64_t head = bc.bh * p.N;
+  const int num_q_tiles = cdiv(p.N, kBN);
+  const int q_begin = p.causal ? j0 / kBN : 0;
+  HopperKeySweep<T, kD, kBN> sw(smem_raw, p, head, j0, q_begin, num_q_tiles);
+  pass2_rows<T, kD, kBN>(sw, sw.own, p, head, j0, q_begin, num_q_tiles, threadIdx.x);
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
 #endif
+}
+
+// Pass 2, warp-specialised (d = 64: the own rows of both consumers fit in registers beside the
+// accumulators): blocks of 128 keys, a producer and two consumer warpgroups (HopperKeySweepWs).
+struct HopperBobPass2WsConfig {
+  static constexpr int kD = 64;
+  static constexpr int kThreads = 384, kBlockM = 128, kBlockN = 32, kStages = 4;
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+};
+
+template <typename T>
+__global__ void __launch_bounds__(384, 1)
+    attention_bob_pass2_ws_kernel(const Params<T> p, const __grid_constant__ QueryMaps maps) {
+#if defined(GG_WGMMA_AVAILABLE)
+  using Cfg = HopperBobPass2WsConfig;
+  constexpr int kD = Cfg::kD, kBM = Cfg::kBlockM, kBN = Cfg::kBlockN;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const BlockCoord bc = block_coord(cdiv(p.N, kBM));
+  const int j0 = bc.blk * kBM;
+  const int64_t head = bc.bh * p.N;
+  const int num_q_tiles = cdiv(p.N, kBN);
+  const int q_begin = p.causal ? j0 / kBN : 0;
+  HopperKeySweepWs<T, kD, kBN, Cfg::kStages> sw(smem_raw, p, q_begin);
+  if (threadIdx.x == 0) sw.init_barriers();
+  __syncthreads();
+  const int wg = threadIdx.x / 128;
+  if (wg == 0) {
+    setmaxnreg_dec<Cfg::kProducerRegs>();
+    if (threadIdx.x == 0) sw.produce_tiles(maps, static_cast<int>(bc.bh), num_q_tiles);
+    if (threadIdx.x / 32 == 1) sw.produce_scalars(p, head, num_q_tiles, threadIdx.x % 32);
+  } else {
+    setmaxnreg_inc<Cfg::kConsumerRegs>();
+    const int tid = threadIdx.x % 128, jc = j0 + 64 * (wg - 1);
+    OwnKeyFrags<kD> own;
+    own.load(p, sw.cot, head * kD, jc + 16 * (tid / 32), tid % 32);
+    pass2_rows<T, kD, kBN>(sw, own, p, head, jc, q_begin, num_q_tiles, tid);
+  }
+#else
+  __trap();  // launched only where sm_90a code was built and the device is 9.x
+#endif
+}
+
+template <typename T>
+void launch_bob_pass2_ws(const Params<T>& p, const QueryMaps& maps) {
+  using Cfg = HopperBobPass2WsConfig;
+  constexpr size_t smem = HopperKeySweepWs<T, Cfg::kD, Cfg::kBlockN, Cfg::kStages>::kSmem;
+  auto kernel = attention_bob_pass2_ws_kernel<T>;
+  set_smem(kernel, smem);
+  kernel<<<grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), Cfg::kThreads, smem, cuda_stream()>>>(p, maps);
+  CUDA_CHECK_LAUNCH();
 }
 
 // ------------------------------------------------------------------------ Hopper, E and F first
@@ -1372,7 +1560,7 @@ void launch_bob_tc(const Params<T>& p) {
     if (attention_wgmma_active()) {
       const bool ef = bob_ef_schedule(kD);
       if (attention_ws_enabled()) {
-        const QueryMaps maps = make_query_maps(p, kD, ef ? HopperBobEFConfig<kD>::kBlockN : HopperBobPass1Config<kD>::kBlockN);
+        const QueryMaps maps = make_query_maps(p, kD, 64, ef ? HopperBobEFConfig<kD>::kBlockN : HopperBobPass1Config<kD>::kBlockN);
         if (ef) {
           launch_bob_query_ws<T, kD, QueryPass::kEF0>(p, maps);
           launch_bob_query_ws<T, kD, QueryPass::kEF1>(p, maps);
@@ -1398,11 +1586,16 @@ void launch_bob_tc(const Params<T>& p) {
         pass1<<<dim3(grid_x(p.BH, cdiv(p.N, 64)), kD / H1::kCols), Sweep::kThreads, Sweep::kSmem, cuda_stream()>>>(p);
         CUDA_CHECK_LAUNCH();
       }
-      using H2 = HopperBobConfig<kD>;
-      auto pass2 = attention_bob_pass2_wgmma_kernel<T, kD>;
-      set_smem(pass2, H2::kSmemPass2);
-      pass2<<<grid_x(p.BH, cdiv(p.N, H2::kBlockM)), H2::kThreads, H2::kSmemPass2, cuda_stream()>>>(p);
-      CUDA_CHECK_LAUNCH();
+      if (kD == 64 && attention_ws_enabled()) {
+        const QueryMaps maps = make_query_maps(p, kD, HopperBobPass2WsConfig::kBlockN, 0);
+        launch_bob_pass2_ws<T>(p, maps);
+      } else {
+        using Sweep = HopperKeySweep<T, kD, HopperBobConfig<kD>::kBlockN>;
+        auto pass2 = attention_bob_pass2_wgmma_kernel<T, kD>;
+        set_smem(pass2, Sweep::kSmem);
+        pass2<<<grid_x(p.BH, cdiv(p.N, 64)), Sweep::kThreads, Sweep::kSmem, cuda_stream()>>>(p);
+        CUDA_CHECK_LAUNCH();
+      }
       return;
     }
   }
