@@ -33,6 +33,7 @@
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/attention_hopper.cuh"
+#include "kernels/cuda/attention_sweeps.cuh"
 
 namespace gg::kernels::cuda {
 namespace {
@@ -362,223 +363,250 @@ __global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_bwd_dq_tc
 
 
 // ------------------------------------------------------------------------ Hopper kernels
+//
+// The two sweeps of the backward as row loops over the sweeps of attention_sweeps.cuh: dK dV on a
+// key sweep (own K, V; query tiles Q, dO with L, D), dQ on a query sweep (own Q, dO; key tiles K,
+// V). Each runs on the cp.async sweep (one warpgroup per block of 64 rows) or, at d = 64 with the
+// warp-specialised kernels on, on the warp-specialised sweep (blocks of 128 rows, a producer
+// warpgroup and two consumer warpgroups).
 
 template <int kD>
 struct HopperBwdConfig {
   static_assert(kD == 64 || kD == 128, "Hopper backward: d in {64, 128}");
-  static constexpr int kThreads = 128;  // one warpgroup
-  static constexpr int kBlockM = 64;    // own rows per block (16 per warp)
-  static constexpr int kBlockN = 64;    // other rows per tile
+  static constexpr int kBlockN = 64;  // other rows per tile
   static constexpr int kMinBlocks = 2;
-  static constexpr int kOwnElems = kBlockM * kD;
-  static constexpr int kTileElems = kBlockN * kD;
-  // two own operands + two other operands x 2 stages (+ row scalars for dK dV)
-  static constexpr size_t kSmemBytes = (2 * kOwnElems + 4 * kTileElems) * 2 + 4 * kBlockN * sizeof(float);
 };
+// The warp-specialised kernels (d = 64).
+struct HopperBwdWsConfig {
+  static constexpr int kBlockN = HopperBwdConfig<64>::kBlockN, kStages = 3;
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+};
+// What the backward's sweeps copy: V (own V rows of dK dV; V tiles of dQ), no cotangents, no E, F.
+__host__ __device__ constexpr Present bwd_present() { return {true, false, false, false, false}; }
 
-// dK, dV for key rows [j0, j0 + 64); warp w owns keys [jw, jw + 16).
-template <typename T, int kD>
-__global__ void __launch_bounds__(HopperBwdConfig<kD>::kThreads, HopperBwdConfig<kD>::kMinBlocks)
-    attention_bwd_dkdv_wgmma_kernel(const Params<T> p) {
-#if defined(GG_WGMMA_AVAILABLE)
-  using Cfg = HopperBwdConfig<kD>;
-  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kThreads = Cfg::kThreads;
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  T* sK = reinterpret_cast<T*>(smem_raw);  // own   [kBM x kD], swizzled
-  T* sV = sK + Cfg::kOwnElems;             // own
-  T* sQ = sV + Cfg::kOwnElems;             // other [2][kBN x kD]
-  T* sdO = sQ + 2 * Cfg::kTileElems;       // other [2][kBN x kD]
-  float* sL = reinterpret_cast<float*>(sdO + 2 * Cfg::kTileElems);  // [2][kBN]
-  float* sD = sL + 2 * kBN;                                         // [2][kBN]
-
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const BlockCoord bc = block_coord(cdiv(p.N, kBM));
-  const int j0 = bc.blk * kBM, jw = j0 + 16 * warp;
-  const int64_t head = bc.bh * p.N;
-  const T* Qh = p.Q + head * kD;
-  const T* dOh = p.dO + head * kD;
-  const float* Lh = p.L + head;
-  const float* Dh = p.D + head;
-  const int num_q_tiles = cdiv(p.N, kBN);
-  const int q_begin = p.causal ? j0 / kBN : 0;
+// dK, dV of one warpgroup (thread tid of 128) owning key rows [j0, j0 + 64), over the query tiles
+// [q_begin, num_q_tiles) of the sweep; own: the own rows (OwnKeyTiles or OwnKeyFrags).
+template <typename T, int kD, typename Sweep, typename Own>
+__device__ __forceinline__ void dkdv_rows(Sweep& sw, const Own& own, const Params<T>& p, int64_t head, int j0,
+                                          int q_begin, int num_q_tiles, int tid) {
+  constexpr int kBN = HopperBwdConfig<kD>::kBlockN;
+  const int warp = tid / 32, lane = tid % 32;
+  const int jw = j0 + 16 * warp;
   const float sl2 = p.scale * kLog2e;
-
-  auto load_tile = [&](int qt, int stage) {
-    load_rows_swz_async<T, kD, kBN, kThreads>(sQ + stage * Cfg::kTileElems, Qh, qt * kBN, p.N);
-    load_rows_swz_async<T, kD, kBN, kThreads>(sdO + stage * Cfg::kTileElems, dOh, qt * kBN, p.N);
-    load_scalars_async<kThreads>(sL + stage * kBN, Lh, qt * kBN, kBN, p.N);
-    load_scalars_async<kThreads>(sD + stage * kBN, Dh, qt * kBN, kBN, p.N);
-  };
-  load_rows_swz_async<T, kD, kBM, kThreads>(sK, p.K + head * kD, j0, p.N);
-  load_rows_swz_async<T, kD, kBM, kThreads>(sV, p.V + head * kD, j0, p.N);
-  load_tile(q_begin, 0);
-  cp_async_commit();
-  const uint64_t dKown = make_desc_sw128(sK), dVown = make_desc_sw128(sV);
-
   float dK[kD / 8][4], dV[kD / 8][4];
   zero(dK);
   zero(dV);
 
   for (int qt = q_begin; qt < num_q_tiles; ++qt) {
-    const int stage = (qt - q_begin) % 2;
-    cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();  // tile qt visible; every warp is done with the other stage
-    if (qt + 1 < num_q_tiles) {
-      load_tile(qt + 1, 1 - stage);
-      cp_async_commit();
-    }
+    sw.begin_tile(qt);
     const int i0 = qt * kBN;
-    const T* sQs = sQ + stage * Cfg::kTileElems;
-    const T* sdOs = sdO + stage * Cfg::kTileElems;
-    const float* sLs = sL + stage * kBN;
-    const float* sDs = sD + stage * kBN;
+    const QueryTiles t = sw.tiles(qt);
+    if (!(p.causal && i0 + kBN <= j0)) {  // causal: queries all before the first own key add nothing
+      // Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (64 keys x kBN queries; 16 x kBN for this warp)
+      float st[kBN / 8][4], dpt[kBN / 8][4];
+      wgmma_fence();
+      wgmma_fence_regs(st);
+      wgmma_fence_regs(dpt);
+      own_score<T, kD, kBN, false, kBN>(st, own.K, t.Q);
+      own_score<T, kD, kBN, false, kBN>(dpt, own.V, t.dO);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_regs(st);
+      wgmma_fence_regs(dpt);
 
-    // Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (64 keys x kBN queries; 16 x kBN for this warp)
-    float st[kBN / 8][4], dpt[kBN / 8][4];
-    wgmma_fence();
-    wgmma_fence_regs(st);
-    wgmma_fence_regs(dpt);
-    wgmma_score_product<T, kD, kBN>(st, dKown, make_desc_sw128(sQs));
-    wgmma_score_product<T, kD, kBN>(dpt, dVown, make_desc_sw128(sdOs));
-    wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_fence_regs(st);
-    wgmma_fence_regs(dpt);
-
-    // Pᵀ = exp(Sᵀ - L) (0 where masked), dSᵀ = Pᵀ∘(dPᵀ - D), in place
-    with_mask(i0 + kBN > p.N || (p.causal && j0 + kBM - 1 > i0), [&](auto tag) {
-      constexpr bool kMasked = decltype(tag)::value;
+      // Pᵀ = exp(Sᵀ - L) (0 where masked), dSᵀ = Pᵀ∘(dPᵀ - D), in place
+      with_mask(i0 + kBN > p.N || (p.causal && j0 + 64 - 1 > i0), [&](auto tag) {
+        constexpr bool kMasked = decltype(tag)::value;
 #pragma unroll
-      for (int j = 0; j < kBN / 8; ++j)
+        for (int j = 0; j < kBN / 8; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int li = frag_col(lane, j, e);  // query within the tile
-          const int key = jw + frag_row(lane, e);
-          const bool visible = !kMasked || (i0 + li < p.N && (!p.causal || key <= i0 + li));
-          const float P = visible ? fast_exp2(st[j][e] * sl2 - sLs[li] * kLog2e) : 0.f;
-          st[j][e] = P;
-          dpt[j][e] = P * (dpt[j][e] - sDs[li]);
-        }
-    });
-    uint32_t pa[kBN / 16][4], dsa[kBN / 16][4];
-    tile_to_a_frags<T, kBN>(pa, st);
-    tile_to_a_frags<T, kBN>(dsa, dpt);
+          for (int e = 0; e < 4; ++e) {
+            const int li = frag_col(lane, j, e);  // query within the tile
+            const int key = jw + frag_row(lane, e);
+            const bool visible = !kMasked || (i0 + li < p.N && (!p.causal || key <= i0 + li));
+            const float P = visible ? fast_exp2(st[j][e] * sl2 - t.L[li] * kLog2e) : 0.f;
+            st[j][e] = P;
+            dpt[j][e] = P * (dpt[j][e] - t.D[li]);
+          }
+      });
+      uint32_t pa[kBN / 16][4], dsa[kBN / 16][4];
+      tile_to_a_frags<T, kBN>(pa, st);
+      tile_to_a_frags<T, kBN>(dsa, dpt);
 
-    // dV += Pᵀ·dO, dK += dSᵀ·Q
-    wgmma_fence_regs(dV);
-    wgmma_fence_regs(dK);
-    wgmma_fence();
-    wgmma_coef_product<T, kD, kBN>(dV, pa, make_desc_sw128(sdOs));
-    wgmma_coef_product<T, kD, kBN>(dK, dsa, make_desc_sw128(sQs));
-    wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_fence_regs(dV);
-    wgmma_fence_regs(dK);
+      // dV += Pᵀ·dO, dK += dSᵀ·Q
+      wgmma_fence_regs(dV);
+      wgmma_fence_regs(dK);
+      wgmma_fence();
+      wgmma_coef_product<T, kD, kBN>(dV, pa, t.dO);
+      wgmma_coef_product<T, kD, kBN>(dK, dsa, t.Q);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_regs(dV);
+      wgmma_fence_regs(dK);
+    }
+    sw.end_tile(qt);
   }
 
   const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
   store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, dK, scale, jw, p.N, lane);
   store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, dV, one, jw, p.N, lane);
+}
+
+// dQ of one warpgroup owning query rows [i0, i0 + 64), over the key tiles [0, num_k_tiles).
+template <typename T, int kD, typename Sweep>
+__device__ __forceinline__ void dq_rows(Sweep& sw, const Params<T>& p, int64_t head, int i0, int num_k_tiles,
+                                        int tid) {
+  constexpr int kBN = HopperBwdConfig<kD>::kBlockN;
+  const int warp = tid / 32, lane = tid % 32;
+  const int iw = i0 + 16 * warp;
+  const float sl2 = p.scale * kLog2e;
+  float L2[2], D[2];  // L·log2e and D of own rows g, g + 8
+  row_scalars(p, head, iw, lane, L2, D);
+  float dQ[kD / 8][4];
+  zero(dQ);
+
+  for (int kb = 0; kb < num_k_tiles; ++kb) {
+    sw.begin_tile(kb);
+    const int j0 = kb * kBN;
+    const KeyTiles t = sw.tiles(kb);
+    if (!(p.causal && j0 >= i0 + 64)) {  // causal: keys all after the last own query add nothing
+      // S = Q·Kᵀ, dP = dO·Vᵀ (64 queries x kBN keys)
+      float s[kBN / 8][4], dp[kBN / 8][4];
+      wgmma_fence();
+      wgmma_fence_regs(s);
+      wgmma_fence_regs(dp);
+      wgmma_score_product<T, kD, kBN>(s, sw.own.Q, t.K);
+      wgmma_score_product<T, kD, kBN>(dp, sw.own.dO, t.V);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_regs(s);
+      wgmma_fence_regs(dp);
+
+      // dS = P∘(dP - D), P = exp(S - L), 0 where masked
+      with_mask(j0 + kBN > p.N || (p.causal && j0 + kBN - 1 > i0), [&](auto tag) {
+        constexpr bool kMasked = decltype(tag)::value;
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = j0 + frag_col(lane, j, e), row = iw + frag_row(lane, e);
+            const bool visible = !kMasked || (key < p.N && (!p.causal || key <= row));
+            const float P = visible ? fast_exp2(s[j][e] * sl2 - L2[e / 2]) : 0.f;
+            dp[j][e] = P * (dp[j][e] - D[e / 2]);
+          }
+      });
+      uint32_t dsa[kBN / 16][4];
+      tile_to_a_frags<T, kBN>(dsa, dp);
+
+      // dQ += dS·K
+      wgmma_fence_regs(dQ);
+      wgmma_fence();
+      wgmma_coef_product<T, kD, kBN>(dQ, dsa, t.K);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_regs(dQ);
+    }
+    sw.end_tile(kb);
+  }
+
+  const float scale[2] = {p.scale, p.scale};
+  store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, dQ, scale, iw, p.N, lane);
+}
+
+// One warpgroup per block of 64 key rows.
+template <typename T, int kD>
+__global__ void __launch_bounds__(128, HopperBwdConfig<kD>::kMinBlocks) attention_bwd_dkdv_wgmma_kernel(const Params<T> p) {
+#if defined(GG_WGMMA_AVAILABLE)
+  constexpr int kBN = HopperBwdConfig<kD>::kBlockN;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const BlockCoord bc = block_coord(cdiv(p.N, 64));
+  const int j0 = bc.blk * 64;
+  const int64_t head = bc.bh * p.N;
+  const int num_q_tiles = cdiv(p.N, kBN);
+  const int q_begin = p.causal ? j0 / kBN : 0;
+  HopperKeySweep<T, kD, kBN> sw(smem_raw, p, bwd_present(), head, j0, q_begin, num_q_tiles);
+  dkdv_rows<T, kD>(sw, sw.own, p, head, j0, q_begin, num_q_tiles, threadIdx.x);
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
 #endif
 }
 
-// dQ for query rows [i0, i0 + 64); warp w owns queries [iw, iw + 16).
+// One warpgroup per block of 64 query rows.
 template <typename T, int kD>
-__global__ void __launch_bounds__(HopperBwdConfig<kD>::kThreads, HopperBwdConfig<kD>::kMinBlocks)
-    attention_bwd_dq_wgmma_kernel(const Params<T> p) {
+__global__ void __launch_bounds__(128, HopperBwdConfig<kD>::kMinBlocks) attention_bwd_dq_wgmma_kernel(const Params<T> p) {
 #if defined(GG_WGMMA_AVAILABLE)
-  using Cfg = HopperBwdConfig<kD>;
-  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kThreads = Cfg::kThreads;
+  constexpr int kBN = HopperBwdConfig<kD>::kBlockN;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  T* sQ = reinterpret_cast<T*>(smem_raw);  // own   [kBM x kD], swizzled
-  T* sdO = sQ + Cfg::kOwnElems;            // own
-  T* sK = sdO + Cfg::kOwnElems;            // other [2][kBN x kD]
-  T* sV = sK + 2 * Cfg::kTileElems;        // other [2][kBN x kD]
-
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const BlockCoord bc = block_coord(cdiv(p.N, kBM));
-  const int i0 = bc.blk * kBM, iw = i0 + 16 * warp;
+  const BlockCoord bc = block_coord(cdiv(p.N, 64));
+  const int i0 = bc.blk * 64;
   const int64_t head = bc.bh * p.N;
-  const T* Kh = p.K + head * kD;
-  const T* Vh = p.V + head * kD;
-  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + kBM), kBN) : cdiv(p.N, kBN);
-  const float sl2 = p.scale * kLog2e;
-  float L2[2], D[2];  // L·log2e and D of own rows g, g + 8
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = iw + frag_row(lane, 2 * h);
-    L2[h] = row < p.N ? p.L[head + row] * kLog2e : 0.f;
-    D[h] = row < p.N ? p.D[head + row] : 0.f;
-  }
-
-  load_rows_swz_async<T, kD, kBM, kThreads>(sQ, p.Q + head * kD, i0, p.N);
-  load_rows_swz_async<T, kD, kBM, kThreads>(sdO, p.dO + head * kD, i0, p.N);
-  load_rows_swz_async<T, kD, kBN, kThreads>(sK, Kh, 0, p.N);
-  load_rows_swz_async<T, kD, kBN, kThreads>(sV, Vh, 0, p.N);
-  cp_async_commit();
-  const uint64_t dQown = make_desc_sw128(sQ), ddOown = make_desc_sw128(sdO);
-
-  float dQ[kD / 8][4];
-  zero(dQ);
-
-  for (int kb = 0; kb < num_k_tiles; ++kb) {
-    const int stage = kb % 2;
-    cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();
-    if (kb + 1 < num_k_tiles) {
-      load_rows_swz_async<T, kD, kBN, kThreads>(sK + (1 - stage) * Cfg::kTileElems, Kh, (kb + 1) * kBN, p.N);
-      load_rows_swz_async<T, kD, kBN, kThreads>(sV + (1 - stage) * Cfg::kTileElems, Vh, (kb + 1) * kBN, p.N);
-      cp_async_commit();
-    }
-    const int j0 = kb * kBN;
-    const T* sKs = sK + stage * Cfg::kTileElems;
-    const T* sVs = sV + stage * Cfg::kTileElems;
-
-    // S = Q·Kᵀ, dP = dO·Vᵀ (64 queries x kBN keys)
-    float s[kBN / 8][4], dp[kBN / 8][4];
-    wgmma_fence();
-    wgmma_fence_regs(s);
-    wgmma_fence_regs(dp);
-    wgmma_score_product<T, kD, kBN>(s, dQown, make_desc_sw128(sKs));
-    wgmma_score_product<T, kD, kBN>(dp, ddOown, make_desc_sw128(sVs));
-    wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_fence_regs(s);
-    wgmma_fence_regs(dp);
-
-    // dS = P∘(dP - D), P = exp(S - L), 0 where masked
-    with_mask(j0 + kBN > p.N || (p.causal && j0 + kBN - 1 > i0), [&](auto tag) {
-      constexpr bool kMasked = decltype(tag)::value;
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = j0 + frag_col(lane, j, e), row = iw + frag_row(lane, e);
-          const bool visible = !kMasked || (key < p.N && (!p.causal || key <= row));
-          const float P = visible ? fast_exp2(s[j][e] * sl2 - L2[e / 2]) : 0.f;
-          dp[j][e] = P * (dp[j][e] - D[e / 2]);
-        }
-    });
-    uint32_t dsa[kBN / 16][4];
-    tile_to_a_frags<T, kBN>(dsa, dp);
-
-    // dQ += dS·K
-    wgmma_fence_regs(dQ);
-    wgmma_fence();
-    wgmma_coef_product<T, kD, kBN>(dQ, dsa, make_desc_sw128(sKs));
-    wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_fence_regs(dQ);
-  }
-
-  const float scale[2] = {p.scale, p.scale};
-  store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, dQ, scale, iw, p.N, lane);
+  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + 64), kBN) : cdiv(p.N, kBN);
+  HopperQuerySweep<T, kD, kBN> sw(smem_raw, p, bwd_present(), head * kD, i0, num_k_tiles);
+  dq_rows<T, kD>(sw, p, head, i0, num_k_tiles, threadIdx.x);
 #else
   __trap();
+#endif
+}
+
+// Warp-specialised dK dV (d = 64): blocks of 128 keys; the consumers keep their own K and V rows
+// as register A operands.
+template <typename T>
+__global__ void __launch_bounds__(384, 1)
+    attention_bwd_dkdv_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps) {
+#if defined(GG_WGMMA_AVAILABLE)
+  using Cfg = HopperBwdWsConfig;
+  constexpr int kBN = Cfg::kBlockN;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const BlockCoord bc = block_coord(cdiv(p.N, 128));
+  const int j0 = bc.blk * 128;
+  const int64_t head = bc.bh * p.N;
+  const int num_q_tiles = cdiv(p.N, kBN);
+  const int q_begin = p.causal ? j0 / kBN : 0;
+  HopperKeySweepWs<T, 64, kBN, Cfg::kStages> sw(smem_raw, bwd_present(), q_begin);
+  if (threadIdx.x == 0) sw.init_barriers();
+  __syncthreads();
+  const int wg = threadIdx.x / 128;
+  if (wg == 0) {
+    setmaxnreg_dec<Cfg::kProducerRegs>();
+    if (threadIdx.x == 0) sw.produce_tiles(maps, static_cast<int>(bc.bh), num_q_tiles);
+    if (threadIdx.x / 32 == 1) sw.produce_scalars(p, head, num_q_tiles, threadIdx.x % 32);
+  } else {
+    setmaxnreg_inc<Cfg::kConsumerRegs>();
+    const int tid = threadIdx.x % 128, jc = j0 + 64 * (wg - 1);
+    OwnKeyFrags<64> own;
+    own.load(p, bwd_present(), head * 64, jc + 16 * (tid / 32), tid % 32);
+    dkdv_rows<T, 64>(sw, own, p, head, jc, q_begin, num_q_tiles, tid);
+  }
+#else
+  __trap();  // launched only where sm_90a code was built and the device is 9.x
+#endif
+}
+
+// Warp-specialised dQ (d = 64): blocks of 128 queries, own rows copied once by the producer.
+template <typename T>
+__global__ void __launch_bounds__(384, 1)
+    attention_bwd_dq_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps) {
+#if defined(GG_WGMMA_AVAILABLE)
+  using Cfg = HopperBwdWsConfig;
+  constexpr int kBN = Cfg::kBlockN;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  HopperQuerySweepWs<T, 64, kBN, Cfg::kStages> sw(smem_raw, bwd_present());
+  const BlockCoord bc = block_coord(cdiv(p.N, 128));
+  const int i0 = bc.blk * 128;
+  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + 128), kBN) : cdiv(p.N, kBN);
+  if (threadIdx.x == 0) sw.init_barriers();
+  __syncthreads();
+  const int wg = threadIdx.x / 128;
+  if (wg == 0) {
+    setmaxnreg_dec<Cfg::kProducerRegs>();
+    if (threadIdx.x == 0) sw.produce(maps, i0, static_cast<int>(bc.bh), num_k_tiles);
+  } else {
+    setmaxnreg_inc<Cfg::kConsumerRegs>();
+    sw.consume_as(wg - 1);
+    dq_rows<T, 64>(sw, p, bc.bh * p.N, i0 + 64 * (wg - 1), num_k_tiles, threadIdx.x % 128);
+  }
+#else
+  __trap();  // launched only where sm_90a code was built and the device is 9.x
 #endif
 }
 
@@ -607,17 +635,39 @@ void launch_bwd_tc(const Params<T>& p) {
 template <typename T, int kD>
 void launch_bwd_wgmma(const Params<T>& p) {
   using Cfg = HopperBwdConfig<kD>;
-  const unsigned grid = grid_x(p.BH, cdiv(p.N, Cfg::kBlockM));
+  constexpr int kBN = Cfg::kBlockN;
+  if (kD == 64 && attention_ws_enabled()) {
+    const SweepMaps maps = make_sweep_maps(p, kD, kBN, kBN);  // dK dV: query tiles; dQ: key tiles
+    const unsigned grid = grid_x(p.BH, cdiv(p.N, 128));
+    {
+      using Sweep = HopperKeySweepWs<T, 64, kBN, HopperBwdWsConfig::kStages>;
+      auto kernel = attention_bwd_dkdv_ws_kernel<T>;
+      set_smem(kernel, Sweep::kSmem);
+      kernel<<<grid, 384, Sweep::kSmem, cuda_stream()>>>(p, maps);
+      CUDA_CHECK_LAUNCH();
+    }
+    {
+      using Sweep = HopperQuerySweepWs<T, 64, kBN, HopperBwdWsConfig::kStages>;
+      auto kernel = attention_bwd_dq_ws_kernel<T>;
+      set_smem(kernel, Sweep::kSmem);
+      kernel<<<grid, 384, Sweep::kSmem, cuda_stream()>>>(p, maps);
+      CUDA_CHECK_LAUNCH();
+    }
+    return;
+  }
+  const unsigned grid = grid_x(p.BH, cdiv(p.N, 64));
   {
+    const size_t smem = HopperKeySweep<T, kD, kBN>::smem_bytes(bwd_present());
     auto kernel = attention_bwd_dkdv_wgmma_kernel<T, kD>;
-    set_smem(kernel, Cfg::kSmemBytes);
-    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, cuda_stream()>>>(p);
+    set_smem(kernel, smem);
+    kernel<<<grid, 128, smem, cuda_stream()>>>(p);
     CUDA_CHECK_LAUNCH();
   }
   {
+    const size_t smem = HopperQuerySweep<T, kD, kBN>::smem_bytes(bwd_present());
     auto kernel = attention_bwd_dq_wgmma_kernel<T, kD>;
-    set_smem(kernel, Cfg::kSmemBytes);
-    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, cuda_stream()>>>(p);
+    set_smem(kernel, smem);
+    kernel<<<grid, 128, smem, cuda_stream()>>>(p);
     CUDA_CHECK_LAUNCH();
   }
 }

@@ -46,8 +46,8 @@
 // 16-key sub-tiles, pass 2 query tiles of 32 rows.
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_hopper.cuh"
+#include "kernels/cuda/attention_sweeps.cuh"
 #include "kernels/cuda/kernels.h"
-#include "kernels/cuda/tma.cuh"
 
 namespace gg::kernels::cuda {
 namespace {
@@ -622,38 +622,17 @@ __global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_bob_pass2
 
 struct Cotangents {
   bool Qt, Kt, Vt, G, H;
-  __device__ Cotangents(const void* qt, const void* kt, const void* vt)
-      : Qt(qt != nullptr), Kt(kt != nullptr), Vt(vt != nullptr), G(Qt || Kt), H(Vt) {}
-};
-struct OwnTiles {
-  uint64_t Q, dO, Qt;  // descriptors of the own rows
-};
-// The own rows of one warp as register A operands (load_a_frags), for score products whose key
-// tiles are few columns wide (wgmma_score_product_rs); Qt's only where present.
-template <int kD>
-struct OwnFrags {
-  uint32_t Q[kD / 16][4], dO[kD / 16][4], Qt[kD / 16][4];
   template <typename T>
-  __device__ void load(const Params<T>& p, int64_t hd, int iw, int lane) {
-    load_a_frags<T, kD>(Q, p.Q + hd, iw, p.N, lane);
-    load_a_frags<T, kD>(dO, p.dO + hd, iw, p.N, lane);
-    if (p.Qt != nullptr) load_a_frags<T, kD>(Qt, p.Qt + hd, iw, p.N, lane);
-  }
+  __host__ __device__ explicit Cotangents(const Params<T>& p)
+      : Qt(p.Qt != nullptr), Kt(p.Kt != nullptr), Vt(p.Vt != nullptr), G(Qt || Kt), H(Vt) {}
 };
-
-// One score product of the own rows (descriptor: from shared memory; fragments: from registers).
-template <typename T, int kD, int kSub, bool kAcc, int kBN>
-__device__ __forceinline__ void own_score(float (&s)[kSub / 8][4], uint64_t own, uint64_t b) {
-  wgmma_score_product<T, kD, kSub, kAcc, kBN>(s, own, b);
+// What the BoB sweeps copy: V only where G is formed (dP = dO·Vᵀ is used only through G), the
+// cotangents present, and the row scalars E and F.
+template <typename T>
+__host__ __device__ Present bob_present(const Params<T>& p) {
+  const Cotangents c(p);
+  return {c.G, c.Qt, c.Kt, c.Vt, true};
 }
-template <typename T, int kD, int kSub, bool kAcc, int kBN>
-__device__ __forceinline__ void own_score(float (&s)[kSub / 8][4], const uint32_t (&own)[kD / 16][4], uint64_t b) {
-  wgmma_score_product_rs<T, kD, kSub, kAcc, kBN>(s, own, b);
-}
-struct KeyTiles {
-  uint64_t K, V, Kt, Vt;  // descriptors of one key tile
-};
-
 // The score tiles of keys [kSub·q, kSub·q + kSub) of the key tile t, issued and waited for. Those
 // keys' rows start kSub·q·128 bytes (kSub·q·8 16-byte units) into each 64-column slab.
 template <typename T, int kD, int kBN, int kSub, typename Own>
@@ -689,176 +668,6 @@ __device__ __forceinline__ void query_scores(float (&S)[kSub / 8][4], float (&dP
   wgmma_fence_regs(Hs);
 }
 
-// L·log2e and D of this thread's own rows (iw + g, iw + g + 8; head: (b, h) · N); 0 past N.
-template <typename T>
-__device__ __forceinline__ void row_scalars(const Params<T>& p, int64_t head, int iw, int lane, float (&L2)[2],
-                                            float (&D)[2]) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = iw + frag_row(lane, 2 * h);
-    L2[h] = row < p.N ? p.L[head + row] * kLog2e : 0.f;
-    D[h] = row < p.N ? p.D[head + row] : 0.f;
-  }
-}
-
-// cp.async sweep: one warpgroup per block of 64 query rows [i0, i0 + 64), key tiles
-// double-buffered (a block barrier per tile). 3·64·kD + 8·kBN·kD elements of shared memory.
-template <typename T, int kD, int kBN>
-struct HopperQuerySweep {
-  static constexpr int kThreads = 128, kOwnElems = 64 * kD, kTileElems = kBN * kD;
-  static constexpr size_t kSmem = (3 * kOwnElems + 8 * kTileElems) * sizeof(T);
-  const Params<T>& p;
-  const int64_t hd;  // (b, h) · N · d: the head's first element
-  const int num_k_tiles;
-  const Cotangents cot;
-  OwnTiles own;
-  T *sK, *sV, *sKt, *sVt;
-
-  // Carves shared memory and starts loading the own rows and key tile 0 (one cp.async group).
-  __device__ HopperQuerySweep(unsigned char* smem, const Params<T>& p_, int64_t hd_, int i0, int num_k_tiles_)
-      : p(p_), hd(hd_), num_k_tiles(num_k_tiles_), cot(p_.Qt, p_.Kt, p_.Vt) {
-    T* sQ = reinterpret_cast<T*>(smem);
-    T* sdO = sQ + kOwnElems;
-    T* sQt = sdO + kOwnElems;
-    sK = sQt + kOwnElems;
-    sV = sK + 2 * kTileElems;
-    sKt = sV + 2 * kTileElems;
-    sVt = sKt + 2 * kTileElems;
-    load_rows_swz_async<T, kD, 64, kThreads>(sQ, p.Q + hd, i0, p.N);
-    load_rows_swz_async<T, kD, 64, kThreads>(sdO, p.dO + hd, i0, p.N);
-    if (cot.Qt) load_rows_swz_async<T, kD, 64, kThreads>(sQt, p.Qt + hd, i0, p.N);
-    own = {make_desc_sw128(sQ), make_desc_sw128(sdO), make_desc_sw128(sQt)};
-    load_tile(0, 0);
-    cp_async_commit();
-  }
-  __device__ void load_tile(int kb, int stage) {
-    const int off = stage * kTileElems;
-    load_rows_swz_async<T, kD, kBN, kThreads>(sK + off, p.K + hd, kb * kBN, p.N);
-    if (cot.G) load_rows_swz_async<T, kD, kBN, kThreads>(sV + off, p.V + hd, kb * kBN, p.N);
-    if (cot.Kt) load_rows_swz_async<T, kD, kBN, kThreads>(sKt + off, p.Kt + hd, kb * kBN, p.N);
-    if (cot.Vt) load_rows_swz_async<T, kD, kBN, kThreads>(sVt + off, p.Vt + hd, kb * kBN, p.N);
-  }
-  // Waits for key tile kb, then starts loading tile kb + 1 into the other stage.
-  __device__ void begin_tile(int kb) {
-    cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();  // tile kb visible; every warp is done with the other stage
-    if (kb + 1 < num_k_tiles) {
-      load_tile(kb + 1, 1 - kb % 2);
-      cp_async_commit();
-    }
-  }
-  __device__ void end_tile(int) {}
-  __device__ KeyTiles tiles(int kb) const {
-    const int off = (kb % 2) * kTileElems;
-    return {make_desc_sw128(sK + off), make_desc_sw128(sV + off), make_desc_sw128(sKt + off),
-            make_desc_sw128(sVt + off)};
-  }
-};
-
-// The tensor maps of the warp-specialised sweeps (make_query_maps below).
-struct QueryMaps {
-  CUtensorMap Q, dO, Qt, K, V, Kt, Vt;
-};
-
-// Warp-specialised sweep: a block of 128 query rows [i0, i0 + 128) and three warpgroups.
-// Warpgroup 0 is the producer: one thread copies the own rows once and the key tiles into a ring
-// of kStages stages with bulk tensor copies, refilling a stage once both consumers have released
-// it ("empty" barrier, 256 arrivals); warpgroups 1 and 2 each own 64 of the rows and run a row
-// loop on tiles they wait for on the "full" barriers. Both consumers read the same key tiles (half
-// the loads per product of two 64-row blocks), and no consumer instruction is a load or a block
-// barrier. Absent cotangents' tiles are neither copied nor read.
-template <typename T, int kD, int kBN, int kStages>
-struct HopperQuerySweepWs {
-  static constexpr int kOwnElems = 64 * kD, kTileElems = kBN * kD;
-  // Q, dO, Qt of both consumers; K, V, Kt, Vt x kStages; 1 + 2·kStages barriers
-  static constexpr size_t kSmem = (6 * kOwnElems + 4 * kStages * kTileElems) * sizeof(T) + 8 * (1 + 2 * kStages);
-  static_assert(kSmem <= 227 * 1024, "shared memory");
-  const Cotangents cot;
-  OwnTiles own;
-  T *sQ, *sdO, *sQt, *sK, *sV, *sKt, *sVt;
-  uint64_t *own_bar, *full, *empty;
-
-  __device__ HopperQuerySweepWs(unsigned char* smem, const Params<T>& p) : cot(p.Qt, p.Kt, p.Vt) {
-    sQ = reinterpret_cast<T*>(smem);  // [2 consumers][64 x kD] each of sQ, sdO, sQt
-    sdO = sQ + 2 * kOwnElems;
-    sQt = sdO + 2 * kOwnElems;
-    sK = sQt + 2 * kOwnElems;  // [kStages][kBN x kD] each of sK, sV, sKt, sVt
-    sV = sK + kStages * kTileElems;
-    sKt = sV + kStages * kTileElems;
-    sVt = sKt + kStages * kTileElems;
-    own_bar = reinterpret_cast<uint64_t*>(sVt + kStages * kTileElems);
-    full = own_bar + 1;
-    empty = full + kStages;
-  }
-  // By one thread, followed by a block barrier.
-  __device__ void init_barriers() {
-    mbar_init(own_bar, 1);
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 256);
-    }
-    mbar_fence_init();
-  }
-  // The producer thread: own rows of both consumers, then key tiles [0, num_k_tiles) of head bh.
-  __device__ void produce(const QueryMaps& m, int i0, int bh, int num_k_tiles) {
-    mbar_expect_tx(own_bar, (cot.Qt ? 3 : 2) * 2 * kOwnElems * sizeof(T));
-    for (int c = 0; c < 2; ++c)
-      for (int h = 0; h < kD / 64; ++h) {
-        const int off = c * kOwnElems + h * 64 * 64;
-        tma_load_3d(sQ + off, &m.Q, own_bar, 64 * h, i0 + 64 * c, bh);
-        tma_load_3d(sdO + off, &m.dO, own_bar, 64 * h, i0 + 64 * c, bh);
-        if (cot.Qt) tma_load_3d(sQt + off, &m.Qt, own_bar, 64 * h, i0 + 64 * c, bh);
-      }
-    const uint32_t tile_bytes = (1 + int(cot.G) + int(cot.Kt) + int(cot.Vt)) * kTileElems * sizeof(T);
-    for (int kb = 0; kb < num_k_tiles; ++kb) {
-      const int s = kb % kStages;
-      if (kb >= kStages) mbar_wait(&empty[s], ((kb / kStages) - 1) & 1);  // its previous tile released
-      mbar_expect_tx(&full[s], tile_bytes);
-      for (int h = 0; h < kD / 64; ++h) {
-        const int off = s * kTileElems + h * kBN * 64;
-        tma_load_3d(sK + off, &m.K, &full[s], 64 * h, kb * kBN, bh);
-        if (cot.G) tma_load_3d(sV + off, &m.V, &full[s], 64 * h, kb * kBN, bh);
-        if (cot.Kt) tma_load_3d(sKt + off, &m.Kt, &full[s], 64 * h, kb * kBN, bh);
-        if (cot.Vt) tma_load_3d(sVt + off, &m.Vt, &full[s], 64 * h, kb * kBN, bh);
-      }
-    }
-  }
-  // Consumer c (0 or 1): its own rows' descriptors, once they have landed.
-  __device__ void consume_as(int c) {
-    own = {make_desc_sw128(sQ + c * kOwnElems), make_desc_sw128(sdO + c * kOwnElems),
-           make_desc_sw128(sQt + c * kOwnElems)};
-    mbar_wait(own_bar, 0);
-  }
-  __device__ void begin_tile(int kb) { mbar_wait(&full[kb % kStages], (kb / kStages) & 1); }
-  __device__ void end_tile(int kb) { mbar_arrive(&empty[kb % kStages]); }
-  __device__ KeyTiles tiles(int kb) const {
-    const int off = (kb % kStages) * kTileElems;
-    return {make_desc_sw128(sK + off), make_desc_sw128(sV + off), make_desc_sw128(sKt + off),
-            make_desc_sw128(sVt + off)};
-  }
-};
-
-// Boxes of query_rows rows for Q, dO, Qt and key_rows rows for K, V, Kt, Vt (0: that group unused,
-// not encoded); absent cotangents map Q's memory (never read).
-template <typename T>
-QueryMaps make_query_maps(const Params<T>& p, int d, int query_rows, int key_rows) {
-  QueryMaps m{};
-  auto map = [&](const T* x, int rows) { return make_tensor_map(x != nullptr ? x : p.Q, p.BH, p.N, d, rows); };
-  if (query_rows > 0) {
-    m.Q = map(p.Q, query_rows);
-    m.dO = map(p.dO, query_rows);
-    m.Qt = map(p.Qt, query_rows);
-  }
-  if (key_rows > 0) {
-    m.K = map(p.K, key_rows);
-    m.V = map(p.V, key_rows);
-    m.Kt = map(p.Kt, key_rows);
-    m.Vt = map(p.Vt, key_rows);
-  }
-  return m;
-}
-
 // ------------------------------------------------------------------------ Hopper pass 1
 //
 // Pass 1 for query rows [i0, i0 + 64) and output columns [c0, c0 + 64) (d = 128: two column slices
@@ -888,7 +697,7 @@ __device__ __forceinline__ void split_pass1_rows(Sweep& sw, const Params<T>& p, 
   const int iw = i0 + 16 * warp;
   const int half = blockIdx.y;  // output columns [64·half, 64·half + 64)
   const int c0 = Cfg::kCols * half;
-  const Cotangents& cot = sw.cot;
+  const Cotangents cot(p);
   const int key_end = p.causal ? min(p.N, i0 + 64) : p.N;  // no key at or past this is visible
   const float sl2 = p.scale * kLog2e;
   float L2[2], D[2];
@@ -978,7 +787,7 @@ __global__ void __launch_bounds__(128, 2) attention_bob_pass1_wgmma_kernel(const
   const int i0 = bc.blk * 64;
   const int64_t head = bc.bh * p.N;
   const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + 64), kBN) : cdiv(p.N, kBN);
-  HopperQuerySweep<T, kD, kBN> sw(smem_raw, p, head * kD, i0, num_k_tiles);
+  HopperQuerySweep<T, kD, kBN> sw(smem_raw, p, bob_present(p), head * kD, i0, num_k_tiles);
   split_pass1_rows<T, kD>(sw, p, head, i0, num_k_tiles, threadIdx.x);
 #else
   __trap();
@@ -1001,168 +810,6 @@ struct HopperBobConfig {
   static constexpr int kMinBlocks = kD == 64 ? 3 : 2;  // d = 64: 3 x 57 KB smem, <= 168 registers
 };
 
-// Descriptors of one query tile and its row scalars in shared memory.
-struct QueryTiles {
-  uint64_t Q, dO, Qt;
-  const float *L, *D, *E, *F;
-};
-// The own key rows as shared-memory descriptors, or as one warp's register A operands (Kt's and
-// Vt's only where present, V's only where G is).
-struct OwnKeyTiles {
-  uint64_t K, V, Kt, Vt;
-};
-template <int kD>
-struct OwnKeyFrags {
-  uint32_t K[kD / 16][4], V[kD / 16][4], Kt[kD / 16][4], Vt[kD / 16][4];
-  template <typename T>
-  __device__ void load(const Params<T>& p, const Cotangents& c, int64_t hd, int jw, int lane) {
-    load_a_frags<T, kD>(K, p.K + hd, jw, p.N, lane);
-    if (c.G) load_a_frags<T, kD>(V, p.V + hd, jw, p.N, lane);
-    if (c.Kt) load_a_frags<T, kD>(Kt, p.Kt + hd, jw, p.N, lane);
-    if (c.Vt) load_a_frags<T, kD>(Vt, p.Vt + hd, jw, p.N, lane);
-  }
-};
-
-// cp.async sweep: one warpgroup per block of 64 key rows, query tiles and scalars double-buffered.
-template <typename T, int kD, int kBN>
-struct HopperKeySweep {
-  static constexpr int kThreads = 128, kOwnElems = 64 * kD, kTileElems = kBN * kD;
-  // K, V, Kt, Vt own; Q, dO, Qt x 2 stages; L, D, E, F x 2 stages
-  static constexpr size_t kSmem = (4 * kOwnElems + 6 * kTileElems) * sizeof(T) + 8 * kBN * sizeof(float);
-  const Params<T>& p;
-  const int64_t head, hd;
-  const int q_begin, num_q_tiles;
-  const Cotangents cot;
-  OwnKeyTiles own;
-  T *sQ, *sdO, *sQt;
-  float *sL, *sD, *sE, *sF;
-
-  __device__ HopperKeySweep(unsigned char* smem, const Params<T>& p_, int64_t head_, int j0, int q_begin_,
-                            int num_q_tiles_)
-      : p(p_), head(head_), hd(head_ * kD), q_begin(q_begin_), num_q_tiles(num_q_tiles_), cot(p_.Qt, p_.Kt, p_.Vt) {
-    T* sK = reinterpret_cast<T*>(smem);  // own [64 x kD], swizzled
-    T* sV = sK + kOwnElems;
-    T* sKt = sV + kOwnElems;
-    T* sVt = sKt + kOwnElems;
-    sQ = sVt + kOwnElems;  // other [2][kBN x kD]
-    sdO = sQ + 2 * kTileElems;
-    sQt = sdO + 2 * kTileElems;
-    sL = reinterpret_cast<float*>(sQt + 2 * kTileElems);  // [2][kBN] each
-    sD = sL + 2 * kBN;
-    sE = sD + 2 * kBN;
-    sF = sE + 2 * kBN;
-    load_rows_swz_async<T, kD, 64, kThreads>(sK, p.K + hd, j0, p.N);
-    if (cot.G) load_rows_swz_async<T, kD, 64, kThreads>(sV, p.V + hd, j0, p.N);
-    if (cot.Kt) load_rows_swz_async<T, kD, 64, kThreads>(sKt, p.Kt + hd, j0, p.N);
-    if (cot.Vt) load_rows_swz_async<T, kD, 64, kThreads>(sVt, p.Vt + hd, j0, p.N);
-    own = {make_desc_sw128(sK), make_desc_sw128(sV), make_desc_sw128(sKt), make_desc_sw128(sVt)};
-    load_tile(q_begin, 0);
-    cp_async_commit();
-  }
-  __device__ void load_tile(int qt, int stage) {
-    load_rows_swz_async<T, kD, kBN, kThreads>(sQ + stage * kTileElems, p.Q + hd, qt * kBN, p.N);
-    load_rows_swz_async<T, kD, kBN, kThreads>(sdO + stage * kTileElems, p.dO + hd, qt * kBN, p.N);
-    if (cot.Qt) load_rows_swz_async<T, kD, kBN, kThreads>(sQt + stage * kTileElems, p.Qt + hd, qt * kBN, p.N);
-    load_scalars_async<kThreads>(sL + stage * kBN, p.L + head, qt * kBN, kBN, p.N);
-    load_scalars_async<kThreads>(sD + stage * kBN, p.D + head, qt * kBN, kBN, p.N);
-    load_scalars_async<kThreads>(sE + stage * kBN, p.E + head, qt * kBN, kBN, p.N);
-    load_scalars_async<kThreads>(sF + stage * kBN, p.F + head, qt * kBN, kBN, p.N);
-  }
-  // Waits for query tile qt, then starts loading tile qt + 1 into the other stage.
-  __device__ void begin_tile(int qt) {
-    const int stage = (qt - q_begin) % 2;
-    cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();  // tile qt visible; every warp is done with the other stage
-    if (qt + 1 < num_q_tiles) {
-      load_tile(qt + 1, 1 - stage);
-      cp_async_commit();
-    }
-  }
-  __device__ void end_tile(int) {}
-  __device__ QueryTiles tiles(int qt) const {
-    const int stage = (qt - q_begin) % 2;
-    return {make_desc_sw128(sQ + stage * kTileElems), make_desc_sw128(sdO + stage * kTileElems),
-            make_desc_sw128(sQt + stage * kTileElems), sL + stage * kBN, sD + stage * kBN, sE + stage * kBN,
-            sF + stage * kBN};
-  }
-};
-
-// Warp-specialised sweep: blocks of 128 key rows [j0, j0 + 128); warpgroup 0 produces, warpgroups 1
-// and 2 own 64 keys each and keep them in registers (no own rows in shared memory). In the
-// producer, one thread copies the query tiles into a ring of kStages stages by bulk tensor copies,
-// and one warp copies their row scalars (plain loads and stores: a row's scalars are 4 bytes and
-// need not be 16-byte aligned); a stage is full after the copy engine's bytes and the warp's 32
-// arrivals, empty after the consumers' 256 arrivals.
-template <typename T, int kD, int kBN, int kStages>
-struct HopperKeySweepWs {
-  static_assert(kBN == 32, "one scalar per lane of the scalar warp");
-  static constexpr int kTileElems = kBN * kD;
-  // Q, dO, Qt x kStages; L, D, E, F x kStages; 2·kStages barriers
-  static constexpr size_t kSmem = 3 * kStages * kTileElems * sizeof(T) + 4 * kStages * kBN * sizeof(float) + 16 * kStages;
-  const Cotangents cot;
-  const int q_begin;
-  T *sQ, *sdO, *sQt;
-  float* sS;  // [kStages][4][kBN]: L, D, E, F
-  uint64_t *full, *empty;
-
-  __device__ HopperKeySweepWs(unsigned char* smem, const Params<T>& p, int q_begin_)
-      : cot(p.Qt, p.Kt, p.Vt), q_begin(q_begin_) {
-    sQ = reinterpret_cast<T*>(smem);
-    sdO = sQ + kStages * kTileElems;
-    sQt = sdO + kStages * kTileElems;
-    sS = reinterpret_cast<float*>(sQt + kStages * kTileElems);
-    full = reinterpret_cast<uint64_t*>(sS + 4 * kStages * kBN);
-    empty = full + kStages;
-  }
-  __device__ void init_barriers() {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(&full[s], 1 + 32);
-      mbar_init(&empty[s], 256);
-    }
-    mbar_fence_init();
-  }
-  __device__ int stage(int qt) const { return (qt - q_begin) % kStages; }
-  __device__ uint32_t round(int qt) const { return (qt - q_begin) / kStages; }
-  // Thread 0 of the producer: the query tiles [q_begin, num_q_tiles) of head bh.
-  __device__ void produce_tiles(const QueryMaps& m, int bh, int num_q_tiles) {
-    const uint32_t bytes = (2 + int(cot.Qt)) * kTileElems * sizeof(T);
-    for (int qt = q_begin; qt < num_q_tiles; ++qt) {
-      const int s = stage(qt);
-      if (round(qt) > 0) mbar_wait(&empty[s], (round(qt) - 1) & 1);
-      mbar_expect_tx(&full[s], bytes);
-      for (int h = 0; h < kD / 64; ++h) {
-        const int off = s * kTileElems + h * kBN * 64;
-        tma_load_3d(sQ + off, &m.Q, &full[s], 64 * h, qt * kBN, bh);
-        tma_load_3d(sdO + off, &m.dO, &full[s], 64 * h, qt * kBN, bh);
-        if (cot.Qt) tma_load_3d(sQt + off, &m.Qt, &full[s], 64 * h, qt * kBN, bh);
-      }
-    }
-  }
-  // One warp of the producer: the tiles' row scalars (0 past N).
-  __device__ void produce_scalars(const Params<T>& p, int64_t head, int num_q_tiles, int lane) {
-    for (int qt = q_begin; qt < num_q_tiles; ++qt) {
-      const int s = stage(qt), i = qt * kBN + lane;
-      if (round(qt) > 0) mbar_wait(&empty[s], (round(qt) - 1) & 1);
-      float* d = sS + s * 4 * kBN + lane;
-      const bool ok = i < p.N;
-      d[0] = ok ? p.L[head + i] : 0.f;
-      d[kBN] = ok ? p.D[head + i] : 0.f;
-      d[2 * kBN] = ok ? p.E[head + i] : 0.f;
-      d[3 * kBN] = ok ? p.F[head + i] : 0.f;
-      mbar_arrive(&full[s]);  // release: the stores above are visible to threads that wait on it
-    }
-  }
-  __device__ void begin_tile(int qt) { mbar_wait(&full[stage(qt)], round(qt) & 1); }
-  __device__ void end_tile(int qt) { mbar_arrive(&empty[stage(qt)]); }
-  __device__ QueryTiles tiles(int qt) const {
-    const int s = stage(qt);
-    const float* sc = sS + s * 4 * kBN;
-    return {make_desc_sw128(sQ + s * kTileElems), make_desc_sw128(sdO + s * kTileElems),
-            make_desc_sw128(sQt + s * kTileElems), sc, sc + kBN, sc + 2 * kBN, sc + 3 * kBN};
-  }
-};
-
 // Pass 2 of one warpgroup (thread tid of 128) owning key rows [j0, j0 + 64), over the query tiles
 // [q_begin, num_q_tiles) of the sweep; own: the own rows (OwnKeyTiles or OwnKeyFrags).
 template <typename T, int kD, int kBN, typename Sweep, typename Own>
@@ -1170,7 +817,7 @@ __device__ __forceinline__ void pass2_rows(Sweep& sw, const Own& own, const Para
                                            int q_begin, int num_q_tiles, int tid) {
   const int warp = tid / 32, lane = tid % 32;
   const int jw = j0 + 16 * warp;
-  const Cotangents& cot = sw.cot;
+  const Cotangents cot(p);
   const float sl2 = p.scale * kLog2e;
 
   float gK[kD / 8][4], gV[kD / 8][4];
@@ -1259,7 +906,7 @@ __global__ void __launch_bounds__(128, HopperBobConfig<kD>::kMinBlocks) attentio
   const int64_t head = bc.bh * p.N;
   const int num_q_tiles = cdiv(p.N, kBN);
   const int q_begin = p.causal ? j0 / kBN : 0;
-  HopperKeySweep<T, kD, kBN> sw(smem_raw, p, head, j0, q_begin, num_q_tiles);
+  HopperKeySweep<T, kD, kBN> sw(smem_raw, p, bob_present(p), head, j0, q_begin, num_q_tiles);
   pass2_rows<T, kD, kBN>(sw, sw.own, p, head, j0, q_begin, num_q_tiles, threadIdx.x);
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
@@ -1276,7 +923,7 @@ struct HopperBobPass2WsConfig {
 
 template <typename T>
 __global__ void __launch_bounds__(384, 1)
-    attention_bob_pass2_ws_kernel(const Params<T> p, const __grid_constant__ QueryMaps maps) {
+    attention_bob_pass2_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps) {
 #if defined(GG_WGMMA_AVAILABLE)
   using Cfg = HopperBobPass2WsConfig;
   constexpr int kD = Cfg::kD, kBM = Cfg::kBlockM, kBN = Cfg::kBlockN;
@@ -1286,7 +933,7 @@ __global__ void __launch_bounds__(384, 1)
   const int64_t head = bc.bh * p.N;
   const int num_q_tiles = cdiv(p.N, kBN);
   const int q_begin = p.causal ? j0 / kBN : 0;
-  HopperKeySweepWs<T, kD, kBN, Cfg::kStages> sw(smem_raw, p, q_begin);
+  HopperKeySweepWs<T, kD, kBN, Cfg::kStages> sw(smem_raw, bob_present(p), q_begin);
   if (threadIdx.x == 0) sw.init_barriers();
   __syncthreads();
   const int wg = threadIdx.x / 128;
@@ -1298,7 +945,7 @@ __global__ void __launch_bounds__(384, 1)
     setmaxnreg_inc<Cfg::kConsumerRegs>();
     const int tid = threadIdx.x % 128, jc = j0 + 64 * (wg - 1);
     OwnKeyFrags<kD> own;
-    own.load(p, sw.cot, head * kD, jc + 16 * (tid / 32), tid % 32);
+    own.load(p, sw.c, head * kD, jc + 16 * (tid / 32), tid % 32);
     pass2_rows<T, kD, kBN>(sw, own, p, head, jc, q_begin, num_q_tiles, tid);
   }
 #else
@@ -1307,7 +954,7 @@ __global__ void __launch_bounds__(384, 1)
 }
 
 template <typename T>
-void launch_bob_pass2_ws(const Params<T>& p, const QueryMaps& maps) {
+void launch_bob_pass2_ws(const Params<T>& p, const SweepMaps& maps) {
   using Cfg = HopperBobPass2WsConfig;
   constexpr size_t smem = HopperKeySweepWs<T, Cfg::kD, Cfg::kBlockN, Cfg::kStages>::kSmem;
   auto kernel = attention_bob_pass2_ws_kernel<T>;
@@ -1353,7 +1000,7 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
   constexpr int kSub = kOutputs ? Cfg::kSubOut : Cfg::kSubEF;
   const int warp = tid / 32, lane = tid % 32;
   const int iw = i0 + 16 * warp;
-  const Cotangents& cot = sw.cot;
+  const Cotangents cot(p);
   const int key_end = p.causal ? min(p.N, i0 + 64) : p.N;  // no key at or past this is visible
   const float sl2 = p.scale * kLog2e;
   OwnFrags<Cfg::kRegOwn ? kD : 16> frags;  // d = 64: the own rows in registers
@@ -1473,7 +1120,7 @@ __global__ void __launch_bounds__(128, kOutputs ? HopperBobEFConfig<kD>::kMinBlo
   const int i0 = bc.blk * 64;
   const int64_t head = bc.bh * p.N;
   const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + 64), kBN) : cdiv(p.N, kBN);
-  HopperQuerySweep<T, kD, kBN> sw(smem_raw, p, head * kD, i0, num_k_tiles);
+  HopperQuerySweep<T, kD, kBN> sw(smem_raw, p, bob_present(p), head * kD, i0, num_k_tiles);
   ef_rows<T, kD, kOutputs>(sw, p, head, i0, num_k_tiles, threadIdx.x);
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
@@ -1503,12 +1150,12 @@ struct HopperBobWsConfig {
 
 template <typename T, int kD, QueryPass kPass>
 __global__ void __launch_bounds__(384, 1)
-    attention_bob_query_ws_kernel(const Params<T> p, const __grid_constant__ QueryMaps maps) {
+    attention_bob_query_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps) {
 #if defined(GG_WGMMA_AVAILABLE)
   using Cfg = HopperBobWsConfig<kD, kPass>;
   constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  HopperQuerySweepWs<T, kD, kBN, Cfg::kStages> sw(smem_raw, p);
+  HopperQuerySweepWs<T, kD, kBN, Cfg::kStages> sw(smem_raw, bob_present(p));
   const BlockCoord bc = block_coord(cdiv(p.N, kBM));
   const int i0 = bc.blk * kBM;
   const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + kBM), kBN) : cdiv(p.N, kBN);
@@ -1534,7 +1181,7 @@ __global__ void __launch_bounds__(384, 1)
 }
 
 template <typename T, int kD, QueryPass kPass>
-void launch_bob_query_ws(const Params<T>& p, const QueryMaps& maps) {
+void launch_bob_query_ws(const Params<T>& p, const SweepMaps& maps) {
   using Cfg = HopperBobWsConfig<kD, kPass>;
   constexpr size_t smem = HopperQuerySweepWs<T, kD, Cfg::kBlockN, Cfg::kStages>::kSmem;
   auto kernel = attention_bob_query_ws_kernel<T, kD, kPass>;
@@ -1560,7 +1207,7 @@ void launch_bob_tc(const Params<T>& p) {
     if (attention_wgmma_active()) {
       const bool ef = bob_ef_schedule(kD);
       if (attention_ws_enabled()) {
-        const QueryMaps maps = make_query_maps(p, kD, 64, ef ? HopperBobEFConfig<kD>::kBlockN : HopperBobPass1Config<kD>::kBlockN);
+        const SweepMaps maps = make_sweep_maps(p, kD, 64, ef ? HopperBobEFConfig<kD>::kBlockN : HopperBobPass1Config<kD>::kBlockN);
         if (ef) {
           launch_bob_query_ws<T, kD, QueryPass::kEF0>(p, maps);
           launch_bob_query_ws<T, kD, QueryPass::kEF1>(p, maps);
@@ -1571,29 +1218,32 @@ void launch_bob_tc(const Params<T>& p) {
         using Sweep = HopperQuerySweep<T, kD, HopperBobEFConfig<kD>::kBlockN>;
         const unsigned grid = grid_x(p.BH, cdiv(p.N, 64));
         auto pass0 = attention_bob_ef_wgmma_kernel<T, kD, false>;
-        set_smem(pass0, Sweep::kSmem);
-        pass0<<<grid, Sweep::kThreads, Sweep::kSmem, cuda_stream()>>>(p);
+        const size_t smem = Sweep::smem_bytes(bob_present(p));
+        set_smem(pass0, smem);
+        pass0<<<grid, Sweep::kThreads, smem, cuda_stream()>>>(p);
         CUDA_CHECK_LAUNCH();
         auto pass1 = attention_bob_ef_wgmma_kernel<T, kD, true>;
-        set_smem(pass1, Sweep::kSmem);
-        pass1<<<grid, Sweep::kThreads, Sweep::kSmem, cuda_stream()>>>(p);
+        set_smem(pass1, smem);
+        pass1<<<grid, Sweep::kThreads, smem, cuda_stream()>>>(p);
         CUDA_CHECK_LAUNCH();
       } else {
         using H1 = HopperBobPass1Config<kD>;
         using Sweep = HopperQuerySweep<T, kD, H1::kBlockN>;
         auto pass1 = attention_bob_pass1_wgmma_kernel<T, kD>;
-        set_smem(pass1, Sweep::kSmem);
-        pass1<<<dim3(grid_x(p.BH, cdiv(p.N, 64)), kD / H1::kCols), Sweep::kThreads, Sweep::kSmem, cuda_stream()>>>(p);
+        const size_t smem = Sweep::smem_bytes(bob_present(p));
+        set_smem(pass1, smem);
+        pass1<<<dim3(grid_x(p.BH, cdiv(p.N, 64)), kD / H1::kCols), Sweep::kThreads, smem, cuda_stream()>>>(p);
         CUDA_CHECK_LAUNCH();
       }
       if (kD == 64 && attention_ws_enabled()) {
-        const QueryMaps maps = make_query_maps(p, kD, HopperBobPass2WsConfig::kBlockN, 0);
+        const SweepMaps maps = make_sweep_maps(p, kD, HopperBobPass2WsConfig::kBlockN, 0);
         launch_bob_pass2_ws<T>(p, maps);
       } else {
         using Sweep = HopperKeySweep<T, kD, HopperBobConfig<kD>::kBlockN>;
         auto pass2 = attention_bob_pass2_wgmma_kernel<T, kD>;
-        set_smem(pass2, Sweep::kSmem);
-        pass2<<<grid_x(p.BH, cdiv(p.N, 64)), Sweep::kThreads, Sweep::kSmem, cuda_stream()>>>(p);
+        const size_t smem = Sweep::smem_bytes(bob_present(p));
+        set_smem(pass2, smem);
+        pass2<<<grid_x(p.BH, cdiv(p.N, 64)), Sweep::kThreads, smem, cuda_stream()>>>(p);
         CUDA_CHECK_LAUNCH();
       }
       return;

@@ -16,7 +16,8 @@
 //                          one-warpgroup Hopper forward's error, poisoned, deterministic.
 //   HopperBobCotangentSubsets  the wgmma BoB, both pass-1 schedules, with and without warp
 //                          specialisation, cotangent subsets 7, 1, 2, 4 and N = 1: every output
-//                          within 2 x the mma.sync kernels' error, deterministic.
+//                          within 2 x the mma.sync kernels' error, deterministic (with all
+//                          cotangents, the backward's outputs too).
 //   Hopper*                the sm_90a (wgmma) forward, backward and BoB vs the mma.sync kernels, both
 //                          against f64: error ≤ 2 x the mma.sync kernels' (or the rounding floor);
 //                          runs where the Hopper kernels are active (H100/H200 with a 90a build).
@@ -569,6 +570,15 @@ TEST(CudaAttention, HopperBobCotangentSubsets) {
                   std::printf("  %-59s %-3s wgmma %.3g mma.sync %.3g\n", w.c_str(), kBobNames[i], err_h, err_m);
                 EXPECT_LE(err_h, std::max(2 * err_m, low_precision_floor(dtype)))
                     << w << " " << kBobNames[i] << ": wgmma " << err_h << ", mma.sync " << err_m;
+              }
+              if (mask != 7) continue;  // the backward does not depend on the cotangents
+              const double s1 = family_scale(ref.bwd);
+              for (int i = 0; i < 3; ++i) {
+                ASSERT_TRUE(all_finite(a.bwd[i])) << w << " " << kBwdNames[i];
+                EXPECT_EQ(a.bwd[i], b.bwd[i]) << w << " " << kBwdNames[i] << ": not deterministic";
+                const double err_h = rel_err(a.bwd[i], ref.bwd[i], s1), err_m = rel_err(mma.bwd[i], ref.bwd[i], s1);
+                EXPECT_LE(err_h, std::max(2 * err_m, low_precision_floor(dtype)))
+                    << w << " " << kBwdNames[i] << ": wgmma " << err_h << ", mma.sync " << err_m;
               }
             }
           }

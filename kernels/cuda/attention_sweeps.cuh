@@ -1,0 +1,420 @@
+// Sweeps of the Hopper (sm_90a) backward and BoB kernels: how a warpgroup that owns 64 rows gets
+// the other side's tiles, separated from what it computes with them (the row loops in
+// attention_bwd.cu and attention_bwd_bwd.cu).
+//
+//   query sweep  own query rows Q, dO (, Qt); sweeps key tiles K (, V, Kt, Vt)    dQ, BoB pass 1
+//   key sweep    own key rows K (, V, Kt, Vt); sweeps query tiles Q, dO (, Qt) and
+//                their row scalars L, D (, E, F)                                   dK dV, BoB pass 2
+//
+// Each comes as a cp.async sweep (one warpgroup per block, two stages, a block barrier per tile;
+// shared memory carved for the present tensors only: smem_bytes) and a warp-specialised sweep
+// (blocks of two consumer warpgroups and one producer warpgroup whose threads copy the tiles by
+// bulk tensor copies into a ring of mbarrier-guarded stages; the consumers share every tile).
+// A row loop sees the same interface on both:
+//   begin_tile(t) / end_tile(t)  around the use of tile t (wait for it / release it)
+//   tiles(t)                     descriptors (and row scalars) of tile t
+//   own                          the own rows' descriptors (where they are in shared memory)
+// Which optional tensors a sweep copies is a Present value chosen by the caller.
+#pragma once
+#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/attention_hopper.cuh"
+#include "kernels/cuda/tma.cuh"
+
+namespace gg::kernels::cuda::attn {
+
+// The optional tensors a sweep copies: V (query sweep: V tiles; key sweep: own V rows), Qt, Kt,
+// Vt, and the row scalars E and F (key sweep).
+struct Present {
+  bool V, Qt, Kt, Vt, EF;
+};
+
+struct OwnTiles {
+  uint64_t Q, dO, Qt;  // descriptors of the own query rows
+};
+struct KeyTiles {
+  uint64_t K, V, Kt, Vt;  // descriptors of one key tile
+};
+struct OwnKeyTiles {
+  uint64_t K, V, Kt, Vt;  // descriptors of the own key rows
+};
+struct QueryTiles {
+  uint64_t Q, dO, Qt;  // descriptors of one query tile
+  const float *L, *D, *E, *F;  // its row scalars in shared memory
+};
+
+// The own rows of one warp as register A operands (load_a_frags), for score products whose other
+// side is few columns wide (wgmma_score_product_rs). Query rows: Q, dO, Qt (where present).
+template <int kD>
+struct OwnFrags {
+  uint32_t Q[kD / 16][4], dO[kD / 16][4], Qt[kD / 16][4];
+  template <typename T>
+  __device__ void load(const Params<T>& p, int64_t hd, int iw, int lane) {
+    load_a_frags<T, kD>(Q, p.Q + hd, iw, p.N, lane);
+    load_a_frags<T, kD>(dO, p.dO + hd, iw, p.N, lane);
+    if (p.Qt != nullptr) load_a_frags<T, kD>(Qt, p.Qt + hd, iw, p.N, lane);
+  }
+};
+// Key rows: K, and V, Kt, Vt where present.
+template <int kD>
+struct OwnKeyFrags {
+  uint32_t K[kD / 16][4], V[kD / 16][4], Kt[kD / 16][4], Vt[kD / 16][4];
+  template <typename T>
+  __device__ void load(const Params<T>& p, const Present& c, int64_t hd, int jw, int lane) {
+    load_a_frags<T, kD>(K, p.K + hd, jw, p.N, lane);
+    if (c.V) load_a_frags<T, kD>(V, p.V + hd, jw, p.N, lane);
+    if (c.Kt) load_a_frags<T, kD>(Kt, p.Kt + hd, jw, p.N, lane);
+    if (c.Vt) load_a_frags<T, kD>(Vt, p.Vt + hd, jw, p.N, lane);
+  }
+};
+
+// One score product of the own rows (a descriptor: from shared memory; fragments: registers).
+template <typename T, int kD, int kN, bool kAcc, int kRowsB>
+__device__ __forceinline__ void own_score(float (&s)[kN / 8][4], uint64_t own, uint64_t b) {
+  wgmma_score_product<T, kD, kN, kAcc, kRowsB>(s, own, b);
+}
+template <typename T, int kD, int kN, bool kAcc, int kRowsB>
+__device__ __forceinline__ void own_score(float (&s)[kN / 8][4], const uint32_t (&own)[kD / 16][4], uint64_t b) {
+  wgmma_score_product_rs<T, kD, kN, kAcc, kRowsB>(s, own, b);
+}
+
+// L·log2e and D of this thread's own query rows (iw + g, iw + g + 8; head: (b, h) · N); 0 past N.
+template <typename T>
+__device__ __forceinline__ void row_scalars(const Params<T>& p, int64_t head, int iw, int lane, float (&L2)[2],
+                                            float (&D)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = iw + frag_row(lane, 2 * h);
+    L2[h] = row < p.N ? p.L[head + row] * kLog2e : 0.f;
+    D[h] = row < p.N ? p.D[head + row] : 0.f;
+  }
+}
+
+// Bump allocation of swizzled tiles in dynamic shared memory (every size a multiple of 1024 bytes).
+struct Carve {
+  unsigned char* at;
+  template <typename U>
+  __device__ U* take(size_t n) {
+    U* p = reinterpret_cast<U*>(at);
+    at += n * sizeof(U);
+    return p;
+  }
+};
+
+// ------------------------------------------------------------------------ query sweeps
+
+// cp.async query sweep: one warpgroup per block of 64 query rows [i0, i0 + 64), key tiles of kBN
+// rows double-buffered.
+template <typename T, int kD, int kBN>
+struct HopperQuerySweep {
+  static constexpr int kThreads = 128, kOwnElems = 64 * kD, kTileElems = kBN * kD;
+  static size_t smem_bytes(const Present& c) {
+    return ((2 + c.Qt) * kOwnElems + 2 * (1 + c.V + c.Kt + c.Vt) * kTileElems) * sizeof(T);
+  }
+  const Params<T>& p;
+  const int64_t hd;  // (b, h) · N · d: the head's first element
+  const int num_k_tiles;
+  const Present c;
+  OwnTiles own;
+  T *sK, *sV, *sKt, *sVt;  // an absent tensor's pointer aliases sK (never read)
+
+  // Carves shared memory and starts loading the own rows and key tile 0 (one cp.async group).
+  __device__ HopperQuerySweep(unsigned char* smem, const Params<T>& p_, const Present& c_, int64_t hd_, int i0,
+                              int num_k_tiles_)
+      : p(p_), hd(hd_), num_k_tiles(num_k_tiles_), c(c_) {
+    Carve cv{smem};
+    T* sQ = cv.take<T>(kOwnElems);
+    T* sdO = cv.take<T>(kOwnElems);
+    T* sQt = c.Qt ? cv.take<T>(kOwnElems) : sQ;
+    sK = cv.take<T>(2 * kTileElems);
+    sV = c.V ? cv.take<T>(2 * kTileElems) : sK;
+    sKt = c.Kt ? cv.take<T>(2 * kTileElems) : sK;
+    sVt = c.Vt ? cv.take<T>(2 * kTileElems) : sK;
+    load_rows_swz_async<T, kD, 64, kThreads>(sQ, p.Q + hd, i0, p.N);
+    load_rows_swz_async<T, kD, 64, kThreads>(sdO, p.dO + hd, i0, p.N);
+    if (c.Qt) load_rows_swz_async<T, kD, 64, kThreads>(sQt, p.Qt + hd, i0, p.N);
+    own = {make_desc_sw128(sQ), make_desc_sw128(sdO), make_desc_sw128(sQt)};
+    load_tile(0, 0);
+    cp_async_commit();
+  }
+  __device__ void load_tile(int kb, int stage) {
+    const int off = stage * kTileElems;
+    load_rows_swz_async<T, kD, kBN, kThreads>(sK + off, p.K + hd, kb * kBN, p.N);
+    if (c.V) load_rows_swz_async<T, kD, kBN, kThreads>(sV + off, p.V + hd, kb * kBN, p.N);
+    if (c.Kt) load_rows_swz_async<T, kD, kBN, kThreads>(sKt + off, p.Kt + hd, kb * kBN, p.N);
+    if (c.Vt) load_rows_swz_async<T, kD, kBN, kThreads>(sVt + off, p.Vt + hd, kb * kBN, p.N);
+  }
+  // Waits for key tile kb, then starts loading tile kb + 1 into the other stage.
+  __device__ void begin_tile(int kb) {
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();  // tile kb visible; every warp is done with the other stage
+    if (kb + 1 < num_k_tiles) {
+      load_tile(kb + 1, 1 - kb % 2);
+      cp_async_commit();
+    }
+  }
+  __device__ void end_tile(int) {}
+  __device__ KeyTiles tiles(int kb) const {
+    const int off = (kb % 2) * kTileElems;
+    return {make_desc_sw128(sK + off), make_desc_sw128(sV + off), make_desc_sw128(sKt + off),
+            make_desc_sw128(sVt + off)};
+  }
+};
+
+// The tensor maps of the warp-specialised sweeps (make_sweep_maps below).
+struct SweepMaps {
+  CUtensorMap Q, dO, Qt, K, V, Kt, Vt;
+};
+
+// Warp-specialised query sweep: a block of 128 query rows [i0, i0 + 128) and three warpgroups.
+// Warpgroup 0 is the producer: one thread copies the own rows once and the key tiles into a ring
+// of kStages stages, refilling a stage once both consumers have released it ("empty" barrier,
+// 256 arrivals); warpgroups 1 and 2 each own 64 of the rows. Both consumers read the same key
+// tiles (half the loads per product of two 64-row blocks), and no consumer instruction is a load
+// or a block barrier.
+template <typename T, int kD, int kBN, int kStages>
+struct HopperQuerySweepWs {
+  static constexpr int kOwnElems = 64 * kD, kTileElems = kBN * kD;
+  // Q, dO, Qt of both consumers; K, V, Kt, Vt x kStages; 1 + 2·kStages barriers
+  static constexpr size_t kSmem = (6 * kOwnElems + 4 * kStages * kTileElems) * sizeof(T) + 8 * (1 + 2 * kStages);
+  static_assert(kSmem <= 227 * 1024, "shared memory");
+  const Present c;
+  OwnTiles own;
+  T *sQ, *sdO, *sQt, *sK, *sV, *sKt, *sVt;
+  uint64_t *own_bar, *full, *empty;
+
+  __device__ HopperQuerySweepWs(unsigned char* smem, const Present& c_) : c(c_) {
+    Carve cv{smem};
+    sQ = cv.take<T>(2 * kOwnElems);  // [2 consumers][64 x kD] each of sQ, sdO, sQt
+    sdO = cv.take<T>(2 * kOwnElems);
+    sQt = cv.take<T>(2 * kOwnElems);
+    sK = cv.take<T>(kStages * kTileElems);  // [kStages][kBN x kD] each of sK, sV, sKt, sVt
+    sV = cv.take<T>(kStages * kTileElems);
+    sKt = cv.take<T>(kStages * kTileElems);
+    sVt = cv.take<T>(kStages * kTileElems);
+    own_bar = cv.take<uint64_t>(1);
+    full = cv.take<uint64_t>(kStages);
+    empty = cv.take<uint64_t>(kStages);
+  }
+  // By one thread, followed by a block barrier.
+  __device__ void init_barriers() {
+    mbar_init(own_bar, 1);
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 256);
+    }
+    mbar_fence_init();
+  }
+  // The producer thread: own rows of both consumers, then key tiles [0, num_k_tiles) of head bh.
+  __device__ void produce(const SweepMaps& m, int i0, int bh, int num_k_tiles) {
+    mbar_expect_tx(own_bar, (c.Qt ? 3 : 2) * 2 * kOwnElems * sizeof(T));
+    for (int w = 0; w < 2; ++w)
+      for (int h = 0; h < kD / 64; ++h) {
+        const int off = w * kOwnElems + h * 64 * 64;
+        tma_load_3d(sQ + off, &m.Q, own_bar, 64 * h, i0 + 64 * w, bh);
+        tma_load_3d(sdO + off, &m.dO, own_bar, 64 * h, i0 + 64 * w, bh);
+        if (c.Qt) tma_load_3d(sQt + off, &m.Qt, own_bar, 64 * h, i0 + 64 * w, bh);
+      }
+    const uint32_t tile_bytes = (1 + int(c.V) + int(c.Kt) + int(c.Vt)) * kTileElems * sizeof(T);
+    for (int kb = 0; kb < num_k_tiles; ++kb) {
+      const int s = kb % kStages;
+      if (kb >= kStages) mbar_wait(&empty[s], ((kb / kStages) - 1) & 1);  // its previous tile released
+      mbar_expect_tx(&full[s], tile_bytes);
+      for (int h = 0; h < kD / 64; ++h) {
+        const int off = s * kTileElems + h * kBN * 64;
+        tma_load_3d(sK + off, &m.K, &full[s], 64 * h, kb * kBN, bh);
+        if (c.V) tma_load_3d(sV + off, &m.V, &full[s], 64 * h, kb * kBN, bh);
+        if (c.Kt) tma_load_3d(sKt + off, &m.Kt, &full[s], 64 * h, kb * kBN, bh);
+        if (c.Vt) tma_load_3d(sVt + off, &m.Vt, &full[s], 64 * h, kb * kBN, bh);
+      }
+    }
+  }
+  // Consumer w (0 or 1): its own rows' descriptors, once they have landed.
+  __device__ void consume_as(int w) {
+    own = {make_desc_sw128(sQ + w * kOwnElems), make_desc_sw128(sdO + w * kOwnElems),
+           make_desc_sw128(sQt + w * kOwnElems)};
+    mbar_wait(own_bar, 0);
+  }
+  __device__ void begin_tile(int kb) { mbar_wait(&full[kb % kStages], (kb / kStages) & 1); }
+  __device__ void end_tile(int kb) { mbar_arrive(&empty[kb % kStages]); }
+  __device__ KeyTiles tiles(int kb) const {
+    const int off = (kb % kStages) * kTileElems;
+    return {make_desc_sw128(sK + off), make_desc_sw128(sV + off), make_desc_sw128(sKt + off),
+            make_desc_sw128(sVt + off)};
+  }
+};
+
+// Boxes of query_rows rows for Q, dO, Qt and key_rows rows for K, V, Kt, Vt (0: that group unused,
+// not encoded); absent tensors map Q's memory (never read).
+template <typename T>
+SweepMaps make_sweep_maps(const Params<T>& p, int d, int query_rows, int key_rows) {
+  SweepMaps m{};
+  auto map = [&](const T* x, int rows) { return make_tensor_map(x != nullptr ? x : p.Q, p.BH, p.N, d, rows); };
+  if (query_rows > 0) {
+    m.Q = map(p.Q, query_rows);
+    m.dO = map(p.dO, query_rows);
+    m.Qt = map(p.Qt, query_rows);
+  }
+  if (key_rows > 0) {
+    m.K = map(p.K, key_rows);
+    m.V = map(p.V, key_rows);
+    m.Kt = map(p.Kt, key_rows);
+    m.Vt = map(p.Vt, key_rows);
+  }
+  return m;
+}
+
+// ------------------------------------------------------------------------ key sweeps
+
+// cp.async key sweep: one warpgroup per block of 64 key rows [j0, j0 + 64), query tiles of kBN
+// rows and their row scalars double-buffered.
+template <typename T, int kD, int kBN>
+struct HopperKeySweep {
+  static constexpr int kThreads = 128, kOwnElems = 64 * kD, kTileElems = kBN * kD;
+  static size_t smem_bytes(const Present& c) {
+    return ((1 + c.V + c.Kt + c.Vt) * kOwnElems + 2 * (2 + c.Qt) * kTileElems) * sizeof(T) +
+           2 * (c.EF ? 4 : 2) * kBN * sizeof(float);
+  }
+  const Params<T>& p;
+  const int64_t head, hd;
+  const int q_begin, num_q_tiles;
+  const Present c;
+  OwnKeyTiles own;
+  T *sQ, *sdO, *sQt;         // absent: aliases sQ (never read)
+  float *sL, *sD, *sE, *sF;  // absent: alias sL
+
+  __device__ HopperKeySweep(unsigned char* smem, const Params<T>& p_, const Present& c_, int64_t head_, int j0,
+                            int q_begin_, int num_q_tiles_)
+      : p(p_), head(head_), hd(head_ * kD), q_begin(q_begin_), num_q_tiles(num_q_tiles_), c(c_) {
+    Carve cv{smem};
+    T* sK = cv.take<T>(kOwnElems);  // own [64 x kD], swizzled
+    T* sV = c.V ? cv.take<T>(kOwnElems) : sK;
+    T* sKt = c.Kt ? cv.take<T>(kOwnElems) : sK;
+    T* sVt = c.Vt ? cv.take<T>(kOwnElems) : sK;
+    sQ = cv.take<T>(2 * kTileElems);  // other [2][kBN x kD]
+    sdO = cv.take<T>(2 * kTileElems);
+    sQt = c.Qt ? cv.take<T>(2 * kTileElems) : sQ;
+    sL = cv.take<float>(2 * kBN);  // [2][kBN] each
+    sD = cv.take<float>(2 * kBN);
+    sE = c.EF ? cv.take<float>(2 * kBN) : sL;
+    sF = c.EF ? cv.take<float>(2 * kBN) : sL;
+    load_rows_swz_async<T, kD, 64, kThreads>(sK, p.K + hd, j0, p.N);
+    if (c.V) load_rows_swz_async<T, kD, 64, kThreads>(sV, p.V + hd, j0, p.N);
+    if (c.Kt) load_rows_swz_async<T, kD, 64, kThreads>(sKt, p.Kt + hd, j0, p.N);
+    if (c.Vt) load_rows_swz_async<T, kD, 64, kThreads>(sVt, p.Vt + hd, j0, p.N);
+    own = {make_desc_sw128(sK), make_desc_sw128(sV), make_desc_sw128(sKt), make_desc_sw128(sVt)};
+    load_tile(q_begin, 0);
+    cp_async_commit();
+  }
+  __device__ void load_tile(int qt, int stage) {
+    load_rows_swz_async<T, kD, kBN, kThreads>(sQ + stage * kTileElems, p.Q + hd, qt * kBN, p.N);
+    load_rows_swz_async<T, kD, kBN, kThreads>(sdO + stage * kTileElems, p.dO + hd, qt * kBN, p.N);
+    if (c.Qt) load_rows_swz_async<T, kD, kBN, kThreads>(sQt + stage * kTileElems, p.Qt + hd, qt * kBN, p.N);
+    load_scalars_async<kThreads>(sL + stage * kBN, p.L + head, qt * kBN, kBN, p.N);
+    load_scalars_async<kThreads>(sD + stage * kBN, p.D + head, qt * kBN, kBN, p.N);
+    if (c.EF) {
+      load_scalars_async<kThreads>(sE + stage * kBN, p.E + head, qt * kBN, kBN, p.N);
+      load_scalars_async<kThreads>(sF + stage * kBN, p.F + head, qt * kBN, kBN, p.N);
+    }
+  }
+  // Waits for query tile qt, then starts loading tile qt + 1 into the other stage.
+  __device__ void begin_tile(int qt) {
+    const int stage = (qt - q_begin) % 2;
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();  // tile qt visible; every warp is done with the other stage
+    if (qt + 1 < num_q_tiles) {
+      load_tile(qt + 1, 1 - stage);
+      cp_async_commit();
+    }
+  }
+  __device__ void end_tile(int) {}
+  __device__ QueryTiles tiles(int qt) const {
+    const int stage = (qt - q_begin) % 2, off = stage * kTileElems;
+    return {make_desc_sw128(sQ + off), make_desc_sw128(sdO + off), make_desc_sw128(sQt + off), sL + stage * kBN,
+            sD + stage * kBN, sE + stage * kBN, sF + stage * kBN};
+  }
+};
+
+// Warp-specialised key sweep: blocks of 128 key rows [j0, j0 + 128); warpgroup 0 produces,
+// warpgroups 1 and 2 own 64 keys each and keep them in registers (no own rows in shared memory).
+// In the producer, one thread copies the query tiles into a ring of kStages stages by bulk tensor
+// copies, and one warp copies their row scalars (plain loads and stores: a row's scalars are 4
+// bytes and need not be 16-byte aligned); a stage is full after the copy engine's bytes and the
+// warp's 32 arrivals, empty after the consumers' 256 arrivals.
+template <typename T, int kD, int kBN, int kStages>
+struct HopperKeySweepWs {
+  static_assert(kBN % 32 == 0, "whole rounds of the scalar warp");
+  static constexpr int kTileElems = kBN * kD;
+  // Q, dO, Qt x kStages; L, D, E, F x kStages; 2·kStages barriers
+  static constexpr size_t kSmem = 3 * kStages * kTileElems * sizeof(T) + 4 * kStages * kBN * sizeof(float) + 16 * kStages;
+  static_assert(kSmem <= 227 * 1024, "shared memory");
+  const Present c;
+  const int q_begin;
+  T *sQ, *sdO, *sQt;
+  float* sS;  // [kStages][4][kBN]: L, D, E, F
+  uint64_t *full, *empty;
+
+  __device__ HopperKeySweepWs(unsigned char* smem, const Present& c_, int q_begin_) : c(c_), q_begin(q_begin_) {
+    Carve cv{smem};
+    sQ = cv.take<T>(kStages * kTileElems);
+    sdO = cv.take<T>(kStages * kTileElems);
+    sQt = cv.take<T>(kStages * kTileElems);
+    sS = cv.take<float>(4 * kStages * kBN);
+    full = cv.take<uint64_t>(kStages);
+    empty = cv.take<uint64_t>(kStages);
+  }
+  __device__ void init_barriers() {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&full[s], 1 + 32);
+      mbar_init(&empty[s], 256);
+    }
+    mbar_fence_init();
+  }
+  __device__ int stage(int qt) const { return (qt - q_begin) % kStages; }
+  __device__ uint32_t round(int qt) const { return (qt - q_begin) / kStages; }
+  // Thread 0 of the producer: the query tiles [q_begin, num_q_tiles) of head bh.
+  __device__ void produce_tiles(const SweepMaps& m, int bh, int num_q_tiles) {
+    const uint32_t bytes = (2 + int(c.Qt)) * kTileElems * sizeof(T);
+    for (int qt = q_begin; qt < num_q_tiles; ++qt) {
+      const int s = stage(qt);
+      if (round(qt) > 0) mbar_wait(&empty[s], (round(qt) - 1) & 1);
+      mbar_expect_tx(&full[s], bytes);
+      for (int h = 0; h < kD / 64; ++h) {
+        const int off = s * kTileElems + h * kBN * 64;
+        tma_load_3d(sQ + off, &m.Q, &full[s], 64 * h, qt * kBN, bh);
+        tma_load_3d(sdO + off, &m.dO, &full[s], 64 * h, qt * kBN, bh);
+        if (c.Qt) tma_load_3d(sQt + off, &m.Qt, &full[s], 64 * h, qt * kBN, bh);
+      }
+    }
+  }
+  // One warp of the producer: the tiles' row scalars (0 past N).
+  __device__ void produce_scalars(const Params<T>& p, int64_t head, int num_q_tiles, int lane) {
+    for (int qt = q_begin; qt < num_q_tiles; ++qt) {
+      const int s = stage(qt);
+      if (round(qt) > 0) mbar_wait(&empty[s], (round(qt) - 1) & 1);
+      float* d = sS + s * 4 * kBN;
+      for (int r = lane; r < kBN; r += 32) {
+        const int i = qt * kBN + r;
+        const bool ok = i < p.N;
+        d[r] = ok ? p.L[head + i] : 0.f;
+        d[kBN + r] = ok ? p.D[head + i] : 0.f;
+        if (c.EF) {
+          d[2 * kBN + r] = ok ? p.E[head + i] : 0.f;
+          d[3 * kBN + r] = ok ? p.F[head + i] : 0.f;
+        }
+      }
+      mbar_arrive(&full[s]);  // release: the stores above are visible to threads that wait on it
+    }
+  }
+  __device__ void begin_tile(int qt) { mbar_wait(&full[stage(qt)], round(qt) & 1); }
+  __device__ void end_tile(int qt) { mbar_arrive(&empty[stage(qt)]); }
+  __device__ QueryTiles tiles(int qt) const {
+    const int s = stage(qt);
+    const float* sc = sS + s * 4 * kBN;
+    return {make_desc_sw128(sQ + s * kTileElems), make_desc_sw128(sdO + s * kTileElems),
+            make_desc_sw128(sQt + s * kTileElems), sc, sc + kBN, sc + 2 * kBN, sc + 3 * kBN};
+  }
+};
+
+}  // namespace gg::kernels::cuda::attn
