@@ -428,8 +428,8 @@ void launch_fwd_wgmma(const Params<T>& p) {
 // ------------------------------------------------------------------------ Hopper, warp-specialised
 //
 // The default where it applies (set_attention_ws(false) / GG_ATTENTION_WS=0 turns it off): on the
-// H200 it measured 17% (d = 64) and 48% (d = 128) faster than the kernel above; docs/kernel-notes.md
-// (v11).
+// H200, with 128-key tiles, 2.59 / 3.50 ms against the kernel above's 4.47 / 8.36 ms at d = 64 / 128
+// (N = 16384, B = 1, H = 16); docs/kernel-notes.md (v11, v15).
 //
 // Three warpgroups per block of 128 query rows: warpgroup 0 is the producer (one thread issues
 // bulk tensor copies of Q once and of the K and V tiles into a ring of kStages stages, waiting on
@@ -444,7 +444,7 @@ struct HopperFwdWsConfig {
   static_assert(kD == 64 || kD == 128, "warp-specialised forward: d in {64, 128}");
   static constexpr int kThreads = 384;  // producer + two consumer warpgroups
   static constexpr int kBlockM = 128;   // query rows per block (64 per consumer)
-  static constexpr int kBlockN = 64;    // keys per tile
+  static constexpr int kBlockN = 128;   // keys per tile (64: 3.73 -> 128: 2.59 ms, docs/kernel-notes.md v15)
   static constexpr int kStages = 3;
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "register file");
