@@ -2,7 +2,9 @@
 """Prints the docs/benchmarks.md tables (one per head dimension and mask) from a results file
 written by scripts/bench-gpu.sh attention: our forward, forward + backward, BoB and chain beside
 PyTorch's SDPA and composite chain from the same run.
-  python3 bench/table_attention.py bench/results/<card>-<date>-attention.jsonl
+  python3 bench/table_attention.py bench/results/<card>-<date>-attention.jsonl [other.jsonl]
+With a second file, PyTorch lines missing from the first are taken from it (a configuration whose
+anchor did not run in the first run); such rows are marked with a dagger.
 """
 import json, sys
 
@@ -32,8 +34,14 @@ def ratio(a, b):
     return "—" if a is None or b is None else f"{a / b:.2f}×"
 
 
-def main(path):
+def main(path, fallback=None):
     ours, torch = load(path)
+    borrowed = set()
+    if fallback:
+        for key, r in load(fallback)[1].items():
+            if key not in torch:
+                torch[key] = r
+                borrowed.add(key)
     for d in (64, 128):
         for causal in (False, True):
             rows = sorted(n for (dd, c, n) in ours if dd == d and c == causal)
@@ -51,7 +59,7 @@ def main(path):
             for n in rows:
                 o, t = ours[(d, causal, n)], torch.get((d, causal, n), {})
                 comp = t.get("chain_ms")
-                cells = [str(n), ms(o["fwd_ms"]), ms(t.get("sdpa_fwd_ms")), ratio(o["fwd_ms"], t.get("sdpa_fwd_ms")),
+                cells = [str(n) + (" †" if (d, causal, n) in borrowed else ""), ms(o["fwd_ms"]), ms(t.get("sdpa_fwd_ms")), ratio(o["fwd_ms"], t.get("sdpa_fwd_ms")),
                          ms(o["fwdbwd_ms"]), ms(t.get("sdpa_fwdbwd_ms")), ratio(o["fwdbwd_ms"], t.get("sdpa_fwdbwd_ms")),
                          ms(o["bob_ms"]), ms(o["chain_ms"]), ms(comp) if comp else ("OOM" if t else "—"),
                          ratio(o["chain_ms"], comp)]
@@ -65,4 +73,4 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)
