@@ -517,15 +517,11 @@ __device__ __forceinline__ void dq_rows(Sweep& sw, const Params<T>& p, int64_t h
 template <typename T, int kD>
 __global__ void __launch_bounds__(128, HopperBwdConfig<kD>::kMinBlocks) attention_bwd_dkdv_wgmma_kernel(const Params<T> p) {
 #if defined(GG_WGMMA_AVAILABLE)
-  constexpr int kBN = HopperBwdConfig<kD>::kBlockN;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const BlockCoord bc = block_coord(cdiv(p.N, 64));
-  const int j0 = bc.blk * 64;
-  const int64_t head = bc.bh * p.N;
-  const int num_q_tiles = cdiv(p.N, kBN);
-  const int q_begin = p.causal ? j0 / kBN : 0;
-  HopperKeySweep<T, kD, kBN> sw(smem_raw, p, bwd_present(), head, j0, q_begin, num_q_tiles);
-  dkdv_rows<T, kD>(sw, sw.own, p, head, j0, q_begin, num_q_tiles, threadIdx.x);
+  key_sweep_block<T, kD, HopperBwdConfig<kD>::kBlockN>(
+      smem_raw, p, [](const Params<T>&) { return bwd_present(); }, [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
+        dkdv_rows<T, kD>(sw, own, p, head, j0, q_begin, n, tid);
+      });
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
 #endif
@@ -535,14 +531,10 @@ __global__ void __launch_bounds__(128, HopperBwdConfig<kD>::kMinBlocks) attentio
 template <typename T, int kD>
 __global__ void __launch_bounds__(128, HopperBwdConfig<kD>::kMinBlocks) attention_bwd_dq_wgmma_kernel(const Params<T> p) {
 #if defined(GG_WGMMA_AVAILABLE)
-  constexpr int kBN = HopperBwdConfig<kD>::kBlockN;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const BlockCoord bc = block_coord(cdiv(p.N, 64));
-  const int i0 = bc.blk * 64;
-  const int64_t head = bc.bh * p.N;
-  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + 64), kBN) : cdiv(p.N, kBN);
-  HopperQuerySweep<T, kD, kBN> sw(smem_raw, p, bwd_present(), head * kD, i0, num_k_tiles);
-  dq_rows<T, kD>(sw, p, head, i0, num_k_tiles, threadIdx.x);
+  query_sweep_block<T, kD, HopperBwdConfig<kD>::kBlockN>(
+      smem_raw, p, [](const Params<T>&) { return bwd_present(); },
+      [&](auto& sw, int64_t head, int i0, int n, int tid) { dq_rows<T, kD>(sw, p, head, i0, n, tid); });
 #else
   __trap();
 #endif
@@ -555,28 +547,12 @@ __global__ void __launch_bounds__(384, 1)
     attention_bwd_dkdv_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps) {
 #if defined(GG_WGMMA_AVAILABLE)
   using Cfg = HopperBwdWsConfig;
-  constexpr int kBN = Cfg::kBlockN;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const BlockCoord bc = block_coord(cdiv(p.N, 128));
-  const int j0 = bc.blk * 128;
-  const int64_t head = bc.bh * p.N;
-  const int num_q_tiles = cdiv(p.N, kBN);
-  const int q_begin = p.causal ? j0 / kBN : 0;
-  HopperKeySweepWs<T, 64, kBN, Cfg::kStages> sw(smem_raw, bwd_present(), q_begin);
-  if (threadIdx.x == 0) sw.init_barriers();
-  __syncthreads();
-  const int wg = threadIdx.x / 128;
-  if (wg == 0) {
-    setmaxnreg_dec<Cfg::kProducerRegs>();
-    if (threadIdx.x == 0) sw.produce_tiles(maps, static_cast<int>(bc.bh), num_q_tiles);
-    if (threadIdx.x / 32 == 1) sw.produce_scalars(p, head, num_q_tiles, threadIdx.x % 32);
-  } else {
-    setmaxnreg_inc<Cfg::kConsumerRegs>();
-    const int tid = threadIdx.x % 128, jc = j0 + 64 * (wg - 1);
-    OwnKeyFrags<64> own;
-    own.load(p, bwd_present(), head * 64, jc + 16 * (tid / 32), tid % 32);
-    dkdv_rows<T, 64>(sw, own, p, head, jc, q_begin, num_q_tiles, tid);
-  }
+  key_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs>(
+      smem_raw, p, maps, [](const Params<T>&) { return bwd_present(); },
+      [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
+        dkdv_rows<T, 64>(sw, own, p, head, j0, q_begin, n, tid);
+      });
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
 #endif
@@ -588,23 +564,10 @@ __global__ void __launch_bounds__(384, 1)
     attention_bwd_dq_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps) {
 #if defined(GG_WGMMA_AVAILABLE)
   using Cfg = HopperBwdWsConfig;
-  constexpr int kBN = Cfg::kBlockN;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  HopperQuerySweepWs<T, 64, kBN, Cfg::kStages> sw(smem_raw, bwd_present());
-  const BlockCoord bc = block_coord(cdiv(p.N, 128));
-  const int i0 = bc.blk * 128;
-  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + 128), kBN) : cdiv(p.N, kBN);
-  if (threadIdx.x == 0) sw.init_barriers();
-  __syncthreads();
-  const int wg = threadIdx.x / 128;
-  if (wg == 0) {
-    setmaxnreg_dec<Cfg::kProducerRegs>();
-    if (threadIdx.x == 0) sw.produce(maps, i0, static_cast<int>(bc.bh), num_k_tiles);
-  } else {
-    setmaxnreg_inc<Cfg::kConsumerRegs>();
-    sw.consume_as(wg - 1);
-    dq_rows<T, 64>(sw, p, bc.bh * p.N, i0 + 64 * (wg - 1), num_k_tiles, threadIdx.x % 128);
-  }
+  query_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs>(
+      smem_raw, p, maps, [](const Params<T>&) { return bwd_present(); },
+      [&](auto& sw, int64_t head, int i0, int n, int tid) { dq_rows<T, 64>(sw, p, head, i0, n, tid); });
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
 #endif

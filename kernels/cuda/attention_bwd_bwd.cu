@@ -781,14 +781,10 @@ __device__ __forceinline__ void split_pass1_rows(Sweep& sw, const Params<T>& p, 
 template <typename T, int kD>
 __global__ void __launch_bounds__(128, 2) attention_bob_pass1_wgmma_kernel(const Params<T> p) {
 #if defined(GG_WGMMA_AVAILABLE)
-  constexpr int kBN = HopperBobPass1Config<kD>::kBlockN;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const BlockCoord bc = block_coord(cdiv(p.N, 64));
-  const int i0 = bc.blk * 64;
-  const int64_t head = bc.bh * p.N;
-  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + 64), kBN) : cdiv(p.N, kBN);
-  HopperQuerySweep<T, kD, kBN> sw(smem_raw, p, bob_present(p), head * kD, i0, num_k_tiles);
-  split_pass1_rows<T, kD>(sw, p, head, i0, num_k_tiles, threadIdx.x);
+  query_sweep_block<T, kD, HopperBobPass1Config<kD>::kBlockN>(
+      smem_raw, p, [](const Params<T>& q) { return bob_present(q); },
+      [&](auto& sw, int64_t head, int i0, int n, int tid) { split_pass1_rows<T, kD>(sw, p, head, i0, n, tid); });
 #else
   __trap();
 #endif
@@ -899,15 +895,11 @@ __device__ __forceinline__ void pass2_rows(Sweep& sw, const Own& own, const Para
 template <typename T, int kD>
 __global__ void __launch_bounds__(128, HopperBobConfig<kD>::kMinBlocks) attention_bob_pass2_wgmma_kernel(const Params<T> p) {
 #if defined(GG_WGMMA_AVAILABLE)
-  constexpr int kBN = HopperBobConfig<kD>::kBlockN;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const BlockCoord bc = block_coord(cdiv(p.N, 64));
-  const int j0 = bc.blk * 64;
-  const int64_t head = bc.bh * p.N;
-  const int num_q_tiles = cdiv(p.N, kBN);
-  const int q_begin = p.causal ? j0 / kBN : 0;
-  HopperKeySweep<T, kD, kBN> sw(smem_raw, p, bob_present(p), head, j0, q_begin, num_q_tiles);
-  pass2_rows<T, kD, kBN>(sw, sw.own, p, head, j0, q_begin, num_q_tiles, threadIdx.x);
+  key_sweep_block<T, kD, HopperBobConfig<kD>::kBlockN>(
+      smem_raw, p, [](const Params<T>& q) { return bob_present(q); }, [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
+        pass2_rows<T, kD, HopperBobConfig<kD>::kBlockN>(sw, own, p, head, j0, q_begin, n, tid);
+      });
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
 #endif
@@ -926,28 +918,12 @@ __global__ void __launch_bounds__(384, 1)
     attention_bob_pass2_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps) {
 #if defined(GG_WGMMA_AVAILABLE)
   using Cfg = HopperBobPass2WsConfig;
-  constexpr int kD = Cfg::kD, kBM = Cfg::kBlockM, kBN = Cfg::kBlockN;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const BlockCoord bc = block_coord(cdiv(p.N, kBM));
-  const int j0 = bc.blk * kBM;
-  const int64_t head = bc.bh * p.N;
-  const int num_q_tiles = cdiv(p.N, kBN);
-  const int q_begin = p.causal ? j0 / kBN : 0;
-  HopperKeySweepWs<T, kD, kBN, Cfg::kStages> sw(smem_raw, bob_present(p), q_begin);
-  if (threadIdx.x == 0) sw.init_barriers();
-  __syncthreads();
-  const int wg = threadIdx.x / 128;
-  if (wg == 0) {
-    setmaxnreg_dec<Cfg::kProducerRegs>();
-    if (threadIdx.x == 0) sw.produce_tiles(maps, static_cast<int>(bc.bh), num_q_tiles);
-    if (threadIdx.x / 32 == 1) sw.produce_scalars(p, head, num_q_tiles, threadIdx.x % 32);
-  } else {
-    setmaxnreg_inc<Cfg::kConsumerRegs>();
-    const int tid = threadIdx.x % 128, jc = j0 + 64 * (wg - 1);
-    OwnKeyFrags<kD> own;
-    own.load(p, sw.c, head * kD, jc + 16 * (tid / 32), tid % 32);
-    pass2_rows<T, kD, kBN>(sw, own, p, head, jc, q_begin, num_q_tiles, tid);
-  }
+  key_sweep_ws_block<T, Cfg::kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs>(
+      smem_raw, p, maps, [](const Params<T>& q) { return bob_present(q); },
+      [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
+        pass2_rows<T, Cfg::kD, Cfg::kBlockN>(sw, own, p, head, j0, q_begin, n, tid);
+      });
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
 #endif
@@ -1114,14 +1090,10 @@ template <typename T, int kD, bool kOutputs>
 __global__ void __launch_bounds__(128, kOutputs ? HopperBobEFConfig<kD>::kMinBlocks1 : HopperBobEFConfig<kD>::kMinBlocks0)
     attention_bob_ef_wgmma_kernel(const Params<T> p) {
 #if defined(GG_WGMMA_AVAILABLE)
-  constexpr int kBN = HopperBobEFConfig<kD>::kBlockN;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const BlockCoord bc = block_coord(cdiv(p.N, 64));
-  const int i0 = bc.blk * 64;
-  const int64_t head = bc.bh * p.N;
-  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + 64), kBN) : cdiv(p.N, kBN);
-  HopperQuerySweep<T, kD, kBN> sw(smem_raw, p, bob_present(p), head * kD, i0, num_k_tiles);
-  ef_rows<T, kD, kOutputs>(sw, p, head, i0, num_k_tiles, threadIdx.x);
+  query_sweep_block<T, kD, HopperBobEFConfig<kD>::kBlockN>(
+      smem_raw, p, [](const Params<T>& q) { return bob_present(q); },
+      [&](auto& sw, int64_t head, int i0, int n, int tid) { ef_rows<T, kD, kOutputs>(sw, p, head, i0, n, tid); });
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
 #endif
@@ -1153,28 +1125,14 @@ __global__ void __launch_bounds__(384, 1)
     attention_bob_query_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps) {
 #if defined(GG_WGMMA_AVAILABLE)
   using Cfg = HopperBobWsConfig<kD, kPass>;
-  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  HopperQuerySweepWs<T, kD, kBN, Cfg::kStages> sw(smem_raw, bob_present(p));
-  const BlockCoord bc = block_coord(cdiv(p.N, kBM));
-  const int i0 = bc.blk * kBM;
-  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + kBM), kBN) : cdiv(p.N, kBN);
-  if (threadIdx.x == 0) sw.init_barriers();
-  __syncthreads();
-  const int wg = threadIdx.x / 128;
-  if (wg == 0) {
-    setmaxnreg_dec<Cfg::kProducerRegs>();
-    if (threadIdx.x == 0) sw.produce(maps, i0, static_cast<int>(bc.bh), num_k_tiles);
-  } else {
-    setmaxnreg_inc<Cfg::kConsumerRegs>();
-    sw.consume_as(wg - 1);
-    const int64_t head = bc.bh * p.N;
-    const int rows = i0 + 64 * (wg - 1);
-    if constexpr (kPass == QueryPass::kSplit)
-      split_pass1_rows<T, kD>(sw, p, head, rows, num_k_tiles, threadIdx.x % 128);
-    else
-      ef_rows<T, kD, kPass == QueryPass::kEF1>(sw, p, head, rows, num_k_tiles, threadIdx.x % 128);
-  }
+  query_sweep_ws_block<T, kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs>(
+      smem_raw, p, maps, [](const Params<T>& q) { return bob_present(q); }, [&](auto& sw, int64_t head, int i0, int n, int tid) {
+        if constexpr (kPass == QueryPass::kSplit)
+          split_pass1_rows<T, kD>(sw, p, head, i0, n, tid);
+        else
+          ef_rows<T, kD, kPass == QueryPass::kEF1>(sw, p, head, i0, n, tid);
+      });
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
 #endif

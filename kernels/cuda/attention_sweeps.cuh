@@ -417,4 +417,86 @@ struct HopperKeySweepWs {
   }
 };
 
+// ------------------------------------------------------------------------ kernel bodies
+//
+// What every Hopper backward and BoB kernel does around its row loop: block coordinates, the
+// sweep, and for the warp-specialised sweeps the barrier set-up, the producer's roles and the
+// register hand-over (setmaxnreg). The row loop of one warpgroup is the callable rows;
+// present_of(p) says what the sweep copies (evaluated where the sweep is made).
+
+// One warpgroup per block of 64 query rows [i0, i0 + 64): rows(sw, head, i0, num_k_tiles, tid).
+template <typename T, int kD, int kBN, typename PresentOf, typename Rows>
+__device__ __forceinline__ void query_sweep_block(unsigned char* smem, const Params<T>& p, PresentOf present_of,
+                                                  Rows&& rows) {
+  const BlockCoord bc = block_coord(cdiv(p.N, 64));
+  const int i0 = bc.blk * 64;
+  const int64_t head = bc.bh * p.N;
+  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + 64), kBN) : cdiv(p.N, kBN);
+  HopperQuerySweep<T, kD, kBN> sw(smem, p, present_of(p), head * kD, i0, num_k_tiles);
+  rows(sw, head, i0, num_k_tiles, static_cast<int>(threadIdx.x));
+}
+
+// Warp-specialised, blocks of 128 query rows (384 threads): in each consumer warpgroup,
+// rows(sw, head, its first row, num_k_tiles, tid of 128).
+template <typename T, int kD, int kBN, int kStages, int kProducerRegs, int kConsumerRegs, typename PresentOf, typename Rows>
+__device__ __forceinline__ void query_sweep_ws_block(unsigned char* smem, const Params<T>& p, const SweepMaps& maps,
+                                                     PresentOf present_of, Rows&& rows) {
+  HopperQuerySweepWs<T, kD, kBN, kStages> sw(smem, present_of(p));
+  const BlockCoord bc = block_coord(cdiv(p.N, 128));
+  const int i0 = bc.blk * 128;
+  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + 128), kBN) : cdiv(p.N, kBN);
+  if (threadIdx.x == 0) sw.init_barriers();
+  __syncthreads();
+  const int wg = threadIdx.x / 128;
+  if (wg == 0) {
+    setmaxnreg_dec<kProducerRegs>();
+    if (threadIdx.x == 0) sw.produce(maps, i0, static_cast<int>(bc.bh), num_k_tiles);
+  } else {
+    setmaxnreg_inc<kConsumerRegs>();
+    sw.consume_as(wg - 1);
+    rows(sw, bc.bh * p.N, i0 + 64 * (wg - 1), num_k_tiles, static_cast<int>(threadIdx.x % 128));
+  }
+}
+
+// One warpgroup per block of 64 key rows [j0, j0 + 64), own rows in shared memory:
+// rows(sw, sw.own, head, j0, q_begin, num_q_tiles, tid).
+template <typename T, int kD, int kBN, typename PresentOf, typename Rows>
+__device__ __forceinline__ void key_sweep_block(unsigned char* smem, const Params<T>& p, PresentOf present_of,
+                                                Rows&& rows) {
+  const BlockCoord bc = block_coord(cdiv(p.N, 64));
+  const int j0 = bc.blk * 64;
+  const int64_t head = bc.bh * p.N;
+  const int num_q_tiles = cdiv(p.N, kBN);
+  const int q_begin = p.causal ? j0 / kBN : 0;
+  HopperKeySweep<T, kD, kBN> sw(smem, p, present_of(p), head, j0, q_begin, num_q_tiles);
+  rows(sw, sw.own, head, j0, q_begin, num_q_tiles, static_cast<int>(threadIdx.x));
+}
+
+// Warp-specialised, blocks of 128 key rows (384 threads), own rows in registers: in each consumer
+// warpgroup, rows(sw, own, head, its first key, q_begin, num_q_tiles, tid of 128).
+template <typename T, int kD, int kBN, int kStages, int kProducerRegs, int kConsumerRegs, typename PresentOf, typename Rows>
+__device__ __forceinline__ void key_sweep_ws_block(unsigned char* smem, const Params<T>& p, const SweepMaps& maps,
+                                                   PresentOf present_of, Rows&& rows) {
+  const BlockCoord bc = block_coord(cdiv(p.N, 128));
+  const int j0 = bc.blk * 128;
+  const int64_t head = bc.bh * p.N;
+  const int num_q_tiles = cdiv(p.N, kBN);
+  const int q_begin = p.causal ? j0 / kBN : 0;
+  HopperKeySweepWs<T, kD, kBN, kStages> sw(smem, present_of(p), q_begin);
+  if (threadIdx.x == 0) sw.init_barriers();
+  __syncthreads();
+  const int wg = threadIdx.x / 128;
+  if (wg == 0) {
+    setmaxnreg_dec<kProducerRegs>();
+    if (threadIdx.x == 0) sw.produce_tiles(maps, static_cast<int>(bc.bh), num_q_tiles);
+    if (threadIdx.x / 32 == 1) sw.produce_scalars(p, head, num_q_tiles, threadIdx.x % 32);
+  } else {
+    setmaxnreg_inc<kConsumerRegs>();
+    const int tid = threadIdx.x % 128, jc = j0 + 64 * (wg - 1);
+    OwnKeyFrags<kD> own;
+    own.load(p, sw.c, head * kD, jc + 16 * (tid / 32), tid % 32);
+    rows(sw, own, head, jc, q_begin, num_q_tiles, tid);
+  }
+}
+
 }  // namespace gg::kernels::cuda::attn
