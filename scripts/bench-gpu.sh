@@ -2,6 +2,8 @@
 # On the GPU machine: builds (sm_90a, Release), runs the GPU benchmarks and their PyTorch twins
 # in the same call, and writes bench/results/<card>-<date>.jsonl (copied to $OUT with the logs).
 # Prints a short table last.  Usage: scripts/bench-gpu.sh [cuda|attention|long|ab|all ...]   (default all)
+#   attention: d = 64 and 128, causal and not, N = 1K-32K, each beside the PyTorch anchor;
+#       GG_BENCH_CONFIGS (e.g. "64:" or "64: 64:causal") and GG_BENCH_N narrow it.
 #   long: the chain alone at N = 65536, 262144, 1048576 (B = 1, H = 8, d = 64, bf16): time and peak
 #       memory (minutes at 1M).
 #   ab: the attention benchmark at N = 4096 and 16384 (d = 64, 128; causal d = 64) twice, with the
@@ -43,15 +45,17 @@ if want attention; then
   # The PyTorch reference: ../shared/anchors beside a checkout, or a copy carried into .anchors/.
   anchor=../shared/anchors/torch_attention.py
   [ -f "$anchor" ] || anchor=.anchors/torch_attention.py
-  for d in 64 128; do
-    for c in "" "--causal"; do
-      "$BUILD/bench/bench_attention_gpu" --n 1024,4096,8192,16384,32768 --d $d --heads 16 $c >>"$results" \
-        2>>"$OUT/bench_attention_gpu.err"
-      if [ -f "$anchor" ]; then
-        PYTHONUNBUFFERED=1 python3 "$anchor" --n 1024,4096,8192,16384,32768 --d $d --heads 16 $c >>"$results" \
-          2>>"$OUT/torch_attention.err"
-      fi
-    done
+  # GG_BENCH_CONFIGS: "d:mask" pairs (mask "" or "causal"); the default is all four. Each runs our
+  # benchmark, then the anchor, so a configuration's lines are always side by side in one run.
+  for cfg in ${GG_BENCH_CONFIGS:-64: 64:causal 128: 128:causal}; do
+    d=${cfg%%:*} c=${cfg##*:}
+    [ -n "$c" ] && c="--$c"
+    "$BUILD/bench/bench_attention_gpu" --n "${GG_BENCH_N:-1024,4096,8192,16384,32768}" --d "$d" --heads 16 $c \
+      >>"$results" 2>>"$OUT/bench_attention_gpu.err"
+    if [ -f "$anchor" ]; then
+      PYTHONUNBUFFERED=1 python3 "$anchor" --n "${GG_BENCH_N:-1024,4096,8192,16384,32768}" --d "$d" --heads 16 $c \
+        >>"$results" 2>>"$OUT/torch_attention.err"
+    fi
   done
 fi
 if want long; then
