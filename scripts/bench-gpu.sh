@@ -47,13 +47,14 @@ if want attention; then
   [ -f "$anchor" ] || anchor=.anchors/torch_attention.py
   # GG_BENCH_CONFIGS: "d:mask" pairs (mask "" or "causal"); the default is all four. Each runs our
   # benchmark, then the anchor, so a configuration's lines are always side by side in one run.
+  sizes="${GG_BENCH_N:-1024,4096,8192,16384,32768}"
   for cfg in ${GG_BENCH_CONFIGS:-64: 64:causal 128: 128:causal}; do
     d=${cfg%%:*} c=${cfg##*:}
     [ -n "$c" ] && c="--$c"
-    "$BUILD/bench/bench_attention_gpu" --n "${GG_BENCH_N:-1024,4096,8192,16384,32768}" --d "$d" --heads 16 $c \
+    "$BUILD/bench/bench_attention_gpu" --n "$sizes" --d "$d" --heads 16 $c \
       >>"$results" 2>>"$OUT/bench_attention_gpu.err"
     if [ -f "$anchor" ]; then
-      PYTHONUNBUFFERED=1 python3 "$anchor" --n "${GG_BENCH_N:-1024,4096,8192,16384,32768}" --d "$d" --heads 16 $c \
+      PYTHONUNBUFFERED=1 python3 "$anchor" --n "$sizes" --d "$d" --heads 16 $c \
         >>"$results" 2>>"$OUT/torch_attention.err"
     fi
   done

@@ -105,25 +105,17 @@ for n in SHAPES:
         w('        : "l"(da), "l"(db), "r"(0));')
         w("#endif")
         w("  }")
-        # RS
-        w(f"  static __device__ __forceinline__ void rs(float (&d)[{n // 8}][4], const uint32_t (&a)[4], uint64_t db, bool acc) {{")
-        w("#ifdef GG_WGMMA_AVAILABLE")
-        w('    asm volatile(\n        "{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(nreg + 5) + ', 0;\\n"')
-        w(f'        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} "')
-        w(f'        "{{{dl}}}, "')
-        w(f'        "{{%{nreg}, %{nreg + 1}, %{nreg + 2}, %{nreg + 3}}}, %{nreg + 4}, p, 1, 1, 1;\\n}}\\n"')
-        w(f"        : {outs}")
-        w('        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(int(acc)));')
-        w("#endif")
-        w("  }")
-        # RS with a K-major B (imm-trans-b 0), accumulating and overwriting
-        for name, o, acc_arg, sig in (("rs_kb", outs, "int(acc)", ", bool acc"), ("rs_kb_over", outs_w, "0", "")):
+        # RS: B MN-major (imm-trans-b 1, the coefficient products) or K-major (0, score products
+        # with the own rows in registers), accumulating or overwriting
+        for name, o, trans, acc_arg, sig in (("rs", outs, 1, "int(acc)", ", bool acc"),
+                                             ("rs_kb", outs, 0, "int(acc)", ", bool acc"),
+                                             ("rs_kb_over", outs_w, 0, "0", "")):
             w(f"  static __device__ __forceinline__ void {name}(float (&d)[{n // 8}][4], const uint32_t (&a)[4], uint64_t db{sig}) {{")
             w("#ifdef GG_WGMMA_AVAILABLE")
             w('    asm volatile(\n        "{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(nreg + 5) + ', 0;\\n"')
             w(f'        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} "')
             w(f'        "{{{dl}}}, "')
-            w(f'        "{{%{nreg}, %{nreg + 1}, %{nreg + 2}, %{nreg + 3}}}, %{nreg + 4}, p, 1, 1, 0;\\n}}\\n"')
+            w(f'        "{{%{nreg}, %{nreg + 1}, %{nreg + 2}, %{nreg + 3}}}, %{nreg + 4}, p, 1, 1, {trans};\\n}}\\n"')
             w(f"        : {o}")
             w(f'        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"({acc_arg}));')
             w("#endif")

@@ -33,9 +33,10 @@ bool attention_wgmma_enabled();
 bool attention_wgmma_built();   // sm_90a code is in this build (CMAKE_CUDA_ARCHITECTURES has 90a)
 bool attention_wgmma_active();  // built, enabled, and the current device is compute capability 9.x
 int compute_capability_major();  // of the current device
-// The warp-specialised Hopper kernels (TMA producer warpgroup, two consumer warpgroups) for the
-// forward and the BoB's query-parallel passes, where the Hopper kernels apply (d in {64, 128}).
-// On by default; off, the one-warpgroup Hopper kernels run (for tests and A/B benchmarks).
+// The warp-specialised Hopper kernels (TMA producer warpgroup, two consumer warpgroups), where the
+// Hopper kernels apply: the forward and the BoB's query-parallel passes at d in {64, 128}, the
+// backward and BoB pass 2 at d = 64. On by default; off, the one-warpgroup Hopper kernels run
+// (for tests and A/B benchmarks).
 // GG_ATTENTION_WS=0 turns them off at start-up.
 void set_attention_ws(bool enabled);
 bool attention_ws_enabled();
