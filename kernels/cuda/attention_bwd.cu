@@ -404,12 +404,14 @@ __device__ __forceinline__ void dkdv_rows(Sweep& sw, const Own& own, const Param
     if (!(p.causal && i0 + kBN <= j0)) {  // causal: queries all before the first own key add nothing
       // Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (64 keys x kBN queries; 16 x kBN for this warp)
       float st[kBN / 8][4], dpt[kBN / 8][4];
+      sw.turn_begin();
       wgmma_fence();
       wgmma_fence_regs(st);
       wgmma_fence_regs(dpt);
       own_score<T, kD, kBN, false, kBN>(st, own.K, t.Q);
       own_score<T, kD, kBN, false, kBN>(dpt, own.V, t.dO);
       wgmma_commit();
+      sw.turn_end();
       wgmma_wait<0>();
       wgmma_fence_regs(st);
       wgmma_fence_regs(dpt);
@@ -436,13 +438,17 @@ __device__ __forceinline__ void dkdv_rows(Sweep& sw, const Own& own, const Param
       // dV += Pᵀ·dO, dK += dSᵀ·Q
       wgmma_fence_regs(dV);
       wgmma_fence_regs(dK);
+      sw.turn_begin();
       wgmma_fence();
       wgmma_coef_product<T, kD, kBN>(dV, pa, t.dO);
       wgmma_coef_product<T, kD, kBN>(dK, dsa, t.Q);
       wgmma_commit();
+      sw.turn_end();
       wgmma_wait<0>();
       wgmma_fence_regs(dV);
       wgmma_fence_regs(dK);
+    } else {
+      sw.skip_turns(2);
     }
     sw.end_tile(qt);
   }
@@ -472,12 +478,14 @@ __device__ __forceinline__ void dq_rows(Sweep& sw, const Params<T>& p, int64_t h
     if (!(p.causal && j0 >= i0 + 64)) {  // causal: keys all after the last own query add nothing
       // S = Q·Kᵀ, dP = dO·Vᵀ (64 queries x kBN keys)
       float s[kBN / 8][4], dp[kBN / 8][4];
+      sw.turn_begin();
       wgmma_fence();
       wgmma_fence_regs(s);
       wgmma_fence_regs(dp);
       wgmma_score_product<T, kD, kBN>(s, sw.own.Q, t.K);
       wgmma_score_product<T, kD, kBN>(dp, sw.own.dO, t.V);
       wgmma_commit();
+      sw.turn_end();
       wgmma_wait<0>();
       wgmma_fence_regs(s);
       wgmma_fence_regs(dp);
@@ -500,11 +508,15 @@ __device__ __forceinline__ void dq_rows(Sweep& sw, const Params<T>& p, int64_t h
 
       // dQ += dS·K
       wgmma_fence_regs(dQ);
+      sw.turn_begin();
       wgmma_fence();
       wgmma_coef_product<T, kD, kBN>(dQ, dsa, t.K);
       wgmma_commit();
+      sw.turn_end();
       wgmma_wait<0>();
       wgmma_fence_regs(dQ);
+    } else {
+      sw.skip_turns(2);
     }
     sw.end_tile(kb);
   }
@@ -606,14 +618,14 @@ void launch_bwd_wgmma(const Params<T>& p) {
       using Sweep = HopperKeySweepWs<T, 64, kBN, HopperBwdWsConfig::kStages>;
       auto kernel = attention_bwd_dkdv_ws_kernel<T>;
       set_smem(kernel, Sweep::kSmem);
-      kernel<<<grid, 384, Sweep::kSmem, cuda_stream()>>>(p, maps);
+      kernel<<<grid, 384, Sweep::kSmem, cuda_stream()>>>(p, with_ping_pong(maps, kPingPongDkdv));
       CUDA_CHECK_LAUNCH();
     }
     {
       using Sweep = HopperQuerySweepWs<T, 64, kBN, HopperBwdWsConfig::kStages>;
       auto kernel = attention_bwd_dq_ws_kernel<T>;
       set_smem(kernel, Sweep::kSmem);
-      kernel<<<grid, 384, Sweep::kSmem, cuda_stream()>>>(p, maps);
+      kernel<<<grid, 384, Sweep::kSmem, cuda_stream()>>>(p, with_ping_pong(maps, kPingPongDq));
       CUDA_CHECK_LAUNCH();
     }
     return;

@@ -635,8 +635,8 @@ __host__ __device__ Present bob_present(const Params<T>& p) {
 }
 // The score tiles of keys [kSub·q, kSub·q + kSub) of the key tile t, issued and waited for. Those
 // keys' rows start kSub·q·128 bytes (kSub·q·8 16-byte units) into each 64-column slab.
-template <typename T, int kD, int kBN, int kSub, typename Own>
-__device__ __forceinline__ void query_scores(float (&S)[kSub / 8][4], float (&dP)[kSub / 8][4],
+template <typename T, int kD, int kBN, int kSub, typename Sweep, typename Own>
+__device__ __forceinline__ void query_scores(const Sweep& sw, float (&S)[kSub / 8][4], float (&dP)[kSub / 8][4],
                                              float (&G)[kSub / 8][4], float (&Hs)[kSub / 8][4], const Cotangents& c,
                                              const Own& own, const KeyTiles& t, int q) {
   const uint64_t at = uint64_t(q) * kSub * 8;
@@ -645,6 +645,7 @@ __device__ __forceinline__ void query_scores(float (&S)[kSub / 8][4], float (&dP
     zero(G);
   }
   if (!c.H) zero(Hs);
+  sw.turn_begin();
   wgmma_fence();
   wgmma_fence_regs(S);
   wgmma_fence_regs(dP);
@@ -661,6 +662,7 @@ __device__ __forceinline__ void query_scores(float (&S)[kSub / 8][4], float (&dP
   }
   if (c.H) own_score<T, kD, kSub, false, kBN>(Hs, own.dO, t.Vt + at);
   wgmma_commit();
+  sw.turn_end();
   wgmma_wait<0>();
   wgmma_fence_regs(S);
   wgmma_fence_regs(dP);
@@ -718,10 +720,13 @@ __device__ __forceinline__ void split_pass1_rows(Sweep& sw, const Params<T>& p, 
 #pragma unroll 1
     for (int q = 0; q < kBN / kSub; ++q) {
       const int js = j0 + kSub * q;
-      if (js >= key_end) break;  // uniform over the warpgroup: no row of it sees these keys
+      if (js >= key_end) {  // uniform over the warpgroup: no row of it sees these keys
+        sw.skip_turns(2);
+        continue;
+      }
 
       float S[2][4], dP[2][4], G[2][4], Hs[2][4], dS[2][4];
-      query_scores<T, kD, kBN, kSub>(S, dP, G, Hs, cot, sw.own, t, q);
+      query_scores<T, kD, kBN, kSub>(sw, S, dP, G, Hs, cot, sw.own, t, q);
 
       // coefficient tiles, in place: S <- P, dP <- P∘dP, G <- P∘G, Hs <- C1; and dS
       with_mask(js + kSub > p.N || (p.causal && js + kSub - 1 > i0), [&](auto tag) {
@@ -752,6 +757,7 @@ __device__ __forceinline__ void split_pass1_rows(Sweep& sw, const Params<T>& p, 
       wgmma_fence_regs(X2);
       wgmma_fence_regs(X3);
       wgmma_fence_regs(Y);
+      sw.turn_begin();
       wgmma_fence();
       wgmma_rs<T, 64>(XA, c1_hi, bK, true);  // XA += C1·K
       wgmma_rs<T, 64>(XA, c1_lo, bK, true);
@@ -766,6 +772,7 @@ __device__ __forceinline__ void split_pass1_rows(Sweep& sw, const Params<T>& p, 
       }
       if (cot.Kt) wgmma_rs<T, 64>(XA, ds_a, bKt, true);  // XA += dS·Kt
       wgmma_commit();
+      sw.turn_end();
       wgmma_wait<0>();
       wgmma_fence_regs(XA);
       wgmma_fence_regs(X2);
@@ -831,6 +838,7 @@ __device__ __forceinline__ void pass2_rows(Sweep& sw, const Own& own, const Para
       if (!cot.G) zero(dP);
       if (!cot.G) zero(G);
       if (!cot.H) zero(Hs);
+      sw.turn_begin();
       wgmma_fence();
       wgmma_fence_regs(S);
       wgmma_fence_regs(dP);
@@ -847,6 +855,7 @@ __device__ __forceinline__ void pass2_rows(Sweep& sw, const Own& own, const Para
       }
       if (cot.H) own_score<T, kD, kBN, false, kBN>(Hs, own.Vt, t.dO);
       wgmma_commit();
+      sw.turn_end();
       wgmma_wait<0>();
       wgmma_fence_regs(S);
       wgmma_fence_regs(dP);
@@ -874,14 +883,18 @@ __device__ __forceinline__ void pass2_rows(Sweep& sw, const Own& own, const Para
 
       wgmma_fence_regs(gK);
       wgmma_fence_regs(gV);
+      sw.turn_begin();
       wgmma_fence();
       wgmma_coef_product<T, kD, kBN>(gK, sa, t.Q);                // gK += S̄ᵀ·Q
       if (cot.Qt) wgmma_coef_product<T, kD, kBN>(gK, dsa, t.Qt);  // gK += dSᵀ·Qt
       if (cot.G) wgmma_coef_product<T, kD, kBN>(gV, ga, t.dO);    // gV += dP̄ᵀ·dO
       wgmma_commit();
+      sw.turn_end();
       wgmma_wait<0>();
       wgmma_fence_regs(gK);
       wgmma_fence_regs(gV);
+    } else {
+      sw.skip_turns(2);
     }
     sw.end_tile(qt);
   }
@@ -935,7 +948,8 @@ void launch_bob_pass2_ws(const Params<T>& p, const SweepMaps& maps) {
   constexpr size_t smem = HopperKeySweepWs<T, Cfg::kD, Cfg::kBlockN, Cfg::kStages>::kSmem;
   auto kernel = attention_bob_pass2_ws_kernel<T>;
   set_smem(kernel, smem);
-  kernel<<<grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), Cfg::kThreads, smem, cuda_stream()>>>(p, maps);
+  kernel<<<grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), Cfg::kThreads, smem, cuda_stream()>>>(
+      p, with_ping_pong(maps, kPingPongBobPass2));
   CUDA_CHECK_LAUNCH();
 }
 
@@ -1013,13 +1027,16 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
 #pragma unroll 1
     for (int q = 0; q < kBN / kSub; ++q) {
       const int js = j0 + kSub * q;
-      if (js >= key_end) break;  // uniform over the warpgroup: no row of it sees these keys
+      if (js >= key_end) {  // uniform over the warpgroup: no row of it sees these keys
+        sw.skip_turns(kOutputs ? 2 : 1);
+        continue;
+      }
 
       float S[kSub / 8][4], dP[kSub / 8][4], G[kSub / 8][4], Hs[kSub / 8][4];
       if constexpr (Cfg::kRegOwn)
-        query_scores<T, kD, kBN, kSub>(S, dP, G, Hs, cot, frags, t, q);
+        query_scores<T, kD, kBN, kSub>(sw, S, dP, G, Hs, cot, frags, t, q);
       else
-        query_scores<T, kD, kBN, kSub>(S, dP, G, Hs, cot, sw.own, t, q);
+        query_scores<T, kD, kBN, kSub>(sw, S, dP, G, Hs, cot, sw.own, t, q);
 
       with_mask(js + kSub > p.N || (p.causal && js + kSub - 1 > i0), [&](auto tag) {
         constexpr bool kMasked = decltype(tag)::value;
@@ -1050,6 +1067,7 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
         tile_to_a_frags<T, kSub>(p_a, Hs);
         wgmma_fence_regs(gQ);
         wgmma_fence_regs(gdO);
+        sw.turn_begin();
         wgmma_fence();
 #pragma unroll
         for (int u = 0; u < kU; ++u) {
@@ -1060,6 +1078,7 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
           if (cot.Vt) coef16(gdO, p_a[u], t.Vt, r);   // gdO += P·Vt
         }
         wgmma_commit();
+        sw.turn_end();
         wgmma_wait<0>();
         wgmma_fence_regs(gQ);
         wgmma_fence_regs(gdO);
@@ -1144,7 +1163,9 @@ void launch_bob_query_ws(const Params<T>& p, const SweepMaps& maps) {
   constexpr size_t smem = HopperQuerySweepWs<T, kD, Cfg::kBlockN, Cfg::kStages>::kSmem;
   auto kernel = attention_bob_query_ws_kernel<T, kD, kPass>;
   set_smem(kernel, smem);
-  kernel<<<dim3(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), Cfg::kSlices), Cfg::kThreads, smem, cuda_stream()>>>(p, maps);
+  const int bit = kPass == QueryPass::kEF1 ? kPingPongBobEF1 : kPingPongBobPass1;
+  kernel<<<dim3(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), Cfg::kSlices), Cfg::kThreads, smem, cuda_stream()>>>(
+      p, with_ping_pong(maps, bit));
   CUDA_CHECK_LAUNCH();
 }
 

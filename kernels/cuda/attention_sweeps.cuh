@@ -14,10 +14,14 @@
 //   begin_tile(t) / end_tile(t)  around the use of tile t (wait for it / release it)
 //   tiles(t)                     descriptors (and row scalars) of tile t
 //   own                          the own rows' descriptors (where they are in shared memory)
+//   turn_begin() / turn_end()    around the issue of a group of tensor-core products (PingPong;
+//   skip_turns(n)                no-ops in the one-warpgroup sweeps); a tile or sub-tile that a
+//                                warpgroup skips still takes its turns
 // Which optional tensors a sweep copies is a Present value chosen by the caller.
 #pragma once
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_hopper.cuh"
+#include "kernels/cuda/kernels.h"
 #include "kernels/cuda/tma.cuh"
 
 namespace gg::kernels::cuda::attn {
@@ -40,6 +44,13 @@ struct OwnKeyTiles {
 struct QueryTiles {
   uint64_t Q, dO, Qt;  // descriptors of one query tile
   const float *L, *D, *E, *F;  // its row scalars in shared memory
+};
+
+// The one-warpgroup sweeps have no turns.
+struct NoTurns {
+  __device__ void turn_begin() const {}
+  __device__ void turn_end() const {}
+  __device__ void skip_turns(int) const {}
 };
 
 // The own rows of one warp as register A operands (load_a_frags), for score products whose other
@@ -105,7 +116,7 @@ struct Carve {
 // cp.async query sweep: one warpgroup per block of 64 query rows [i0, i0 + 64), key tiles of kBN
 // rows double-buffered.
 template <typename T, int kD, int kBN>
-struct HopperQuerySweep {
+struct HopperQuerySweep : NoTurns {
   static constexpr int kThreads = 128, kOwnElems = 64 * kD, kTileElems = kBN * kD;
   static size_t smem_bytes(const Present& c) {
     return ((2 + c.Qt) * kOwnElems + 2 * (1 + c.V + c.Kt + c.Vt) * kTileElems) * sizeof(T);
@@ -164,7 +175,13 @@ struct HopperQuerySweep {
 // The tensor maps of the warp-specialised sweeps (make_sweep_maps below).
 struct SweepMaps {
   CUtensorMap Q, dO, Qt, K, V, Kt, Vt;
+  int ping_pong;  // the consumers take turns (PingPong; set per kernel by with_ping_pong)
 };
+// maps for a launch of the kernel whose bit (kernels.h, PingPongKernels) is kernel.
+inline SweepMaps with_ping_pong(SweepMaps maps, int kernel) {
+  maps.ping_pong = (attention_ping_pong_mask() & kernel) != 0;
+  return maps;
+}
 
 // Warp-specialised query sweep: a block of 128 query rows [i0, i0 + 128) and three warpgroups.
 // Warpgroup 0 is the producer: one thread copies the own rows once and the key tiles into a ring
@@ -173,7 +190,7 @@ struct SweepMaps {
 // tiles (half the loads per product of two 64-row blocks), and no consumer instruction is a load
 // or a block barrier.
 template <typename T, int kD, int kBN, int kStages>
-struct HopperQuerySweepWs {
+struct HopperQuerySweepWs : PingPong {
   static constexpr int kOwnElems = 64 * kD, kTileElems = kBN * kD;
   // Q, dO, Qt of both consumers; K, V, Kt, Vt x kStages; 1 + 2·kStages barriers
   static constexpr size_t kSmem = (6 * kOwnElems + 4 * kStages * kTileElems) * sizeof(T) + 8 * (1 + 2 * kStages);
@@ -269,7 +286,7 @@ SweepMaps make_sweep_maps(const Params<T>& p, int d, int query_rows, int key_row
 // cp.async key sweep: one warpgroup per block of 64 key rows [j0, j0 + 64), query tiles of kBN
 // rows and their row scalars double-buffered.
 template <typename T, int kD, int kBN>
-struct HopperKeySweep {
+struct HopperKeySweep : NoTurns {
   static constexpr int kThreads = 128, kOwnElems = 64 * kD, kTileElems = kBN * kD;
   static size_t smem_bytes(const Present& c) {
     return ((1 + c.V + c.Kt + c.Vt) * kOwnElems + 2 * (2 + c.Qt) * kTileElems) * sizeof(T) +
@@ -343,7 +360,7 @@ struct HopperKeySweep {
 // bytes and need not be 16-byte aligned); a stage is full after the copy engine's bytes and the
 // warp's 32 arrivals, empty after the consumers' 256 arrivals.
 template <typename T, int kD, int kBN, int kStages>
-struct HopperKeySweepWs {
+struct HopperKeySweepWs : PingPong {
   static_assert(kBN % 32 == 0, "whole rounds of the scalar warp");
   static constexpr int kTileElems = kBN * kD;
   // Q, dO, Qt x kStages; L, D, E, F x kStages; 2·kStages barriers
@@ -454,7 +471,9 @@ __device__ __forceinline__ void query_sweep_ws_block(unsigned char* smem, const 
   } else {
     setmaxnreg_inc<kConsumerRegs>();
     sw.consume_as(wg - 1);
+    sw.ping_pong_open(wg - 1, maps.ping_pong != 0);
     rows(sw, bc.bh * p.N, i0 + 64 * (wg - 1), num_k_tiles, static_cast<int>(threadIdx.x % 128));
+    sw.ping_pong_close();
   }
 }
 
@@ -495,7 +514,9 @@ __device__ __forceinline__ void key_sweep_ws_block(unsigned char* smem, const Pa
     const int tid = threadIdx.x % 128, jc = j0 + 64 * (wg - 1);
     OwnKeyFrags<kD> own;
     own.load(p, sw.c, head * kD, jc + 16 * (tid / 32), tid % 32);
+    sw.ping_pong_open(wg - 1, maps.ping_pong != 0);
     rows(sw, own, head, jc, q_begin, num_q_tiles, tid);
+    sw.ping_pong_close();
   }
 }
 

@@ -40,6 +40,23 @@ int compute_capability_major();  // of the current device
 // GG_ATTENTION_WS=0 turns them off at start-up.
 void set_attention_ws(bool enabled);
 bool attention_ws_enabled();
+// Ping-pong of the two consumer warpgroups in the warp-specialised kernels (they issue their
+// tensor-core products in turns instead of as soon as each is ready), per kernel: a mask of the
+// bits below. By default the forward only: measured on the H200 it gains there (with one turn per
+// key tile) and loses in the BoB kernels, whose two turns per tile couple the consumers
+// (docs/kernel-notes.md, v16). GG_ATTENTION_PINGPONG=<mask> sets it at start-up. For tests and
+// A/B benchmarks.
+enum PingPongKernels : int {
+  kPingPongFwd = 1,        // forward
+  kPingPongDkdv = 2,       // backward dK dV
+  kPingPongDq = 4,         // backward dQ
+  kPingPongBobPass1 = 8,   // BoB split pass 1, or E/F pass 0
+  kPingPongBobEF1 = 16,    // BoB E/F pass 1
+  kPingPongBobPass2 = 32,  // BoB pass 2
+  kPingPongAll = 63,
+};
+void set_attention_ping_pong(int mask);
+int attention_ping_pong_mask();
 // Pass-1 schedule of the Hopper BoB: -1 (default) picks as measured (E and F first at d = 128,
 // and at d = 64 with the warp-specialised kernels on; else the split pass 1); 0 always the split
 // pass 1; 1 always E and F first. GG_ATTENTION_BOB_EF=0 or 1 sets it at start-up. For tests and

@@ -126,4 +126,44 @@ inline CUtensorMap make_tensor_map(const T* base, int64_t BH, int N, int d, int 
   return map;
 }
 
+// Named barriers (ids 1-15; 0 is __syncthreads) of n threads, n a multiple of 32.
+__device__ __forceinline__ void named_bar_sync(int id, int n) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(int id, int n) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
+// Ping-pong of the two consumer warpgroups of a warp-specialised block: each issues its groups of
+// tensor-core products in turns, consumer 0, consumer 1, consumer 0, ..., so that the products of
+// one run while the other does its elementwise work (without it both reach their products at the
+// same time and the tensor cores idle during their elementwise phases). Barrier 1 (256 threads)
+// lets consumer 0 go, barrier 2 consumer 1: consumer w syncs on 1 + w before issuing and arrives
+// on 2 - w after. Consumer 1 opens with an arrival on barrier 1; both must then take the same
+// number of turns, and consumer 0 absorbs consumer 1's last arrival when it closes.
+struct PingPong {
+  int turn_w = 0;  // this consumer, 0 or 1
+  bool turn_on = false;
+  __device__ void ping_pong_open(int w, bool on) {
+    turn_w = w;
+    turn_on = on;
+    if (on && w == 1) named_bar_arrive(1, 256);
+  }
+  __device__ void turn_begin() const {
+    if (turn_on) named_bar_sync(1 + turn_w, 256);
+  }
+  __device__ void turn_end() const {
+    if (turn_on) named_bar_arrive(2 - turn_w, 256);
+  }
+  __device__ void skip_turns(int n) const {
+    for (int i = 0; i < n; ++i) {
+      turn_begin();
+      turn_end();
+    }
+  }
+  __device__ void ping_pong_close() const {
+    if (turn_on && turn_w == 0) named_bar_sync(1, 256);
+  }
+};
+
 }  // namespace gg::kernels::cuda::attn

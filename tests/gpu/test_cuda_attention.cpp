@@ -585,6 +585,49 @@ TEST(CudaAttention, HopperBobCotangentSubsets) {
           }
 }
 
+// Ping-pong of the consumer warpgroups (kernels.h) changes only when each issues its products,
+// not what it computes: every level with it on equals, bitwise, the same level with it off, for
+// both BoB schedules, causal and not (in the causal case the first consumer skips the last key or
+// query tiles of a block and must still take its turns, else the block hangs), N past two blocks.
+struct PingPongMode {
+  explicit PingPongMode(int mask) : was(kernels::cuda::attention_ping_pong_mask()) {
+    kernels::cuda::set_attention_ping_pong(mask);
+  }
+  ~PingPongMode() { kernels::cuda::set_attention_ping_pong(was); }
+  int was;
+};
+
+TEST(CudaAttention, HopperPingPongChangesNoBit) {
+  GG_REQUIRE_HOPPER_OR_SKIP();
+  WsMode ws(true);
+  for (int ef : {0, 1})
+    for (bool f16 : {false, true})
+      for (int64_t d : {64, 128})
+        for (bool causal : {false, true})
+          for (int mask : {7, 2}) {
+            const DType dtype = dtype_of(f16);
+            const Inputs in = make_inputs(1, 2, 333, d, 9500 + d + causal + 10 * mask, dtype);
+            const std::string what = case_name(dtype, in, causal, mask) + " ef=" + std::to_string(ef);
+            BobEfMode mode(ef);
+            const Levels off = [&] {
+              PingPongMode pp(0);
+              return run_fused(in, dtype, kGpu, causal, mask);
+            }();
+            const Levels on = [&] {
+              PingPongMode pp(kernels::cuda::kPingPongAll);
+              return run_fused(in, dtype, kGpu, causal, mask);
+            }();
+            ASSERT_TRUE(all_finite(on.O)) << what << " O";
+            EXPECT_EQ(on.O, off.O) << what << " O";
+            EXPECT_EQ(on.L, off.L) << what << " L";
+            for (int i = 0; i < 3; ++i) EXPECT_EQ(on.bwd[i], off.bwd[i]) << what << " " << kBwdNames[i];
+            for (int i = 0; i < 4; ++i) {
+              ASSERT_TRUE(all_finite(on.bob[i])) << what << " " << kBobNames[i];
+              EXPECT_EQ(on.bob[i], off.bob[i]) << what << " " << kBobNames[i];
+            }
+          }
+}
+
 TEST(CudaAttention, HopperForwardPoisonedAndDeterministic) {
   GG_REQUIRE_HOPPER_OR_SKIP();
   for (bool causal : {false, true})
