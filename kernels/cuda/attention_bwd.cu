@@ -384,6 +384,47 @@ struct HopperBwdWsConfig {
 // What the backward's sweeps copy: V (own V rows of dK dV; V tiles of dQ), no cotangents, no E, F.
 __host__ __device__ constexpr Present bwd_present() { return {true, false, false, false, false}; }
 
+// Pᵀ = exp(Sᵀ - L) (0 where masked), dSᵀ = Pᵀ∘(dPᵀ - D), in place, for the query tile t of rows
+// [i0, i0 + kBN) against the warpgroup's keys [j0, j0 + 64) (this warp's from jw).
+template <int kBN, typename T>
+__device__ __forceinline__ void dkdv_coef(float (&st)[kBN / 8][4], float (&dpt)[kBN / 8][4], const Params<T>& p,
+                                          const QueryTiles& t, int i0, int j0, int jw, float sl2, int lane) {
+  with_mask(i0 + kBN > p.N || (p.causal && j0 + 64 - 1 > i0), [&](auto tag) {
+    constexpr bool kMasked = decltype(tag)::value;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int li = frag_col(lane, j, e);  // query within the tile
+        const int key = jw + frag_row(lane, e);
+        const bool visible = !kMasked || (i0 + li < p.N && (!p.causal || key <= i0 + li));
+        const float P = visible ? fast_exp2(st[j][e] * sl2 - t.L[li] * kLog2e) : 0.f;
+        st[j][e] = P;
+        dpt[j][e] = P * (dpt[j][e] - t.D[li]);
+      }
+  });
+}
+
+// dS = P∘(dP - D) in place (dp), P = exp(S - L), 0 where masked, for the key tile of keys
+// [j0, j0 + kBN) against the warpgroup's queries [i0, i0 + 64) (this warp's from iw; L2 = L·log2e).
+template <int kBN, typename T>
+__device__ __forceinline__ void dq_coef(const float (&s)[kBN / 8][4], float (&dp)[kBN / 8][4], const Params<T>& p,
+                                        int j0, int i0, int iw, const float (&L2)[2], const float (&D)[2], float sl2,
+                                        int lane) {
+  with_mask(j0 + kBN > p.N || (p.causal && j0 + kBN - 1 > i0), [&](auto tag) {
+    constexpr bool kMasked = decltype(tag)::value;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = j0 + frag_col(lane, j, e), row = iw + frag_row(lane, e);
+        const bool visible = !kMasked || (key < p.N && (!p.causal || key <= row));
+        const float P = visible ? fast_exp2(s[j][e] * sl2 - L2[e / 2]) : 0.f;
+        dp[j][e] = P * (dp[j][e] - D[e / 2]);
+      }
+  });
+}
+
 // dK, dV of one warpgroup (thread tid of 128) owning key rows [j0, j0 + 64), over the query tiles
 // [q_begin, num_q_tiles) of the sweep; own: the own rows (OwnKeyTiles or OwnKeyFrags).
 template <typename T, int kD, typename Sweep, typename Own>
@@ -416,21 +457,7 @@ __device__ __forceinline__ void dkdv_rows(Sweep& sw, const Own& own, const Param
       wgmma_fence_regs(st);
       wgmma_fence_regs(dpt);
 
-      // Pᵀ = exp(Sᵀ - L) (0 where masked), dSᵀ = Pᵀ∘(dPᵀ - D), in place
-      with_mask(i0 + kBN > p.N || (p.causal && j0 + 64 - 1 > i0), [&](auto tag) {
-        constexpr bool kMasked = decltype(tag)::value;
-#pragma unroll
-        for (int j = 0; j < kBN / 8; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int li = frag_col(lane, j, e);  // query within the tile
-            const int key = jw + frag_row(lane, e);
-            const bool visible = !kMasked || (i0 + li < p.N && (!p.causal || key <= i0 + li));
-            const float P = visible ? fast_exp2(st[j][e] * sl2 - t.L[li] * kLog2e) : 0.f;
-            st[j][e] = P;
-            dpt[j][e] = P * (dpt[j][e] - t.D[li]);
-          }
-      });
+      dkdv_coef<kBN>(st, dpt, p, t, i0, j0, jw, sl2, lane);
       uint32_t pa[kBN / 16][4], dsa[kBN / 16][4];
       tile_to_a_frags<T, kBN>(pa, st);
       tile_to_a_frags<T, kBN>(dsa, dpt);
@@ -490,19 +517,7 @@ __device__ __forceinline__ void dq_rows(Sweep& sw, const Params<T>& p, int64_t h
       wgmma_fence_regs(s);
       wgmma_fence_regs(dp);
 
-      // dS = P∘(dP - D), P = exp(S - L), 0 where masked
-      with_mask(j0 + kBN > p.N || (p.causal && j0 + kBN - 1 > i0), [&](auto tag) {
-        constexpr bool kMasked = decltype(tag)::value;
-#pragma unroll
-        for (int j = 0; j < kBN / 8; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = j0 + frag_col(lane, j, e), row = iw + frag_row(lane, e);
-            const bool visible = !kMasked || (key < p.N && (!p.causal || key <= row));
-            const float P = visible ? fast_exp2(s[j][e] * sl2 - L2[e / 2]) : 0.f;
-            dp[j][e] = P * (dp[j][e] - D[e / 2]);
-          }
-      });
+      dq_coef<kBN>(s, dp, p, j0, i0, iw, L2, D, sl2, lane);
       uint32_t dsa[kBN / 16][4];
       tile_to_a_frags<T, kBN>(dsa, dp);
 
@@ -518,6 +533,169 @@ __device__ __forceinline__ void dq_rows(Sweep& sw, const Params<T>& p, int64_t h
     } else {
       sw.skip_turns(2);
     }
+    sw.end_tile(kb);
+  }
+
+  const float scale[2] = {p.scale, p.scale};
+  store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, dQ, scale, iw, p.N, lane);
+}
+
+// ---- pipelined row loops of the warp-specialised kernels (their rings have three stages, so a
+// consumer can hold tile t + 1 before releasing tile t): per tile, the score products of tile
+// t + 1 are issued together with the output products of tile t, in one ping-pong turn, and the
+// elementwise work of tile t + 1 runs while the output products are on the tensor cores. Tiles a
+// warpgroup skips (causal) are still taken and released, with their turn.
+
+// dK, dV (d = 64): the keys [j0, j0 + 64) of one consumer, own K and V as register A operands.
+template <typename T, typename Sweep, typename Own>
+__device__ __forceinline__ void dkdv_rows_pipelined(Sweep& sw, const Own& own, const Params<T>& p, int64_t head,
+                                                    int j0, int q_begin, int num_q_tiles, int tid) {
+  constexpr int kD = 64, kBN = HopperBwdWsConfig::kBlockN;
+  const int warp = tid / 32, lane = tid % 32;
+  const int jw = j0 + 16 * warp;
+  const float sl2 = p.scale * kLog2e;
+  // causal: tiles whose queries all precede the first own key add nothing
+  const int first = p.causal ? max(q_begin, min(j0 / kBN, num_q_tiles - 1)) : q_begin;
+  float dK[kD / 8][4], dV[kD / 8][4];
+  zero(dK);
+  zero(dV);
+  float st[kBN / 8][4], dpt[kBN / 8][4];
+  uint32_t pa[kBN / 16][4], dsa[kBN / 16][4];
+  auto issue_scores = [&](int qt) {  // Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ of tile qt
+    const QueryTiles t = sw.tiles(qt);
+    wgmma_fence();
+    wgmma_fence_regs(st);
+    wgmma_fence_regs(dpt);
+    own_score<T, kD, kBN, false, kBN>(st, own.K, t.Q);
+    own_score<T, kD, kBN, false, kBN>(dpt, own.V, t.dO);
+    wgmma_commit();
+  };
+  auto issue_outputs = [&](int qt) {  // dV += Pᵀ·dO, dK += dSᵀ·Q of tile qt
+    const QueryTiles t = sw.tiles(qt);
+    wgmma_fence();
+    wgmma_coef_product<T, kD, kBN>(dV, pa, t.dO);
+    wgmma_coef_product<T, kD, kBN>(dK, dsa, t.Q);
+    wgmma_commit();
+  };
+  auto coefficients = [&](int qt) {
+    dkdv_coef<kBN>(st, dpt, p, sw.tiles(qt), qt * kBN, j0, jw, sl2, lane);
+  };
+
+  for (int qt = q_begin; qt < first; ++qt) {
+    sw.begin_tile(qt);
+    sw.skip_turns(1);
+    sw.end_tile(qt);
+  }
+  sw.begin_tile(first);
+  sw.turn_begin();
+  issue_scores(first);
+  sw.turn_end();
+  wgmma_wait<0>();
+  wgmma_fence_regs(st);
+  wgmma_fence_regs(dpt);
+  coefficients(first);
+  tile_to_a_frags<T, kBN>(pa, st);
+  tile_to_a_frags<T, kBN>(dsa, dpt);
+  for (int qt = first; qt + 1 < num_q_tiles; ++qt) {
+    sw.begin_tile(qt + 1);
+    wgmma_fence_regs(dK);
+    wgmma_fence_regs(dV);
+    sw.turn_begin();
+    issue_scores(qt + 1);
+    issue_outputs(qt);
+    sw.turn_end();
+    wgmma_wait<1>();  // the scores of qt + 1 (groups complete in order)
+    wgmma_fence_regs(st);
+    wgmma_fence_regs(dpt);
+    coefficients(qt + 1);
+    wgmma_wait<0>();
+    wgmma_fence_regs(dK);
+    wgmma_fence_regs(dV);
+    sw.end_tile(qt);
+    tile_to_a_frags<T, kBN>(pa, st);
+    tile_to_a_frags<T, kBN>(dsa, dpt);
+  }
+  wgmma_fence_regs(dK);
+  wgmma_fence_regs(dV);
+  sw.turn_begin();
+  issue_outputs(num_q_tiles - 1);
+  sw.turn_end();
+  wgmma_wait<0>();
+  wgmma_fence_regs(dK);
+  wgmma_fence_regs(dV);
+  sw.end_tile(num_q_tiles - 1);
+
+  const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
+  store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, dK, scale, jw, p.N, lane);
+  store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, dV, one, jw, p.N, lane);
+}
+
+// dQ (d = 64): the queries [i0, i0 + 64) of one consumer.
+template <typename T, typename Sweep>
+__device__ __forceinline__ void dq_rows_pipelined(Sweep& sw, const Params<T>& p, int64_t head, int i0,
+                                                  int num_k_tiles, int tid) {
+  constexpr int kD = 64, kBN = HopperBwdWsConfig::kBlockN;
+  const int warp = tid / 32, lane = tid % 32;
+  const int iw = i0 + 16 * warp;
+  const float sl2 = p.scale * kLog2e;
+  float L2[2], D[2];  // L·log2e and D of own rows g, g + 8
+  row_scalars(p, head, iw, lane, L2, D);
+  // causal: tiles whose keys all follow the last own query add nothing
+  const int end = p.causal ? max(1, min(num_k_tiles, cdiv(i0 + 64, kBN))) : num_k_tiles;
+  float dQ[kD / 8][4];
+  zero(dQ);
+  float s[kBN / 8][4], dp[kBN / 8][4];
+  uint32_t dsa[kBN / 16][4];
+  auto issue_scores = [&](int kb) {  // S = Q·Kᵀ, dP = dO·Vᵀ of tile kb
+    const KeyTiles t = sw.tiles(kb);
+    wgmma_fence();
+    wgmma_fence_regs(s);
+    wgmma_fence_regs(dp);
+    wgmma_score_product<T, kD, kBN>(s, sw.own.Q, t.K);
+    wgmma_score_product<T, kD, kBN>(dp, sw.own.dO, t.V);
+    wgmma_commit();
+  };
+  auto issue_outputs = [&](int kb) {  // dQ += dS·K of tile kb
+    wgmma_fence();
+    wgmma_coef_product<T, kD, kBN>(dQ, dsa, sw.tiles(kb).K);
+    wgmma_commit();
+  };
+
+  sw.begin_tile(0);
+  sw.turn_begin();
+  issue_scores(0);
+  sw.turn_end();
+  wgmma_wait<0>();
+  wgmma_fence_regs(s);
+  wgmma_fence_regs(dp);
+  dq_coef<kBN>(s, dp, p, 0, i0, iw, L2, D, sl2, lane);
+  tile_to_a_frags<T, kBN>(dsa, dp);
+  for (int kb = 0; kb + 1 < end; ++kb) {
+    sw.begin_tile(kb + 1);
+    wgmma_fence_regs(dQ);
+    sw.turn_begin();
+    issue_scores(kb + 1);
+    issue_outputs(kb);
+    sw.turn_end();
+    wgmma_wait<1>();  // the scores of kb + 1 (groups complete in order)
+    wgmma_fence_regs(s);
+    wgmma_fence_regs(dp);
+    dq_coef<kBN>(s, dp, p, (kb + 1) * kBN, i0, iw, L2, D, sl2, lane);
+    wgmma_wait<0>();
+    wgmma_fence_regs(dQ);
+    sw.end_tile(kb);
+    tile_to_a_frags<T, kBN>(dsa, dp);
+  }
+  wgmma_fence_regs(dQ);
+  sw.turn_begin();
+  issue_outputs(end - 1);
+  sw.turn_end();
+  wgmma_wait<0>();
+  wgmma_fence_regs(dQ);
+  sw.end_tile(end - 1);
+  for (int kb = end; kb < num_k_tiles; ++kb) {
+    sw.begin_tile(kb);
+    sw.skip_turns(1);
     sw.end_tile(kb);
   }
 
@@ -563,7 +741,7 @@ __global__ void __launch_bounds__(384, 1)
   key_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs>(
       smem_raw, p, maps, [](const Params<T>&) { return bwd_present(); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
-        dkdv_rows<T, 64>(sw, own, p, head, j0, q_begin, n, tid);
+        dkdv_rows_pipelined<T>(sw, own, p, head, j0, q_begin, n, tid);
       });
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
@@ -579,7 +757,7 @@ __global__ void __launch_bounds__(384, 1)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   query_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs>(
       smem_raw, p, maps, [](const Params<T>&) { return bwd_present(); },
-      [&](auto& sw, int64_t head, int i0, int n, int tid) { dq_rows<T, 64>(sw, p, head, i0, n, tid); });
+      [&](auto& sw, int64_t head, int i0, int n, int tid) { dq_rows_pipelined<T>(sw, p, head, i0, n, tid); });
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
 #endif

@@ -667,7 +667,7 @@ bool g_ws_enabled = [] {
 }();
 int g_ping_pong_mask = [] {
   const char* env = std::getenv("GG_ATTENTION_PINGPONG");
-  return env == nullptr || *env == '\0' ? kPingPongFwd : std::atoi(env) & kPingPongAll;
+  return env == nullptr || *env == '\0' ? kPingPongFwd | kPingPongDkdv | kPingPongDq : std::atoi(env) & kPingPongAll;
 }();
 int g_bob_ef_mode = [] {
   const char* env = std::getenv("GG_ATTENTION_BOB_EF");
