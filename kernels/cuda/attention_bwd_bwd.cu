@@ -625,7 +625,25 @@ struct Cotangents {
   template <typename T>
   __host__ __device__ explicit Cotangents(const Params<T>& p)
       : Qt(p.Qt != nullptr), Kt(p.Kt != nullptr), Vt(p.Vt != nullptr), G(Qt || Kt), H(Vt) {}
+  __host__ __device__ bool all() const { return Qt && Kt && Vt; }
 };
+// All three cotangents present, known at compile time: the row loops of the warp-specialised
+// kernels are compiled once more with it (with_cotangents), so that their chains of products have
+// no branch between them (a branch ends a chain of wgmma instructions: ptxas then fences and
+// waits around each product).
+struct AllCotangents {
+  static constexpr bool Qt = true, Kt = true, Vt = true, G = true, H = true;
+  template <typename T>
+  __host__ __device__ explicit AllCotangents(const Params<T>&) {}
+};
+// f(AllCotangents{p}) when all three cotangents are present, else f(Cotangents{p}).
+template <typename T, typename F>
+__device__ __forceinline__ void with_cotangents(const Params<T>& p, F&& f) {
+  if (Cotangents(p).all())
+    f(AllCotangents(p));
+  else
+    f(Cotangents(p));
+}
 // What the BoB sweeps copy: V only where G is formed (dP = dO·Vᵀ is used only through G), the
 // cotangents present, and the row scalars E and F.
 template <typename T>
@@ -635,9 +653,9 @@ __host__ __device__ Present bob_present(const Params<T>& p) {
 }
 // The score tiles of keys [kSub·q, kSub·q + kSub) of the key tile t, issued and waited for. Those
 // keys' rows start kSub·q·128 bytes (kSub·q·8 16-byte units) into each 64-column slab.
-template <typename T, int kD, int kBN, int kSub, typename Sweep, typename Own>
+template <typename T, int kD, int kBN, int kSub, typename Sweep, typename Own, typename Cot>
 __device__ __forceinline__ void query_scores(const Sweep& sw, float (&S)[kSub / 8][4], float (&dP)[kSub / 8][4],
-                                             float (&G)[kSub / 8][4], float (&Hs)[kSub / 8][4], const Cotangents& c,
+                                             float (&G)[kSub / 8][4], float (&Hs)[kSub / 8][4], const Cot& c,
                                              const Own& own, const KeyTiles& t, int q) {
   const uint64_t at = uint64_t(q) * kSub * 8;
   if (!c.G) {
@@ -815,12 +833,12 @@ struct HopperBobConfig {
 
 // Pass 2 of one warpgroup (thread tid of 128) owning key rows [j0, j0 + 64), over the query tiles
 // [q_begin, num_q_tiles) of the sweep; own: the own rows (OwnKeyTiles or OwnKeyFrags).
-template <typename T, int kD, int kBN, typename Sweep, typename Own>
+template <typename T, int kD, int kBN, typename Cot = Cotangents, typename Sweep, typename Own>
 __device__ __forceinline__ void pass2_rows(Sweep& sw, const Own& own, const Params<T>& p, int64_t head, int j0,
                                            int q_begin, int num_q_tiles, int tid) {
   const int warp = tid / 32, lane = tid % 32;
   const int jw = j0 + 16 * warp;
-  const Cotangents cot(p);
+  const Cot cot(p);
   const float sl2 = p.scale * kLog2e;
 
   float gK[kD / 8][4], gV[kD / 8][4];
@@ -935,7 +953,9 @@ __global__ void __launch_bounds__(384, 1)
   key_sweep_ws_block<T, Cfg::kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs>(
       smem_raw, p, maps, [](const Params<T>& q) { return bob_present(q); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
-        pass2_rows<T, Cfg::kD, Cfg::kBlockN>(sw, own, p, head, j0, q_begin, n, tid);
+        with_cotangents(p, [&](auto cot) {
+          pass2_rows<T, Cfg::kD, Cfg::kBlockN, decltype(cot)>(sw, own, p, head, j0, q_begin, n, tid);
+        });
       });
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
@@ -982,7 +1002,7 @@ struct HopperBobEFConfig {
 // kOutputs = false: pass 0, writes E and F of the warpgroup's query rows [i0, i0 + 64).
 // kOutputs = true: pass 1, grad_Q (out0) and grad_dO (out3) of those rows from pass 0's E and F.
 // Thread tid of 128; warp w owns [iw, iw + 16).
-template <typename T, int kD, bool kOutputs, typename Sweep>
+template <typename T, int kD, bool kOutputs, typename Cot = Cotangents, typename Sweep>
 __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t head, int i0, int num_k_tiles,
                                         int tid) {
   using Cfg = HopperBobEFConfig<kD>;
@@ -990,7 +1010,7 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
   constexpr int kSub = kOutputs ? Cfg::kSubOut : Cfg::kSubEF;
   const int warp = tid / 32, lane = tid % 32;
   const int iw = i0 + 16 * warp;
-  const Cotangents cot(p);
+  const Cot cot(p);
   const int key_end = p.causal ? min(p.N, i0 + 64) : p.N;  // no key at or past this is visible
   const float sl2 = p.scale * kLog2e;
   OwnFrags<Cfg::kRegOwn ? kD : 16> frags;  // d = 64: the own rows in registers
@@ -1150,7 +1170,9 @@ __global__ void __launch_bounds__(384, 1)
         if constexpr (kPass == QueryPass::kSplit)
           split_pass1_rows<T, kD>(sw, p, head, i0, n, tid);
         else
-          ef_rows<T, kD, kPass == QueryPass::kEF1>(sw, p, head, i0, n, tid);
+          with_cotangents(p, [&](auto cot) {
+            ef_rows<T, kD, kPass == QueryPass::kEF1, decltype(cot)>(sw, p, head, i0, n, tid);
+          });
       });
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
