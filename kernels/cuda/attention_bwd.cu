@@ -389,19 +389,9 @@ __host__ __device__ constexpr Present bwd_present() { return {true, false, false
 template <int kBN, typename T>
 __device__ __forceinline__ void dkdv_coef(float (&st)[kBN / 8][4], float (&dpt)[kBN / 8][4], const Params<T>& p,
                                           const QueryTiles& t, int i0, int j0, int jw, float sl2, int lane) {
-  with_mask(i0 + kBN > p.N || (p.causal && j0 + 64 - 1 > i0), [&](auto tag) {
-    constexpr bool kMasked = decltype(tag)::value;
-#pragma unroll
-    for (int j = 0; j < kBN / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int li = frag_col(lane, j, e);  // query within the tile
-        const int key = jw + frag_row(lane, e);
-        const bool visible = !kMasked || (i0 + li < p.N && (!p.causal || key <= i0 + li));
-        const float P = visible ? fast_exp2(st[j][e] * sl2 - t.L[li] * kLog2e) : 0.f;
-        st[j][e] = P;
-        dpt[j][e] = P * (dpt[j][e] - t.D[li]);
-      }
+  for_key_tile_entries<kBN>(st, p, t, i0, j0, jw, sl2, lane, [&](int j, int e, float P, int li) {
+    st[j][e] = P;
+    dpt[j][e] = P * (dpt[j][e] - t.D[li]);
   });
 }
 
@@ -425,6 +415,48 @@ __device__ __forceinline__ void dq_coef(const float (&s)[kBN / 8][4], float (&dp
   });
 }
 
+// The products of the two row loops, each issued and committed (not waited for):
+// Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ of the query tile t (64 keys x kBN queries), own: OwnKeyTiles / OwnKeyFrags
+template <typename T, int kD, int kBN, typename Own>
+__device__ __forceinline__ void issue_dkdv_scores(float (&st)[kBN / 8][4], float (&dpt)[kBN / 8][4], const Own& own,
+                                                  const QueryTiles& t) {
+  wgmma_fence();
+  wgmma_fence_regs(st);
+  wgmma_fence_regs(dpt);
+  own_score<T, kD, kBN, false, kBN>(st, own.K, t.Q);
+  own_score<T, kD, kBN, false, kBN>(dpt, own.V, t.dO);
+  wgmma_commit();
+}
+// dV += Pᵀ·dO, dK += dSᵀ·Q of the query tile t (pa, dsa: Pᵀ and dSᵀ as A fragments)
+template <typename T, int kD, int kBN>
+__device__ __forceinline__ void issue_dkdv_outputs(float (&dK)[kD / 8][4], float (&dV)[kD / 8][4],
+                                                   const uint32_t (&pa)[kBN / 16][4], const uint32_t (&dsa)[kBN / 16][4],
+                                                   const QueryTiles& t) {
+  wgmma_fence();
+  wgmma_coef_product<T, kD, kBN>(dV, pa, t.dO);
+  wgmma_coef_product<T, kD, kBN>(dK, dsa, t.Q);
+  wgmma_commit();
+}
+// S = Q·Kᵀ, dP = dO·Vᵀ of the key tile t (64 queries x kBN keys)
+template <typename T, int kD, int kBN>
+__device__ __forceinline__ void issue_dq_scores(float (&s)[kBN / 8][4], float (&dp)[kBN / 8][4], const OwnTiles& own,
+                                                const KeyTiles& t) {
+  wgmma_fence();
+  wgmma_fence_regs(s);
+  wgmma_fence_regs(dp);
+  wgmma_score_product<T, kD, kBN>(s, own.Q, t.K);
+  wgmma_score_product<T, kD, kBN>(dp, own.dO, t.V);
+  wgmma_commit();
+}
+// dQ += dS·K of the key tile t
+template <typename T, int kD, int kBN>
+__device__ __forceinline__ void issue_dq_outputs(float (&dQ)[kD / 8][4], const uint32_t (&dsa)[kBN / 16][4],
+                                                 const KeyTiles& t) {
+  wgmma_fence();
+  wgmma_coef_product<T, kD, kBN>(dQ, dsa, t.K);
+  wgmma_commit();
+}
+
 // dK, dV of one warpgroup (thread tid of 128) owning key rows [j0, j0 + 64), over the query tiles
 // [q_begin, num_q_tiles) of the sweep; own: the own rows (OwnKeyTiles or OwnKeyFrags).
 template <typename T, int kD, typename Sweep, typename Own>
@@ -446,12 +478,7 @@ __device__ __forceinline__ void dkdv_rows(Sweep& sw, const Own& own, const Param
       // Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (64 keys x kBN queries; 16 x kBN for this warp)
       float st[kBN / 8][4], dpt[kBN / 8][4];
       sw.turn_begin();
-      wgmma_fence();
-      wgmma_fence_regs(st);
-      wgmma_fence_regs(dpt);
-      own_score<T, kD, kBN, false, kBN>(st, own.K, t.Q);
-      own_score<T, kD, kBN, false, kBN>(dpt, own.V, t.dO);
-      wgmma_commit();
+      issue_dkdv_scores<T, kD, kBN>(st, dpt, own, t);
       sw.turn_end();
       wgmma_wait<0>();
       wgmma_fence_regs(st);
@@ -466,10 +493,7 @@ __device__ __forceinline__ void dkdv_rows(Sweep& sw, const Own& own, const Param
       wgmma_fence_regs(dV);
       wgmma_fence_regs(dK);
       sw.turn_begin();
-      wgmma_fence();
-      wgmma_coef_product<T, kD, kBN>(dV, pa, t.dO);
-      wgmma_coef_product<T, kD, kBN>(dK, dsa, t.Q);
-      wgmma_commit();
+      issue_dkdv_outputs<T, kD, kBN>(dK, dV, pa, dsa, t);
       sw.turn_end();
       wgmma_wait<0>();
       wgmma_fence_regs(dV);
@@ -506,12 +530,7 @@ __device__ __forceinline__ void dq_rows(Sweep& sw, const Params<T>& p, int64_t h
       // S = Q·Kᵀ, dP = dO·Vᵀ (64 queries x kBN keys)
       float s[kBN / 8][4], dp[kBN / 8][4];
       sw.turn_begin();
-      wgmma_fence();
-      wgmma_fence_regs(s);
-      wgmma_fence_regs(dp);
-      wgmma_score_product<T, kD, kBN>(s, sw.own.Q, t.K);
-      wgmma_score_product<T, kD, kBN>(dp, sw.own.dO, t.V);
-      wgmma_commit();
+      issue_dq_scores<T, kD, kBN>(s, dp, sw.own, t);
       sw.turn_end();
       wgmma_wait<0>();
       wgmma_fence_regs(s);
@@ -524,9 +543,7 @@ __device__ __forceinline__ void dq_rows(Sweep& sw, const Params<T>& p, int64_t h
       // dQ += dS·K
       wgmma_fence_regs(dQ);
       sw.turn_begin();
-      wgmma_fence();
-      wgmma_coef_product<T, kD, kBN>(dQ, dsa, t.K);
-      wgmma_commit();
+      issue_dq_outputs<T, kD, kBN>(dQ, dsa, t);
       sw.turn_end();
       wgmma_wait<0>();
       wgmma_fence_regs(dQ);
@@ -561,22 +578,8 @@ __device__ __forceinline__ void dkdv_rows_pipelined(Sweep& sw, const Own& own, c
   zero(dV);
   float st[kBN / 8][4], dpt[kBN / 8][4];
   uint32_t pa[kBN / 16][4], dsa[kBN / 16][4];
-  auto issue_scores = [&](int qt) {  // Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ of tile qt
-    const QueryTiles t = sw.tiles(qt);
-    wgmma_fence();
-    wgmma_fence_regs(st);
-    wgmma_fence_regs(dpt);
-    own_score<T, kD, kBN, false, kBN>(st, own.K, t.Q);
-    own_score<T, kD, kBN, false, kBN>(dpt, own.V, t.dO);
-    wgmma_commit();
-  };
-  auto issue_outputs = [&](int qt) {  // dV += Pᵀ·dO, dK += dSᵀ·Q of tile qt
-    const QueryTiles t = sw.tiles(qt);
-    wgmma_fence();
-    wgmma_coef_product<T, kD, kBN>(dV, pa, t.dO);
-    wgmma_coef_product<T, kD, kBN>(dK, dsa, t.Q);
-    wgmma_commit();
-  };
+  auto issue_scores = [&](int qt) { issue_dkdv_scores<T, kD, kBN>(st, dpt, own, sw.tiles(qt)); };
+  auto issue_outputs = [&](int qt) { issue_dkdv_outputs<T, kD, kBN>(dK, dV, pa, dsa, sw.tiles(qt)); };
   auto coefficients = [&](int qt) {
     dkdv_coef<kBN>(st, dpt, p, sw.tiles(qt), qt * kBN, j0, jw, sl2, lane);
   };
@@ -646,20 +649,8 @@ __device__ __forceinline__ void dq_rows_pipelined(Sweep& sw, const Params<T>& p,
   zero(dQ);
   float s[kBN / 8][4], dp[kBN / 8][4];
   uint32_t dsa[kBN / 16][4];
-  auto issue_scores = [&](int kb) {  // S = Q·Kᵀ, dP = dO·Vᵀ of tile kb
-    const KeyTiles t = sw.tiles(kb);
-    wgmma_fence();
-    wgmma_fence_regs(s);
-    wgmma_fence_regs(dp);
-    wgmma_score_product<T, kD, kBN>(s, sw.own.Q, t.K);
-    wgmma_score_product<T, kD, kBN>(dp, sw.own.dO, t.V);
-    wgmma_commit();
-  };
-  auto issue_outputs = [&](int kb) {  // dQ += dS·K of tile kb
-    wgmma_fence();
-    wgmma_coef_product<T, kD, kBN>(dQ, dsa, sw.tiles(kb).K);
-    wgmma_commit();
-  };
+  auto issue_scores = [&](int kb) { issue_dq_scores<T, kD, kBN>(s, dp, sw.own, sw.tiles(kb)); };
+  auto issue_outputs = [&](int kb) { issue_dq_outputs<T, kD, kBN>(dQ, dsa, sw.tiles(kb)); };
 
   sw.begin_tile(0);
   sw.turn_begin();

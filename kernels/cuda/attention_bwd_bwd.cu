@@ -881,18 +881,8 @@ __device__ __forceinline__ void pass2_rows(Sweep& sw, const Own& own, const Para
       wgmma_fence_regs(Hs);
 
       // coefficient tiles, in place: S <- S̄ᵀ, dP <- dSᵀ, G <- dP̄ᵀ
-      with_mask(i0 + kBN > p.N || (p.causal && j0 + 64 - 1 > i0), [&](auto tag) {
-        constexpr bool kMasked = decltype(tag)::value;
-#pragma unroll
-        for (int j = 0; j < kBN / 8; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int li = frag_col(lane, j, e);  // query within the tile
-            const int key = jw + frag_row(lane, e);
-            const bool visible = !kMasked || (i0 + li < p.N && (!p.causal || key <= i0 + li));
-            const float P = visible ? fast_exp2(S[j][e] * sl2 - t.L[li] * kLog2e) : 0.f;
-            coef_entry(P, p.scale, t.D[li], t.E[li], t.F[li], S[j][e], dP[j][e], G[j][e], Hs[j][e]);
-          }
+      for_key_tile_entries<kBN>(S, p, t, i0, j0, jw, sl2, lane, [&](int j, int e, float P, int li) {
+        coef_entry(P, p.scale, t.D[li], t.E[li], t.F[li], S[j][e], dP[j][e], G[j][e], Hs[j][e]);
       });
       uint32_t sa[kBN / 16][4], dsa[kBN / 16][4], ga[kBN / 16][4];
       tile_to_a_frags<T, kBN>(sa, S);

@@ -100,6 +100,28 @@ __device__ __forceinline__ void row_scalars(const Params<T>& p, int64_t head, in
   }
 }
 
+// The entries of a transposed score tile Sᵀ (64 keys [j0, j0 + 64) x the kBN queries [i0, i0 + kBN)
+// of the query tile t; this warp's keys from jw) of a key-side row loop: f(j, e, P, li) for each,
+// P = exp(S - L) (0 where masked), li the query within the tile.
+template <int kBN, typename T, typename F>
+__device__ __forceinline__ void for_key_tile_entries(const float (&st)[kBN / 8][4], const Params<T>& p,
+                                                     const QueryTiles& t, int i0, int j0, int jw, float sl2, int lane,
+                                                     F&& f) {
+  with_mask(i0 + kBN > p.N || (p.causal && j0 + 64 - 1 > i0), [&](auto tag) {
+    constexpr bool kMasked = decltype(tag)::value;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int li = frag_col(lane, j, e);  // query within the tile
+        const int key = jw + frag_row(lane, e);
+        const bool visible = !kMasked || (i0 + li < p.N && (!p.causal || key <= i0 + li));
+        const float P = visible ? fast_exp2(st[j][e] * sl2 - t.L[li] * kLog2e) : 0.f;
+        f(j, e, P, li);
+      }
+  });
+}
+
 // Bump allocation of swizzled tiles in dynamic shared memory (every size a multiple of 1024 bytes).
 struct Carve {
   unsigned char* at;
