@@ -42,10 +42,10 @@ void set_attention_ws(bool enabled);
 bool attention_ws_enabled();
 // Ping-pong of the two consumer warpgroups in the warp-specialised kernels (they issue their
 // tensor-core products in turns instead of as soon as each is ready), per kernel: a mask of the
-// bits below. By default the forward and backward (one turn per tile, pipelined row loops): measured
-// on the H200 they gain a little there and lose in the BoB kernels, whose two turns per tile couple
-// the consumers (docs/kernel-notes.md, v16). GG_ATTENTION_PINGPONG=<mask> sets it at start-up. For
-// tests and A/B benchmarks.
+// bits below. By default the forward and backward (one turn per tile, pipelined row loops), where
+// the turns gained a little on the H200; in the BoB kernels (two turns per tile, which couples the
+// consumers) they lost (docs/kernel-notes.md, v16; measured before v18 made their chains of
+// products whole). GG_ATTENTION_PINGPONG=<mask> sets it at start-up. For tests and A/B benchmarks.
 enum PingPongKernels : int {
   kPingPongFwd = 1,        // forward
   kPingPongDkdv = 2,       // backward dK dV

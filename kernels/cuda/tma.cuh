@@ -136,8 +136,8 @@ __device__ __forceinline__ void named_bar_arrive(int id, int n) {
 
 // Ping-pong of the two consumer warpgroups of a warp-specialised block: each issues its groups of
 // tensor-core products in turns, consumer 0, consumer 1, consumer 0, ..., so that the products of
-// one run while the other does its elementwise work (without it both reach their products at the
-// same time and the tensor cores idle during their elementwise phases). Barrier 1 (256 threads)
+// one can run while the other does its elementwise work instead of both consumers reaching their
+// products, and then their elementwise work, at the same time. Barrier 1 (256 threads)
 // lets consumer 0 go, barrier 2 consumer 1: consumer w syncs on 1 + w before issuing and arrives
 // on 2 - w after. Consumer 1 opens with an arrival on barrier 1; both must then take the same
 // number of turns, and consumer 0 absorbs consumer 1's last arrival when it closes.
