@@ -18,6 +18,15 @@ BUILD="${GG_GPU_BUILD:-build-gpu}"
 card="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '-')"
 day="$(date -u +%F)"
 results="bench/results/${card}-${day}.jsonl"
+# The PyTorch reference for the attention benchmark: ../shared/anchors beside a checkout, or a copy
+# carried into .anchors/ (through the device tool: carry [".anchors"]). Without it the attention
+# numbers would have no side-by-side reference, so that is an error, before anything is built.
+anchor=../shared/anchors/torch_attention.py
+[ -f "$anchor" ] || anchor=.anchors/torch_attention.py
+if want attention && [ ! -f "$anchor" ]; then
+  echo "bench-gpu: attention asked for, but no PyTorch anchor (../shared/anchors/torch_attention.py or .anchors/; carry .anchors)"
+  exit 1
+fi
 targets="bench_cuda"
 [ "$what" = " cuda " ] || targets="$targets bench_attention_gpu"
 : >"$results"
@@ -42,9 +51,6 @@ if [[ "$what" == *" ab "* ]]; then
   done
 fi
 if want attention; then
-  # The PyTorch reference: ../shared/anchors beside a checkout, or a copy carried into .anchors/.
-  anchor=../shared/anchors/torch_attention.py
-  [ -f "$anchor" ] || anchor=.anchors/torch_attention.py
   # GG_BENCH_CONFIGS: "d:mask" pairs (mask "" or "causal"); the default is all four. Each runs our
   # benchmark, then the anchor, so a configuration's lines are always side by side in one run.
   sizes="${GG_BENCH_N:-1024,4096,8192,16384,32768}"
@@ -53,10 +59,8 @@ if want attention; then
     [ -n "$c" ] && c="--$c"
     "$BUILD/bench/bench_attention_gpu" --n "$sizes" --d "$d" --heads 16 $c \
       >>"$results" 2>>"$OUT/bench_attention_gpu.err"
-    if [ -f "$anchor" ]; then
-      PYTHONUNBUFFERED=1 python3 "$anchor" --n "$sizes" --d "$d" --heads 16 $c \
-        >>"$results" 2>>"$OUT/torch_attention.err"
-    fi
+    PYTHONUNBUFFERED=1 python3 "$anchor" --n "$sizes" --d "$d" --heads 16 $c \
+      >>"$results" 2>>"$OUT/torch_attention.err"
   done
 fi
 if want long; then
