@@ -563,6 +563,58 @@ __device__ __forceinline__ void dq_rows(Sweep& sw, const Params<T>& p, int64_t h
 // elementwise work of tile t + 1 runs while the output products are on the tensor cores. Tiles a
 // warpgroup skips (causal) are still taken and released, with their turn.
 
+// The tile loop of both: tiles [lo, hi) of the sweep are taken and released in order; those in
+// [first, end) (not empty) are computed, the others only take their turn. The callables:
+// scores(t) / outputs(t) issue and commit tile t's score / output products; fence_scores() and
+// fence_acc() fence the score and accumulator registers; coefficients(t) is tile t's elementwise
+// work on its scores, to_frags() turns them into the A fragments of the output products.
+template <typename Sweep, typename Scores, typename Outputs, typename FenceScores, typename FenceAcc,
+          typename Coefficients, typename ToFrags>
+__device__ __forceinline__ void pipelined_tiles(Sweep& sw, int lo, int first, int end, int hi, Scores&& scores,
+                                                Outputs&& outputs, FenceScores&& fence_scores, FenceAcc&& fence_acc,
+                                                Coefficients&& coefficients, ToFrags&& to_frags) {
+  for (int t = lo; t < first; ++t) {
+    sw.begin_tile(t);
+    sw.skip_turns(1);
+    sw.end_tile(t);
+  }
+  sw.begin_tile(first);
+  sw.turn_begin();
+  scores(first);
+  sw.turn_end();
+  wgmma_wait<0>();
+  fence_scores();
+  coefficients(first);
+  to_frags();
+  for (int t = first; t + 1 < end; ++t) {
+    sw.begin_tile(t + 1);
+    fence_acc();
+    sw.turn_begin();
+    scores(t + 1);
+    outputs(t);
+    sw.turn_end();
+    wgmma_wait<1>();  // the scores of t + 1 (groups complete in order)
+    fence_scores();
+    coefficients(t + 1);
+    wgmma_wait<0>();
+    fence_acc();
+    sw.end_tile(t);
+    to_frags();
+  }
+  fence_acc();
+  sw.turn_begin();
+  outputs(end - 1);
+  sw.turn_end();
+  wgmma_wait<0>();
+  fence_acc();
+  sw.end_tile(end - 1);
+  for (int t = end; t < hi; ++t) {
+    sw.begin_tile(t);
+    sw.skip_turns(1);
+    sw.end_tile(t);
+  }
+}
+
 // dK, dV (d = 64): the keys [j0, j0 + 64) of one consumer, own K and V as register A operands.
 template <typename T, typename Sweep, typename Own>
 __device__ __forceinline__ void dkdv_rows_pipelined(Sweep& sw, const Own& own, const Params<T>& p, int64_t head,
@@ -578,55 +630,23 @@ __device__ __forceinline__ void dkdv_rows_pipelined(Sweep& sw, const Own& own, c
   zero(dV);
   float st[kBN / 8][4], dpt[kBN / 8][4];
   uint32_t pa[kBN / 16][4], dsa[kBN / 16][4];
-  auto issue_scores = [&](int qt) { issue_dkdv_scores<T, kD, kBN>(st, dpt, own, sw.tiles(qt)); };
-  auto issue_outputs = [&](int qt) { issue_dkdv_outputs<T, kD, kBN>(dK, dV, pa, dsa, sw.tiles(qt)); };
-  auto coefficients = [&](int qt) {
-    dkdv_coef<kBN>(st, dpt, p, sw.tiles(qt), qt * kBN, j0, jw, sl2, lane);
-  };
-
-  for (int qt = q_begin; qt < first; ++qt) {
-    sw.begin_tile(qt);
-    sw.skip_turns(1);
-    sw.end_tile(qt);
-  }
-  sw.begin_tile(first);
-  sw.turn_begin();
-  issue_scores(first);
-  sw.turn_end();
-  wgmma_wait<0>();
-  wgmma_fence_regs(st);
-  wgmma_fence_regs(dpt);
-  coefficients(first);
-  tile_to_a_frags<T, kBN>(pa, st);
-  tile_to_a_frags<T, kBN>(dsa, dpt);
-  for (int qt = first; qt + 1 < num_q_tiles; ++qt) {
-    sw.begin_tile(qt + 1);
-    wgmma_fence_regs(dK);
-    wgmma_fence_regs(dV);
-    sw.turn_begin();
-    issue_scores(qt + 1);
-    issue_outputs(qt);
-    sw.turn_end();
-    wgmma_wait<1>();  // the scores of qt + 1 (groups complete in order)
-    wgmma_fence_regs(st);
-    wgmma_fence_regs(dpt);
-    coefficients(qt + 1);
-    wgmma_wait<0>();
-    wgmma_fence_regs(dK);
-    wgmma_fence_regs(dV);
-    sw.end_tile(qt);
-    tile_to_a_frags<T, kBN>(pa, st);
-    tile_to_a_frags<T, kBN>(dsa, dpt);
-  }
-  wgmma_fence_regs(dK);
-  wgmma_fence_regs(dV);
-  sw.turn_begin();
-  issue_outputs(num_q_tiles - 1);
-  sw.turn_end();
-  wgmma_wait<0>();
-  wgmma_fence_regs(dK);
-  wgmma_fence_regs(dV);
-  sw.end_tile(num_q_tiles - 1);
+  pipelined_tiles(
+      sw, q_begin, first, num_q_tiles, num_q_tiles,
+      [&](int qt) { issue_dkdv_scores<T, kD, kBN>(st, dpt, own, sw.tiles(qt)); },
+      [&](int qt) { issue_dkdv_outputs<T, kD, kBN>(dK, dV, pa, dsa, sw.tiles(qt)); },
+      [&] {
+        wgmma_fence_regs(st);
+        wgmma_fence_regs(dpt);
+      },
+      [&] {
+        wgmma_fence_regs(dK);
+        wgmma_fence_regs(dV);
+      },
+      [&](int qt) { dkdv_coef<kBN>(st, dpt, p, sw.tiles(qt), qt * kBN, j0, jw, sl2, lane); },
+      [&] {
+        tile_to_a_frags<T, kBN>(pa, st);
+        tile_to_a_frags<T, kBN>(dsa, dpt);
+      });
 
   const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
   store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, dK, scale, jw, p.N, lane);
@@ -649,46 +669,16 @@ __device__ __forceinline__ void dq_rows_pipelined(Sweep& sw, const Params<T>& p,
   zero(dQ);
   float s[kBN / 8][4], dp[kBN / 8][4];
   uint32_t dsa[kBN / 16][4];
-  auto issue_scores = [&](int kb) { issue_dq_scores<T, kD, kBN>(s, dp, sw.own, sw.tiles(kb)); };
-  auto issue_outputs = [&](int kb) { issue_dq_outputs<T, kD, kBN>(dQ, dsa, sw.tiles(kb)); };
-
-  sw.begin_tile(0);
-  sw.turn_begin();
-  issue_scores(0);
-  sw.turn_end();
-  wgmma_wait<0>();
-  wgmma_fence_regs(s);
-  wgmma_fence_regs(dp);
-  dq_coef<kBN>(s, dp, p, 0, i0, iw, L2, D, sl2, lane);
-  tile_to_a_frags<T, kBN>(dsa, dp);
-  for (int kb = 0; kb + 1 < end; ++kb) {
-    sw.begin_tile(kb + 1);
-    wgmma_fence_regs(dQ);
-    sw.turn_begin();
-    issue_scores(kb + 1);
-    issue_outputs(kb);
-    sw.turn_end();
-    wgmma_wait<1>();  // the scores of kb + 1 (groups complete in order)
-    wgmma_fence_regs(s);
-    wgmma_fence_regs(dp);
-    dq_coef<kBN>(s, dp, p, (kb + 1) * kBN, i0, iw, L2, D, sl2, lane);
-    wgmma_wait<0>();
-    wgmma_fence_regs(dQ);
-    sw.end_tile(kb);
-    tile_to_a_frags<T, kBN>(dsa, dp);
-  }
-  wgmma_fence_regs(dQ);
-  sw.turn_begin();
-  issue_outputs(end - 1);
-  sw.turn_end();
-  wgmma_wait<0>();
-  wgmma_fence_regs(dQ);
-  sw.end_tile(end - 1);
-  for (int kb = end; kb < num_k_tiles; ++kb) {
-    sw.begin_tile(kb);
-    sw.skip_turns(1);
-    sw.end_tile(kb);
-  }
+  pipelined_tiles(
+      sw, 0, 0, end, num_k_tiles, [&](int kb) { issue_dq_scores<T, kD, kBN>(s, dp, sw.own, sw.tiles(kb)); },
+      [&](int kb) { issue_dq_outputs<T, kD, kBN>(dQ, dsa, sw.tiles(kb)); },
+      [&] {
+        wgmma_fence_regs(s);
+        wgmma_fence_regs(dp);
+      },
+      [&] { wgmma_fence_regs(dQ); },
+      [&](int kb) { dq_coef<kBN>(s, dp, p, kb * kBN, i0, iw, L2, D, sl2, lane); },
+      [&] { tile_to_a_frags<T, kBN>(dsa, dp); });
 
   const float scale[2] = {p.scale, p.scale};
   store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, dQ, scale, iw, p.N, lane);
