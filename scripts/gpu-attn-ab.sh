@@ -20,20 +20,21 @@ GG_REQUIRE_GPU=1 "$B/tests/gg_gpu_tests" --gtest_filter="${GG_TEST_FILTER:-*Cuda
   >"$L/tests.log" 2>&1
 echo "tests: $(grep -E '^\[  PASSED|^\[  FAILED' "$L/tests.log" | head -2 | tr '\n' ' ')"
 grep -E "Failure|FAILED  \]" -A3 "$L/tests.log" | head -20
-# configurations "wgmma:bob_ef[:ws[:pp]]" (GG_AB_CONFIGS; "-" = the default): Hopper kernels with
-# the default BoB schedule, with each pass-1 schedule forced (0 split, 1 E/F first), with the
-# warp-specialised kernels off (ws 0) or ping-pong in the kernels of mask pp (kernels.h), and
-# mma.sync only
+# configurations "wgmma:bob_ef[:ws[:pp[:det]]]" (GG_AB_CONFIGS; "-" = the default): Hopper kernels
+# with the default BoB schedule, with each pass-1 schedule forced (0 split, 1 E/F first), with the
+# warp-specialised kernels off (ws 0), ping-pong in the kernels of mask pp (kernels.h), or det 0
+# (the fused backward: GG_ATTENTION_DETERMINISTIC=0), and mma.sync only
 for cfg in ${GG_AB_CONFIGS:-1:- 1:0 1:1 1:-:0 0:-}; do
-  IFS=: read -r w ef ws pp <<<"$cfg"
+  IFS=: read -r w ef ws pp det <<<"$cfg"
   [ "$ef" = - ] && ef=""
   [ "${ws:--}" = - ] && ws=""
   [ "${pp:--}" = - ] && pp=""
+  [ "${det:--}" = - ] && det=""
   for nd in "4096,16384 64" "16384 128"; do
     set -- $nd
     GG_ATTENTION_WGMMA=$w GG_ATTENTION_BOB_EF=$ef GG_ATTENTION_WS=$ws GG_ATTENTION_PINGPONG=$pp \
-      "$B/bench/bench_attention_gpu" --n "$1" --d "$2" |
-      sed "s/^{/{\"bob_ef\":\"${ef:--}\",\"ws\":\"${ws:--}\",\"pp\":\"${pp:--}\",/"
+      GG_ATTENTION_DETERMINISTIC=$det "$B/bench/bench_attention_gpu" --n "$1" --d "$2" |
+      sed "s/^{/{\"bob_ef\":\"${ef:--}\",\"ws\":\"${ws:--}\",\"pp\":\"${pp:--}\",\"det\":\"${det:--}\",/"
   done
 done >"$OUT/ab.jsonl" 2>>"$L/build.log"
 if command -v ncu >/dev/null && [ -n "${GG_NCU_KERNELS-fwd dkdv}" ]; then
@@ -59,10 +60,10 @@ fi
 tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$L"
 python3 - "$OUT/ab.jsonl" <<'PY'
 import json, sys
-print(f"{'kernel':9} {'ef':>3} {'ws':>3} {'pp':>3} {'N':>6} {'d':>4} {'fwd ms':>8} {'fwd TF':>7} {'fwdbwd':>8} {'bob ms':>8} {'chain ms':>9}")
+print(f"{'kernel':9} {'ef':>3} {'ws':>3} {'pp':>3} {'det':>3} {'N':>6} {'d':>4} {'fwd ms':>8} {'fwd TF':>7} {'fwdbwd':>8} {'bob ms':>8} {'chain ms':>9}")
 for line in open(sys.argv[1]):
     if not line.startswith('{'): continue
     r = json.loads(line)
     if 'error' in r: print(r); continue
-    print(f"{r['fwd_kernel']:9} {r.get('bob_ef', '-'):>3} {r.get('ws', '-'):>3} {r.get('pp', '-'):>3} {r['N']:>6} {r['d']:>4} {r['fwd_ms']:8.3f} {r['fwd_TFLOPs']:7.1f} {r['fwdbwd_ms']:8.3f} {r['bob_ms']:8.2f} {r['chain_ms']:9.2f}")
+    print(f"{r['fwd_kernel']:9} {r.get('bob_ef', '-'):>3} {r.get('ws', '-'):>3} {r.get('pp', '-'):>3} {r.get('det', '-'):>3} {r['N']:>6} {r['d']:>4} {r['fwd_ms']:8.3f} {r['fwd_TFLOPs']:7.1f} {r['fwdbwd_ms']:8.3f} {r['bob_ms']:8.2f} {r['chain_ms']:9.2f}")
 PY

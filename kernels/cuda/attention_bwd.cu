@@ -567,12 +567,13 @@ __device__ __forceinline__ void dq_rows(Sweep& sw, const Params<T>& p, int64_t h
 // [first, end) (not empty) are computed, the others only take their turn. The callables:
 // scores(t) / outputs(t) issue and commit tile t's score / output products; fence_scores() and
 // fence_acc() fence the score and accumulator registers; coefficients(t) is tile t's elementwise
-// work on its scores, to_frags() turns them into the A fragments of the output products.
+// work on its scores, to_frags(t) turns them into the A fragments of the output products, done(t)
+// runs once tile t's output products are complete (and the tile released).
 template <typename Sweep, typename Scores, typename Outputs, typename FenceScores, typename FenceAcc,
-          typename Coefficients, typename ToFrags>
+          typename Coefficients, typename ToFrags, typename Done>
 __device__ __forceinline__ void pipelined_tiles(Sweep& sw, int lo, int first, int end, int hi, Scores&& scores,
                                                 Outputs&& outputs, FenceScores&& fence_scores, FenceAcc&& fence_acc,
-                                                Coefficients&& coefficients, ToFrags&& to_frags) {
+                                                Coefficients&& coefficients, ToFrags&& to_frags, Done&& done) {
   for (int t = lo; t < first; ++t) {
     sw.begin_tile(t);
     sw.skip_turns(1);
@@ -585,7 +586,7 @@ __device__ __forceinline__ void pipelined_tiles(Sweep& sw, int lo, int first, in
   wgmma_wait<0>();
   fence_scores();
   coefficients(first);
-  to_frags();
+  to_frags(first);
   for (int t = first; t + 1 < end; ++t) {
     sw.begin_tile(t + 1);
     fence_acc();
@@ -599,7 +600,8 @@ __device__ __forceinline__ void pipelined_tiles(Sweep& sw, int lo, int first, in
     wgmma_wait<0>();
     fence_acc();
     sw.end_tile(t);
-    to_frags();
+    to_frags(t + 1);
+    done(t);
   }
   fence_acc();
   sw.turn_begin();
@@ -608,6 +610,7 @@ __device__ __forceinline__ void pipelined_tiles(Sweep& sw, int lo, int first, in
   wgmma_wait<0>();
   fence_acc();
   sw.end_tile(end - 1);
+  done(end - 1);
   for (int t = end; t < hi; ++t) {
     sw.begin_tile(t);
     sw.skip_turns(1);
@@ -643,10 +646,11 @@ __device__ __forceinline__ void dkdv_rows_pipelined(Sweep& sw, const Own& own, c
         wgmma_fence_regs(dV);
       },
       [&](int qt) { dkdv_coef<kBN>(st, dpt, p, sw.tiles(qt), qt * kBN, j0, jw, sl2, lane); },
-      [&] {
+      [&](int) {
         tile_to_a_frags<T, kBN>(pa, st);
         tile_to_a_frags<T, kBN>(dsa, dpt);
-      });
+      },
+      [](int) {});
 
   const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
   store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, dK, scale, jw, p.N, lane);
@@ -678,10 +682,163 @@ __device__ __forceinline__ void dq_rows_pipelined(Sweep& sw, const Params<T>& p,
       },
       [&] { wgmma_fence_regs(dQ); },
       [&](int kb) { dq_coef<kBN>(s, dp, p, kb * kBN, i0, iw, L2, D, sl2, lane); },
-      [&] { tile_to_a_frags<T, kBN>(dsa, dp); });
+      [&](int) { tile_to_a_frags<T, kBN>(dsa, dp); }, [](int) {});
 
   const float scale[2] = {p.scale, p.scale};
   store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, dQ, scale, iw, p.N, lane);
+}
+
+// ---- the fused backward (d = 64; set_attention_deterministic(false)): dK, dV and dQ in one key
+// sweep, 5 products per tile instead of the 4 + 3 of the two sweeps (the dQ sweep recomputes S and
+// dP). The dQ of a query tile is a sum over every key block, so the blocks add their parts into an
+// f32 buffer by the copy engine's reductions, in an order that is not fixed: dQ is not bitwise
+// reproducible (dK and dV are, and equal those of the two-sweep backward).
+//
+// Per query tile t of 64 queries, one consumer of the block (the owner, t's parity) computes the
+// block's part of dQ as dQᵀ (64 x 64) = Kᵀ (64 x 128 keys) · dSᵀ (128 keys x 64 queries), both
+// MN-major in shared memory: both consumers store their dSᵀ (64 keys each) in the owner's dSᵀ
+// tile, the owner adds the product to its output products of t, stages the f32 result in shared
+// memory and hands it to the copy engine (one 16 KB reduction per tile and block, half of what
+// each consumer adding its own 64 keys would send). Named barriers (1, 2: ping-pong):
+//   3 + o  the dSᵀ tile of owner o is complete (owner syncs, the other arrives; 256 threads)
+//   5 + o  owner o's product of tile t - 2 is done, its dSᵀ tile may be rewritten (the reverse)
+//   7 + w  consumer w's 128 threads around its staging tile
+// The f32 buffer holds each tile's 64 x 64 values in the accumulator's register order
+// (dq_acc_index), so the staging stores are whole 512-byte rows; dq_from_acc_kernel reorders and
+// scales them.
+// Shared memory after the key sweep's: the block's K and V rows (128 x 64 each; K is also the A
+// operand Kᵀ of the dQ products, read MN-major), the two owners' dSᵀ tiles, the two staging tiles.
+struct FusedBwdSmem {
+  static constexpr size_t kOwnElems = 128 * 64;  // K, V (bf16/f16)
+  static constexpr size_t kDsElems = 128 * 64;   // one owner's dSᵀ tile
+  static constexpr size_t kStageFloats = 64 * 64;
+  static constexpr size_t kBytes = (2 * kOwnElems + 2 * kDsElems) * 2 + 2 * kStageFloats * sizeof(float);
+};
+// Position in a tile of the f32 buffer of the value d[j][e] of lane `lane` of warp `warp`.
+__host__ __device__ constexpr int dq_acc_index(int j, int warp, int lane, int e) {
+  return ((j * 4 + warp) * 32 + lane) * 4 + e;
+}
+
+// dK, dV of the keys [j0, j0 + 64) of consumer w, and the block's parts of dQ (extra: the shared
+// memory of FusedBwdSmem; dq_acc: the f32 buffer, cdiv(N, 64) tiles per head).
+template <typename T, typename Sweep, typename Own>
+__device__ __forceinline__ void dkdv_dq_rows_fused(Sweep& sw, const Own& own, const Params<T>& p, int64_t head,
+                                                   int j0, int q_begin, int num_q_tiles, int tid,
+                                                   unsigned char* extra, float* dq_acc) {
+  constexpr int kD = 64, kBN = HopperBwdWsConfig::kBlockN;
+  const int w = static_cast<int>(threadIdx.x) / 128 - 1;
+  const int warp = tid / 32, lane = tid % 32, g = lane / 4, c = 2 * (lane % 4);
+  const int jw = j0 + 16 * warp;
+  const float sl2 = p.scale * kLog2e;
+  T* sK = reinterpret_cast<T*>(extra);  // [128 keys x 64], swizzled (V follows)
+  T* ds = sK + 2 * FusedBwdSmem::kOwnElems;  // [owner][128 keys x 64 queries], swizzled
+  float* stage = reinterpret_cast<float*>(ds + 2 * FusedBwdSmem::kDsElems) + w * FusedBwdSmem::kStageFloats;
+  float* dq_head = dq_acc + (head / p.N) * static_cast<int64_t>(cdiv(p.N, 64)) * 4096;
+  auto owner = [&](int qt) { return (qt - q_begin) & 1; };
+
+  float dK[kD / 8][4], dV[kD / 8][4], dQt[8][4];
+  zero(dK);
+  zero(dV);
+  zero(dQt);
+  float st[kBN / 8][4], dpt[kBN / 8][4];
+  uint32_t pa[kBN / 16][4], dsa[kBN / 16][4];
+  // Causal: every tile from the block's first is computed by both consumers (a tile before a
+  // consumer's keys gives dSᵀ = 0 there), so the owner's dSᵀ tile is always whole.
+  pipelined_tiles(
+      sw, q_begin, q_begin, num_q_tiles, num_q_tiles,
+      [&](int qt) { issue_dkdv_scores<T, kD, kBN>(st, dpt, own, sw.tiles(qt)); },
+      [&](int qt) {
+        // each branch one whole group (a branch inside a group makes ptxas wait after every product)
+        const QueryTiles t = sw.tiles(qt);
+        if (owner(qt) == w) {  // and dQᵀ = Kᵀ · dSᵀ over the block's 128 keys, 16 at a time
+          const uint64_t dk = make_desc_sw128(sK), dd = make_desc_sw128(ds + w * FusedBwdSmem::kDsElems);
+          wgmma_fence();
+          wgmma_coef_product<T, kD, kBN>(dV, pa, t.dO);
+          wgmma_coef_product<T, kD, kBN>(dK, dsa, t.Q);
+#pragma unroll
+          for (int q = 0; q < 8; ++q) wgmma_ss_mn<T, 64>(dQt, dk + mn_major_step(q, 0, 128), dd + mn_major_step(q, 0, 128), true);
+          wgmma_commit();
+        } else {
+          issue_dkdv_outputs<T, kD, kBN>(dK, dV, pa, dsa, t);
+        }
+      },
+      [&] {
+        wgmma_fence_regs(st);
+        wgmma_fence_regs(dpt);
+      },
+      [&] {
+        wgmma_fence_regs(dK);
+        wgmma_fence_regs(dV);
+        wgmma_fence_regs(dQt);
+      },
+      [&](int qt) { dkdv_coef<kBN>(st, dpt, p, sw.tiles(qt), qt * kBN, j0, jw, sl2, lane); },
+      [&](int qt) {
+        tile_to_a_frags<T, kBN>(pa, st);
+        tile_to_a_frags<T, kBN>(dsa, dpt);
+        // this consumer's dSᵀ rows into the owner's tile, once the owner's product of qt - 2 is done
+        const int o = owner(qt);
+        if (o != w && qt - q_begin >= 2) named_bar_sync(5 + o, 256);
+        T* dst = ds + o * FusedBwdSmem::kDsElems;
+#pragma unroll
+        for (int q = 0; q < kBN / 16; ++q)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int row = 64 * w + 16 * warp + g + 8 * (r & 1), col = 16 * q + c + 8 * (r >> 1);
+            *reinterpret_cast<uint32_t*>(dst + swz_offset<128>(row, col)) = dsa[q][r];
+          }
+        fence_proxy_async();
+        if (o == w)
+          named_bar_sync(3 + o, 256);  // and the other consumer's
+        else
+          named_bar_arrive(3 + o, 256);
+      },
+      [&](int qt) {
+        if (owner(qt) != w) return;
+        if (tid == 0) bulk_wait_read<0>();  // the reduction of qt - 2 has read the staging tile
+        named_bar_sync(7 + w, 128);
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          *reinterpret_cast<float4*>(stage + dq_acc_index(j, warp, lane, 0)) =
+              make_float4(dQt[j][0], dQt[j][1], dQt[j][2], dQt[j][3]);
+        fence_proxy_async();
+        named_bar_sync(7 + w, 128);
+        if (tid == 0) {
+          bulk_reduce_add_f32(dq_head + static_cast<int64_t>(qt) * 4096, stage, 4096 * sizeof(float));
+          bulk_commit();
+        }
+        zero(dQt);
+        if (qt + 2 < num_q_tiles) named_bar_arrive(5 + w, 256);
+      });
+  if (tid == 0) bulk_wait<0>();
+
+  const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
+  store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, dK, scale, jw, p.N, lane);
+  store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, dV, one, jw, p.N, lane);
+}
+
+// dQ = scale · the f32 buffer of the fused backward, one block per (head, query tile): the tile's
+// values in register order are put back into rows in shared memory, then written row by row.
+template <typename T>
+__global__ void __launch_bounds__(256) dq_from_acc_kernel(const float* acc, T* dQ, int N, float scale) {
+  __shared__ float s[64][65];  // [query][column]
+  const int tiles = cdiv(N, 64), qt = static_cast<int>(blockIdx.x % tiles);
+  const int64_t bh = blockIdx.x / tiles;
+  const float4* a = reinterpret_cast<const float4*>(acc + static_cast<int64_t>(blockIdx.x) * 4096);
+  for (int f = threadIdx.x; f < 1024; f += 256) {
+    const float4 v = a[f];
+    const int j = f / 128, warp = (f / 32) % 4, lane = f % 32;
+    const int q = 8 * j + 2 * (lane % 4), col = 16 * warp + lane / 4;  // d[j][e]: column q + e % 2, row col + 8·(e / 2) of dQᵀ
+    s[q][col] = v.x;
+    s[q + 1][col] = v.y;
+    s[q][col + 8] = v.z;
+    s[q + 1][col + 8] = v.w;
+  }
+  __syncthreads();
+  for (int f = threadIdx.x; f < 64 * 32; f += 256) {
+    const int q = f / 32, col = 2 * (f % 32), i = qt * 64 + q;
+    if (i < N)
+      *reinterpret_cast<uint32_t*>(dQ + (bh * N + i) * 64 + col) = Elem<T>::pack(scale * s[q][col], scale * s[q][col + 1]);
+  }
 }
 
 // One warpgroup per block of 64 key rows.
@@ -744,6 +901,27 @@ __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
+// The fused backward (d = 64), warp-specialised like attention_bwd_dkdv_ws_kernel, with the shared
+// memory of FusedBwdSmem after the key sweep's.
+template <typename T>
+__global__ void __launch_bounds__(384, 1)
+    attention_bwd_fused_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps, float* dq_acc) {
+#if defined(GG_WGMMA_AVAILABLE)
+  using Cfg = HopperBwdWsConfig;
+  using Sweep = HopperKeySweepWs<T, 64, Cfg::kBlockN, Cfg::kStages>;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* extra = smem_raw + (Sweep::kSmem + 1023) / 1024 * 1024;
+  key_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, true>(
+      smem_raw, p, maps, [](const Params<T>&) { return bwd_present(); },
+      [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
+        dkdv_dq_rows_fused<T>(sw, own, p, head, j0, q_begin, n, tid, extra, dq_acc);
+      },
+      reinterpret_cast<T*>(extra));
+#else
+  __trap();  // launched only where sm_90a code was built and the device is 9.x
+#endif
+}
+
 // ------------------------------------------------------------------------ launchers
 
 template <typename T, int kD>
@@ -770,6 +948,21 @@ template <typename T, int kD>
 void launch_bwd_wgmma(const Params<T>& p) {
   using Cfg = HopperBwdConfig<kD>;
   constexpr int kBN = Cfg::kBlockN;
+  if (kD == 64 && attention_ws_enabled() && !attention_deterministic()) {
+    using Sweep = HopperKeySweepWs<T, 64, kBN, HopperBwdWsConfig::kStages>;
+    const int tiles = cdiv(p.N, 64);
+    Scratch acc(static_cast<size_t>(p.BH) * tiles * 4096 * sizeof(float));
+    CUDA_CHECK(cudaMemsetAsync(acc.as<float>(), 0, acc.bytes(), cuda_stream()));
+    const size_t smem = (Sweep::kSmem + 1023) / 1024 * 1024 + FusedBwdSmem::kBytes;
+    auto kernel = attention_bwd_fused_ws_kernel<T>;
+    set_smem(kernel, smem);
+    kernel<<<grid_x(p.BH, cdiv(p.N, 128)), 384, smem, cuda_stream()>>>(
+        p, with_ping_pong(make_sweep_maps(p, kD, kBN, 0), kPingPongBwdFused), acc.as<float>());
+    CUDA_CHECK_LAUNCH();
+    dq_from_acc_kernel<T><<<grid_x(p.BH, tiles), 256, 0, cuda_stream()>>>(acc.as<float>(), p.out0, p.N, p.scale);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   if (kD == 64 && attention_ws_enabled()) {
     const SweepMaps maps = make_sweep_maps(p, kD, kBN, kBN);  // dK dV: query tiles; dQ: key tiles
     const unsigned grid = grid_x(p.BH, cdiv(p.N, 128));

@@ -163,7 +163,8 @@ __device__ __forceinline__ BlockCoord block_coord(int blocks_per_head) {
   return c;
 }
 
-// Scratch (BH, N) row scalars from the stream-ordered allocator; freed (stream-ordered) on scope exit.
+// Scratch memory (row scalars, the fused backward's f32 dQ buffer) from the stream-ordered
+// allocator; freed (stream-ordered) on scope exit.
 class Scratch {
  public:
   explicit Scratch(size_t nbytes) : nbytes_(nbytes), device_(current_device()), ptr_(allocate(nbytes, device_)) {}
@@ -172,6 +173,7 @@ class Scratch {
   Scratch& operator=(const Scratch&) = delete;
   template <typename U>
   U* as() const { return static_cast<U*>(ptr_); }
+  size_t bytes() const { return nbytes_; }
 
  private:
   size_t nbytes_;

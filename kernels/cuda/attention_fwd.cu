@@ -669,6 +669,10 @@ int g_ping_pong_mask = [] {
   const char* env = std::getenv("GG_ATTENTION_PINGPONG");
   return env == nullptr || *env == '\0' ? kPingPongFwd | kPingPongDkdv | kPingPongDq : std::atoi(env) & kPingPongAll;
 }();
+bool g_deterministic = [] {
+  const char* env = std::getenv("GG_ATTENTION_DETERMINISTIC");
+  return env == nullptr || std::string(env) != "0";
+}();
 int g_bob_ef_mode = [] {
   const char* env = std::getenv("GG_ATTENTION_BOB_EF");
   if (env == nullptr) return -1;
@@ -683,6 +687,8 @@ void set_attention_ping_pong(int mask) { g_ping_pong_mask = mask & kPingPongAll;
 int attention_ping_pong_mask() { return g_ping_pong_mask; }
 void set_attention_bob_ef_mode(int mode) { g_bob_ef_mode = mode < 0 ? -1 : mode > 0 ? 1 : 0; }
 int attention_bob_ef_mode() { return g_bob_ef_mode; }
+void set_attention_deterministic(bool deterministic) { g_deterministic = deterministic; }
+bool attention_deterministic() { return g_deterministic; }
 bool attention_wgmma_enabled() { return g_wgmma_enabled; }
 
 int compute_capability_major() {

@@ -513,11 +513,34 @@ __device__ __forceinline__ void key_sweep_block(unsigned char* smem, const Param
   rows(sw, sw.own, head, j0, q_begin, num_q_tiles, static_cast<int>(threadIdx.x));
 }
 
-// Warp-specialised, blocks of 128 key rows (384 threads), own rows in registers: in each consumer
-// warpgroup, rows(sw, own, head, its first key, q_begin, num_q_tiles, tid of 128).
-template <typename T, int kD, int kBN, int kStages, int kProducerRegs, int kConsumerRegs, typename PresentOf, typename Rows>
+// Rows [j0, j0 + 64) of K and V (d = 64) into the 64-row swizzled tiles sK and sV, by the 128
+// threads of one warpgroup (tid), made visible to wgmma for this warpgroup (barrier `bar`, 128
+// threads); rows at or past N are zero.
+template <typename T>
+__device__ __forceinline__ void load_own_key_rows(T* sK, T* sV, const Params<T>& p, int64_t hd, int j0, int tid,
+                                                  int bar) {
+  for (int v = tid; v < 64 * 8; v += 128) {
+    const int r = v / 8, c = (v % 8) * 8;
+    const bool ok = j0 + r < p.N;
+    const int64_t g = hd + static_cast<int64_t>(ok ? j0 + r : 0) * 64 + c;
+    cp_async16(sK + swz_offset<64>(r, c), p.K + g, ok);
+    cp_async16(sV + swz_offset<64>(r, c), p.V + g, ok);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  fence_proxy_async();
+  named_bar_sync(bar, 128);
+}
+
+// Warp-specialised, blocks of 128 key rows (384 threads), own rows in registers (OwnKeyFrags), or
+// with kOwnInSmem in shared memory at own_smem (d = 64; OwnKeyTiles of K and V, each a tile of 128
+// swizzled rows of which consumer w copies rows [64·w, 64·w + 64) by load_own_key_rows, barrier
+// 7 + w): in each consumer warpgroup, rows(sw, own, head, its first key, q_begin, num_q_tiles, tid
+// of 128).
+template <typename T, int kD, int kBN, int kStages, int kProducerRegs, int kConsumerRegs, bool kOwnInSmem = false,
+          typename PresentOf, typename Rows>
 __device__ __forceinline__ void key_sweep_ws_block(unsigned char* smem, const Params<T>& p, const SweepMaps& maps,
-                                                   PresentOf present_of, Rows&& rows) {
+                                                   PresentOf present_of, Rows&& rows, T* own_smem = nullptr) {
   const BlockCoord bc = block_coord(cdiv(p.N, 128));
   const int j0 = bc.blk * 128;
   const int64_t head = bc.bh * p.N;
@@ -534,10 +557,19 @@ __device__ __forceinline__ void key_sweep_ws_block(unsigned char* smem, const Pa
   } else {
     setmaxnreg_inc<kConsumerRegs>();
     const int tid = threadIdx.x % 128, jc = j0 + 64 * (wg - 1);
-    OwnKeyFrags<kD> own;
-    own.load(p, sw.c, head * kD, jc + 16 * (tid / 32), tid % 32);
     sw.ping_pong_open(wg - 1, maps.ping_pong != 0);
-    rows(sw, own, head, jc, q_begin, num_q_tiles, tid);
+    if constexpr (kOwnInSmem) {
+      static_assert(kD == 64, "own rows in shared memory: d = 64");
+      T* sK = own_smem + (wg - 1) * 64 * 64;
+      T* sV = own_smem + 128 * 64 + (wg - 1) * 64 * 64;
+      load_own_key_rows<T>(sK, sV, p, head * kD, jc, tid, 7 + (wg - 1));
+      const OwnKeyTiles own{make_desc_sw128(sK), make_desc_sw128(sV), 0, 0};
+      rows(sw, own, head, jc, q_begin, num_q_tiles, tid);
+    } else {
+      OwnKeyFrags<kD> own;
+      own.load(p, sw.c, head * kD, jc + 16 * (tid / 32), tid % 32);
+      rows(sw, own, head, jc, q_begin, num_q_tiles, tid);
+    }
     sw.ping_pong_close();
   }
 }

@@ -53,10 +53,18 @@ enum PingPongKernels : int {
   kPingPongBobPass1 = 8,   // BoB split pass 1, or E/F pass 0
   kPingPongBobEF1 = 16,    // BoB E/F pass 1
   kPingPongBobPass2 = 32,  // BoB pass 2
-  kPingPongAll = 63,
+  kPingPongBwdFused = 64,  // the fused backward (set_attention_deterministic(false))
+  kPingPongAll = 127,
 };
 void set_attention_ping_pong(int mask);
 int attention_ping_pong_mask();
+// Whether every attention kernel must be bitwise reproducible (the default). Off, the Hopper
+// backward at d = 64 (warp-specialised) computes dK, dV and dQ in one sweep and adds each key
+// block's part of dQ into an f32 buffer by atomic reductions, whose order varies from run to run
+// (dQ may differ in its last bits; dK, dV do not); the BoB stays deterministic either way.
+// GG_ATTENTION_DETERMINISTIC=0 turns it off at start-up.
+void set_attention_deterministic(bool deterministic);
+bool attention_deterministic();
 // Pass-1 schedule of the Hopper BoB: -1 (default) picks as measured (E and F first at d = 128,
 // and at d = 64 with the warp-specialised kernels on; else the split pass 1); 0 always the split
 // pass 1; 1 always E and F first. GG_ATTENTION_BOB_EF=0 or 1 sets it at start-up. For tests and

@@ -401,6 +401,15 @@ struct WsMode {
   bool was;
 };
 
+// Whether bitwise reproducibility is required, for one scope (off, the fused backward may run; kernels.h).
+struct DeterministicMode {
+  explicit DeterministicMode(bool on) : was(kernels::cuda::attention_deterministic()) {
+    kernels::cuda::set_attention_deterministic(on);
+  }
+  ~DeterministicMode() { kernels::cuda::set_attention_deterministic(was); }
+  bool was;
+};
+
 // Forces a pass-1 schedule of the Hopper BoB (kernels.h: -1 default, 0 split, 1 E/F first).
 struct BobEfMode {
   explicit BobEfMode(int mode) { kernels::cuda::set_attention_bob_ef_mode(mode); }
@@ -421,6 +430,10 @@ TEST(CudaAttention, PoisonedOutputs) {
       BobEfMode ef(0);
       WsMode ws(false);
       check_poisoned(DType::f16, 77, 128, causal);
+    }
+    {  // the fused backward (nondeterministic dQ), Hopper at d = 64
+      DeterministicMode nd(false);
+      check_poisoned(DType::bf16, 77, 64, causal);
     }
     check_poisoned(DType::bf16, 77, 80, causal);   // generic, f32 arithmetic, two column slices
     check_poisoned(DType::f32, 77, 32, causal);    // generic
@@ -653,6 +666,52 @@ TEST(CudaAttention, HopperForwardPoisonedAndDeterministic) {
       }
       EXPECT_EQ(runs[0], runs[1]) << "d=" << d << " causal=" << causal;
     }
+}
+
+// The fused backward (kernels.h: set_attention_deterministic(false); Hopper, d = 64, warp-
+// specialised): dK and dV bitwise equal to the two-sweep backward's, dQ against the CPU f64
+// reference within 2 x the two-sweep backward's error (or the rounding floor), with ping-pong off
+// (the default) and on, causal and not, N from one tile to past several blocks.
+
+
+// O, L and the backward's (dQ, dK, dV) of the fused ops.
+std::vector<Values> run_backward(const Inputs& in, DType dtype, Device device, bool causal) {
+  auto t = [&](const Values& v) { return from_vector(v, in.shape, dtype, device); };
+  const AttentionOptions o{std::nullopt, causal};
+  Tensor q = t(in.Q), k = t(in.K), v = t(in.V), dO = t(in.dO);
+  AttentionForward f = attention_forward(q, k, v, o);
+  std::vector<Values> r;
+  for (const Tensor& g : attention_backward(q, k, v, f.O, f.L, dO, o)) r.push_back(g.to_vector<double>());
+  return r;
+}
+
+TEST(CudaAttention, HopperFusedBackward) {
+  GG_REQUIRE_HOPPER_OR_SKIP();
+  WsMode ws(true);
+  for (bool f16 : {false, true})
+    for (int64_t N : {1, 77, 333, 1000})
+      for (bool causal : {false, true}) {
+        const DType dtype = dtype_of(f16);
+        const Inputs in = make_inputs(2, 3, N, 64, 9700 + N + causal, dtype);
+        const std::string what = case_name(dtype, in, causal);
+        const std::vector<Values> ref = run_backward(in, DType::f64, Device::cpu(), causal);
+        const std::vector<Values> two = run_backward(in, dtype, kGpu, causal);
+        const double scale = family_scale(ref);
+        const double err_two = rel_err(two[0], ref[0], scale);
+        for (int mask : {0, int(kernels::cuda::kPingPongBwdFused)}) {
+          PingPongMode pp(mask);
+          DeterministicMode nd(false);
+          const std::vector<Values> fused = run_backward(in, dtype, kGpu, causal);
+          const std::string w = what + " pp=" + std::to_string(mask);
+          ASSERT_TRUE(all_finite(fused[0])) << w << " dQ";
+          const double err = rel_err(fused[0], ref[0], scale);
+          if (verbose()) std::printf("  %-50s dQ fused %.3g two sweeps %.3g\n", w.c_str(), err, err_two);
+          EXPECT_LE(err, std::max(2 * err_two, low_precision_floor(dtype))) << w << " dQ: fused " << err
+                                                                           << ", two sweeps " << err_two;
+          EXPECT_EQ(fused[1], two[1]) << w << " dK";
+          EXPECT_EQ(fused[2], two[2]) << w << " dV";
+        }
+      }
 }
 
 // ------------------------------------------------------------------------ determinism
