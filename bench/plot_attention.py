@@ -9,7 +9,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from table_attention import TRITON, load  # noqa: E402
 
 src, png = sys.argv[1], sys.argv[2]
-lines, torch_lines = load(src)
+lines, _, torch_lines = load(src)
 ours = {n: (r["fwd_ms"], r["fwdbwd_ms"], r["chain_ms"]) for (d, c, n), r in lines.items() if d == 64 and not c}
 sdpa = {n: (r["sdpa_fwd_ms"], r["sdpa_fwdbwd_ms"]) for (d, c, n), r in torch_lines.items() if d == 64 and not c}
 torch_chain = {n: r["chain_ms"] for (d, c, n), r in torch_lines.items() if d == 64 and not c and "chain_ms" in r}

@@ -14,16 +14,20 @@ TRITON = {4096: 3.33, 8192: 9.63, 16384: 36.8}
 
 
 def load(path):
-    """Our lines and PyTorch's from a results file, each keyed by (d, causal, N)."""
-    ours, torch = {}, {}
+    """Our lines (deterministic, and with the fused backward) and PyTorch's from a results file,
+    each keyed by (d, causal, N)."""
+    ours, nondet, torch = {}, {}, {}
     for line in open(path):
         r = json.loads(line)
         key = (r.get("d"), bool(r.get("causal")), r.get("N"))
         if r.get("impl") == "gradgrad" and "chain_ms" in r and "fwd_ms" in r:
-            ours[key] = r
+            if r.get("deterministic", True):
+                ours[key] = r
+            else:
+                nondet[key] = r
         elif "sdpa_fwd_ms" in r:
             torch[key] = r
-    return ours, torch
+    return ours, nondet, torch
 
 
 def ms(x):
@@ -35,10 +39,10 @@ def ratio(a, b):
 
 
 def main(path, fallback=None):
-    ours, torch = load(path)
+    ours, nondet, torch = load(path)
     borrowed = set()
     if fallback:
-        for key, r in load(fallback)[1].items():
+        for key, r in load(fallback)[2].items():
             if key not in torch:
                 torch[key] = r
                 borrowed.add(key)
@@ -70,6 +74,22 @@ def main(path, fallback=None):
                           f"{o['fwd_TFLOPs']:.0f} / {o['bwd_TFLOPs']:.0f} / {o['bob_TFLOPs']:.0f}"]
                 print("| " + " | ".join(cells) + " |")
             print()
+            rows = sorted(n for (dd, c, n) in nondet if dd == d and c == causal)
+            if rows:
+                print(f"With the fused backward (`GG_ATTENTION_DETERMINISTIC=0`: dQ added atomically, not bitwise "
+                      f"reproducible), same run:\n")
+                head = ["N", "fwd+bwd", "SDPA fwd+bwd", "ratio", "chain"] + (["Triton chain (issue)", "ratio"] if triton else [])
+                print("| " + " | ".join(head) + " |")
+                print("|" + "|".join(["---:"] * len(head)) + "|")
+                for n in rows:
+                    o, t = nondet[(d, causal, n)], torch.get((d, causal, n), {})
+                    cells = [str(n), ms(o["fwdbwd_ms"]), ms(t.get("sdpa_fwdbwd_ms")),
+                             ratio(o["fwdbwd_ms"], t.get("sdpa_fwdbwd_ms")), ms(o["chain_ms"])]
+                    if triton:
+                        tr = TRITON.get(n)
+                        cells += [ms(tr), f"**{o['chain_ms'] / tr:.2f}×**" if tr else "—"]
+                    print("| " + " | ".join(cells) + " |")
+                print()
 
 
 if __name__ == "__main__":

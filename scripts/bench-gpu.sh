@@ -52,7 +52,8 @@ if [[ "$what" == *" ab "* ]]; then
 fi
 if want attention; then
   # GG_BENCH_CONFIGS: "d:mask" pairs (mask "" or "causal"); the default is all four. Each runs our
-  # benchmark, then the anchor, so a configuration's lines are always side by side in one run.
+  # benchmark, then the anchor, so a configuration's lines are always side by side in one run;
+  # those in GG_BENCH_NONDET (default "64:") then ours once more with the fused backward.
   sizes="${GG_BENCH_N:-1024,4096,8192,16384,32768}"
   for cfg in ${GG_BENCH_CONFIGS:-64: 64:causal 128: 128:causal}; do
     d=${cfg%%:*} c=${cfg##*:}
@@ -61,6 +62,11 @@ if want attention; then
       >>"$results" 2>>"$OUT/bench_attention_gpu.err"
     PYTHONUNBUFFERED=1 python3 "$anchor" --n "$sizes" --d "$d" --heads 16 $c \
       >>"$results" 2>>"$OUT/torch_attention.err"
+    # the fused backward (nondeterministic dQ, kernels.h) in the configurations of GG_BENCH_NONDET
+    if [[ " ${GG_BENCH_NONDET-64:} " == *" $cfg "* ]]; then
+      GG_ATTENTION_DETERMINISTIC=0 "$BUILD/bench/bench_attention_gpu" --n "$sizes" --d "$d" --heads 16 $c \
+        >>"$results" 2>>"$OUT/bench_attention_gpu.err"
+    fi
   done
 fi
 if want long; then

@@ -563,17 +563,27 @@ __device__ __forceinline__ void dq_rows(Sweep& sw, const Params<T>& p, int64_t h
 // elementwise work of tile t + 1 runs while the output products are on the tensor cores. Tiles a
 // warpgroup skips (causal) are still taken and released, with their turn.
 
-// The tile loop of both: tiles [lo, hi) of the sweep are taken and released in order; those in
-// [first, end) (not empty) are computed, the others only take their turn. The callables:
+// The tile loop of all three: tiles [lo, hi) of the sweep are taken and released in order; those
+// in [first, end) (not empty) are computed, the others only take their turn. The callables:
 // scores(t) / outputs(t) issue and commit tile t's score / output products; fence_scores() and
 // fence_acc() fence the score and accumulator registers; coefficients(t) is tile t's elementwise
 // work on its scores, to_frags(t) turns them into the A fragments of the output products, done(t)
-// runs once tile t's output products are complete (and the tile released).
+// runs once tile t's output products are complete (and the tile released). With a late group
+// (late(t) issues and commits one more group after outputs(t), reading no register A fragments and
+// no part of the tile; fence_late() fences its accumulators), to_frags(t + 1) runs while it is on
+// the tensor cores and done(t) once it is complete too.
+struct NoLateGroup {
+  __device__ void operator()(int) const {}
+  __device__ void operator()() const {}
+};
 template <typename Sweep, typename Scores, typename Outputs, typename FenceScores, typename FenceAcc,
-          typename Coefficients, typename ToFrags, typename Done>
+          typename Coefficients, typename ToFrags, typename Done, typename Late = NoLateGroup,
+          typename FenceLate = NoLateGroup>
 __device__ __forceinline__ void pipelined_tiles(Sweep& sw, int lo, int first, int end, int hi, Scores&& scores,
                                                 Outputs&& outputs, FenceScores&& fence_scores, FenceAcc&& fence_acc,
-                                                Coefficients&& coefficients, ToFrags&& to_frags, Done&& done) {
+                                                Coefficients&& coefficients, ToFrags&& to_frags, Done&& done,
+                                                Late&& late = {}, FenceLate&& fence_late = {}) {
+  constexpr bool kLate = !std::is_same_v<std::decay_t<Late>, NoLateGroup>;
   for (int t = lo; t < first; ++t) {
     sw.begin_tile(t);
     sw.skip_turns(1);
@@ -590,25 +600,34 @@ __device__ __forceinline__ void pipelined_tiles(Sweep& sw, int lo, int first, in
   for (int t = first; t + 1 < end; ++t) {
     sw.begin_tile(t + 1);
     fence_acc();
+    fence_late();
     sw.turn_begin();
     scores(t + 1);
     outputs(t);
+    late(t);
     sw.turn_end();
-    wgmma_wait<1>();  // the scores of t + 1 (groups complete in order)
+    wgmma_wait<kLate ? 2 : 1>();  // the scores of t + 1 (groups complete in order)
     fence_scores();
     coefficients(t + 1);
-    wgmma_wait<0>();
+    wgmma_wait<kLate ? 1 : 0>();
     fence_acc();
     sw.end_tile(t);
     to_frags(t + 1);
+    if constexpr (kLate) {
+      wgmma_wait<0>();
+      fence_late();
+    }
     done(t);
   }
   fence_acc();
+  fence_late();
   sw.turn_begin();
   outputs(end - 1);
+  late(end - 1);
   sw.turn_end();
   wgmma_wait<0>();
   fence_acc();
+  fence_late();
   sw.end_tile(end - 1);
   done(end - 1);
   for (int t = end; t < hi; ++t) {
@@ -691,28 +710,27 @@ __device__ __forceinline__ void dq_rows_pipelined(Sweep& sw, const Params<T>& p,
 // ---- the fused backward (d = 64; set_attention_deterministic(false)): dK, dV and dQ in one key
 // sweep, 5 products per tile instead of the 4 + 3 of the two sweeps (the dQ sweep recomputes S and
 // dP). The dQ of a query tile is a sum over every key block, so the blocks add their parts into an
-// f32 buffer by the copy engine's reductions, in an order that is not fixed: dQ is not bitwise
-// reproducible (dK and dV are, and equal those of the two-sweep backward).
+// f32 buffer by atomic additions, in an order that is not fixed: dQ is not bitwise reproducible
+// (dK and dV are, and equal those of the two-sweep backward).
 //
 // Per query tile t of 64 queries, one consumer of the block (the owner, t's parity) computes the
 // block's part of dQ as dQᵀ (64 x 64) = Kᵀ (64 x 128 keys) · dSᵀ (128 keys x 64 queries), both
-// MN-major in shared memory: both consumers store their dSᵀ (64 keys each) in the owner's dSᵀ
-// tile, the owner adds the product to its output products of t, stages the f32 result in shared
-// memory and hands it to the copy engine (one 16 KB reduction per tile and block, half of what
-// each consumer adding its own 64 keys would send). Named barriers (1, 2: ping-pong):
+// MN-major in shared memory: both consumers store their dSᵀ rows (64 keys each) in the owner's
+// dSᵀ tile, the owner issues the product as a late group (pipelined_tiles) and adds the result to
+// the buffer (16-byte atomic additions, 16 KB per tile and block: half of what each consumer
+// adding its own 64 keys sends, which measured no faster with the L2 twice as busy). Named
+// barriers (1, 2: ping-pong; 7 + w: the own rows' copy):
 //   3 + o  the dSᵀ tile of owner o is complete (owner syncs, the other arrives; 256 threads)
 //   5 + o  owner o's product of tile t - 2 is done, its dSᵀ tile may be rewritten (the reverse)
-//   7 + w  consumer w's 128 threads around its staging tile
 // The f32 buffer holds each tile's 64 x 64 values in the accumulator's register order
-// (dq_acc_index), so the staging stores are whole 512-byte rows; dq_from_acc_kernel reorders and
-// scales them.
+// (dq_acc_index), so that a warp's additions cover 512 contiguous bytes; dq_from_acc_kernel
+// reorders and scales them.
 // Shared memory after the key sweep's: the block's K and V rows (128 x 64 each; K is also the A
-// operand Kᵀ of the dQ products, read MN-major), the two owners' dSᵀ tiles, the two staging tiles.
+// operand Kᵀ of the dQ products, read MN-major) and the two owners' dSᵀ tiles.
 struct FusedBwdSmem {
   static constexpr size_t kOwnElems = 128 * 64;  // K, V (bf16/f16)
   static constexpr size_t kDsElems = 128 * 64;   // one owner's dSᵀ tile
-  static constexpr size_t kStageFloats = 64 * 64;
-  static constexpr size_t kBytes = (2 * kOwnElems + 2 * kDsElems) * 2 + 2 * kStageFloats * sizeof(float);
+  static constexpr size_t kBytes = (2 * kOwnElems + 2 * kDsElems) * 2;
 };
 // Position in a tile of the f32 buffer of the value d[j][e] of lane `lane` of warp `warp`.
 __host__ __device__ constexpr int dq_acc_index(int j, int warp, int lane, int e) {
@@ -732,7 +750,6 @@ __device__ __forceinline__ void dkdv_dq_rows_fused(Sweep& sw, const Own& own, co
   const float sl2 = p.scale * kLog2e;
   T* sK = reinterpret_cast<T*>(extra);  // [128 keys x 64], swizzled (V follows)
   T* ds = sK + 2 * FusedBwdSmem::kOwnElems;  // [owner][128 keys x 64 queries], swizzled
-  float* stage = reinterpret_cast<float*>(ds + 2 * FusedBwdSmem::kDsElems) + w * FusedBwdSmem::kStageFloats;
   float* dq_head = dq_acc + (head / p.N) * static_cast<int64_t>(cdiv(p.N, 64)) * 4096;
   auto owner = [&](int qt) { return (qt - q_begin) & 1; };
 
@@ -747,21 +764,7 @@ __device__ __forceinline__ void dkdv_dq_rows_fused(Sweep& sw, const Own& own, co
   pipelined_tiles(
       sw, q_begin, q_begin, num_q_tiles, num_q_tiles,
       [&](int qt) { issue_dkdv_scores<T, kD, kBN>(st, dpt, own, sw.tiles(qt)); },
-      [&](int qt) {
-        // each branch one whole group (a branch inside a group makes ptxas wait after every product)
-        const QueryTiles t = sw.tiles(qt);
-        if (owner(qt) == w) {  // and dQᵀ = Kᵀ · dSᵀ over the block's 128 keys, 16 at a time
-          const uint64_t dk = make_desc_sw128(sK), dd = make_desc_sw128(ds + w * FusedBwdSmem::kDsElems);
-          wgmma_fence();
-          wgmma_coef_product<T, kD, kBN>(dV, pa, t.dO);
-          wgmma_coef_product<T, kD, kBN>(dK, dsa, t.Q);
-#pragma unroll
-          for (int q = 0; q < 8; ++q) wgmma_ss_mn<T, 64>(dQt, dk + mn_major_step(q, 0, 128), dd + mn_major_step(q, 0, 128), true);
-          wgmma_commit();
-        } else {
-          issue_dkdv_outputs<T, kD, kBN>(dK, dV, pa, dsa, t);
-        }
-      },
+      [&](int qt) { issue_dkdv_outputs<T, kD, kBN>(dK, dV, pa, dsa, sw.tiles(qt)); },
       [&] {
         wgmma_fence_regs(st);
         wgmma_fence_regs(dpt);
@@ -769,7 +772,6 @@ __device__ __forceinline__ void dkdv_dq_rows_fused(Sweep& sw, const Own& own, co
       [&] {
         wgmma_fence_regs(dK);
         wgmma_fence_regs(dV);
-        wgmma_fence_regs(dQt);
       },
       [&](int qt) { dkdv_coef<kBN>(st, dpt, p, sw.tiles(qt), qt * kBN, j0, jw, sl2, lane); },
       [&](int qt) {
@@ -794,22 +796,24 @@ __device__ __forceinline__ void dkdv_dq_rows_fused(Sweep& sw, const Own& own, co
       },
       [&](int qt) {
         if (owner(qt) != w) return;
-        if (tid == 0) bulk_wait_read<0>();  // the reduction of qt - 2 has read the staging tile
-        named_bar_sync(7 + w, 128);
+        float* dst = dq_head + static_cast<int64_t>(qt) * 4096;
 #pragma unroll
         for (int j = 0; j < 8; ++j)
-          *reinterpret_cast<float4*>(stage + dq_acc_index(j, warp, lane, 0)) =
-              make_float4(dQt[j][0], dQt[j][1], dQt[j][2], dQt[j][3]);
-        fence_proxy_async();
-        named_bar_sync(7 + w, 128);
-        if (tid == 0) {
-          bulk_reduce_add_f32(dq_head + static_cast<int64_t>(qt) * 4096, stage, 4096 * sizeof(float));
-          bulk_commit();
-        }
+          atomicAdd(reinterpret_cast<float4*>(dst + dq_acc_index(j, warp, lane, 0)),
+                    make_float4(dQt[j][0], dQt[j][1], dQt[j][2], dQt[j][3]));
         zero(dQt);
         if (qt + 2 < num_q_tiles) named_bar_arrive(5 + w, 256);
-      });
-  if (tid == 0) bulk_wait<0>();
+      },
+      [&](int qt) {  // the owner's dQᵀ = Kᵀ · dSᵀ over the block's 128 keys; the other an empty group
+        if (owner(qt) == w) {
+          const uint64_t dk = make_desc_sw128(sK), dd = make_desc_sw128(ds + w * FusedBwdSmem::kDsElems);
+          wgmma_fence();
+#pragma unroll
+          for (int q = 0; q < 8; ++q) wgmma_ss_mn<T, 64>(dQt, dk + mn_major_step(q, 0, 128), dd + mn_major_step(q, 0, 128), true);
+        }
+        wgmma_commit();
+      },
+      [&] { wgmma_fence_regs(dQt); });
 
   const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
   store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, dK, scale, jw, p.N, lane);

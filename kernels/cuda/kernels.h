@@ -59,9 +59,10 @@ enum PingPongKernels : int {
 void set_attention_ping_pong(int mask);
 int attention_ping_pong_mask();
 // Whether every attention kernel must be bitwise reproducible (the default). Off, the Hopper
-// backward at d = 64 (warp-specialised) computes dK, dV and dQ in one sweep and adds each key
-// block's part of dQ into an f32 buffer by atomic reductions, whose order varies from run to run
-// (dQ may differ in its last bits; dK, dV do not); the BoB stays deterministic either way.
+// backward at d = 64 (warp-specialised) computes dK, dV and dQ in one sweep (5 products per tile
+// instead of 7) and adds each key block's part of dQ into an f32 buffer by atomic additions, whose
+// order varies from run to run (dQ may differ in its last bits; dK, dV do not); the BoB stays
+// deterministic either way. As in PyTorch, whose flash and cuDNN backwards add dQ atomically.
 // GG_ATTENTION_DETERMINISTIC=0 turns it off at start-up.
 void set_attention_deterministic(bool deterministic);
 bool attention_deterministic();

@@ -82,37 +82,6 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, u
 #endif
 }
 
-// Adds `bytes` (a multiple of 16) of f32 from shared memory at src to global memory at dst
-// (both 16-byte aligned), element by element, by the copy engine: a reduction that other blocks may
-// run on the same addresses at the same time (the order of their additions is not fixed). The
-// writing threads make src visible to the copy engine first (fence_proxy_async, then a barrier);
-// bulk_commit() closes a group of such copies, bulk_wait_read<n>() waits until at most n groups
-// still read their shared memory (src may then be rewritten), bulk_wait<n>() until they are done.
-__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, const float* src, uint32_t bytes) {
-#ifdef GG_TMA_AVAILABLE
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
-               "r"(smem_u32(src)), "r"(bytes)
-               : "memory");
-#endif
-}
-__device__ __forceinline__ void bulk_commit() {
-#ifdef GG_TMA_AVAILABLE
-  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-#endif
-}
-template <int kPending>
-__device__ __forceinline__ void bulk_wait_read() {
-#ifdef GG_TMA_AVAILABLE
-  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
-#endif
-}
-template <int kPending>
-__device__ __forceinline__ void bulk_wait() {
-#ifdef GG_TMA_AVAILABLE
-  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
-#endif
-}
-
 // Registers per thread of the calling warpgroup (a multiple of 8 in [24, 256]); the kernel needs a
 // register cap at entry (__launch_bounds__(threads, 1)) and each role in one branch of an if/else.
 template <int kRegs>
