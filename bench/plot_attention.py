@@ -9,9 +9,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from table_attention import TRITON, load  # noqa: E402
 
 src, png = sys.argv[1], sys.argv[2]
-lines, _, torch_lines = load(src)
+lines, nondet, torch_lines = load(src)
 ours = {n: (r["fwd_ms"], r["fwdbwd_ms"], r["chain_ms"]) for (d, c, n), r in lines.items() if d == 64 and not c}
 sdpa = {n: (r["sdpa_fwd_ms"], r["sdpa_fwdbwd_ms"]) for (d, c, n), r in torch_lines.items() if d == 64 and not c}
+fused = {n: r["fwdbwd_ms"] for (d, c, n), r in nondet.items() if d == 64 and not c}  # fused backward
 torch_chain = {n: r["chain_ms"] for (d, c, n), r in torch_lines.items() if d == 64 and not c and "chain_ms" in r}
 tmp = tempfile.mkdtemp()
 with open(os.path.join(tmp, "t.dat"), "w") as f:
@@ -20,7 +21,7 @@ with open(os.path.join(tmp, "t.dat"), "w") as f:
 with open(os.path.join(tmp, "d.dat"), "w") as f:
     for n in sorted(set(ours) | set(sdpa)):
         cols = [ours.get(n, ("NaN",) * 3)[2], torch_chain.get(n, "NaN"), ours.get(n, ("NaN",) * 3)[1],
-                sdpa.get(n, ("NaN", "NaN"))[1]]
+                sdpa.get(n, ("NaN", "NaN"))[1], fused.get(n, "NaN")]
         f.write(f"{n} " + " ".join(str(c) for c in cols) + "\n")
 script = f"""set terminal pngcairo size 900,600 enhanced font 'Sans,11'
 set output '{os.path.abspath(png)}'
@@ -34,6 +35,7 @@ plot 'd.dat' u 1:2 w lp lw 2 pt 7 lc rgb '#1f77b4' t 'gradgrad chain (fwd + bwd(
      '' u 1:3 w lp lw 2 pt 5 lc rgb '#d62728' t 'PyTorch composite chain (OOM beyond 8K)', \\
      '' u 1:4 w lp lw 2 dt 2 pt 7 lc rgb '#1f77b4' t 'gradgrad fwd + bwd', \\
      '' u 1:5 w lp lw 2 dt 2 pt 5 lc rgb '#ff7f0e' t 'PyTorch SDPA (cuDNN) fwd + bwd', \\
+     '' u 1:6 w lp lw 1 dt 3 pt 6 lc rgb '#1f77b4' t 'gradgrad fwd + bwd, fused backward (dQ atomic)', \\
      't.dat' u 1:2 w lp lw 1 pt 9 lc rgb '#2ca02c' t 'Triton BoB chain (figures quoted in the issue, not this run)', \\
      '' u 1:3 w l lw 1 dt 3 lc rgb '#2ca02c' t 'target: 0.67 x Triton'
 """

@@ -18,6 +18,8 @@
 //                          specialisation, cotangent subsets 7, 1, 2, 4 and N = 1: every output
 //                          within 2 x the mma.sync kernels' error, deterministic (with all
 //                          cotangents, the backward's outputs too).
+//   HopperFusedBackward    the opt-in fused backward (dQ added atomically): dQ within 2 x the
+//                          two-sweep backward's error against f64, dK and dV bitwise equal to it.
 //   Hopper*                the sm_90a (wgmma) forward, backward and BoB vs the mma.sync kernels, both
 //                          against f64: error ≤ 2 x the mma.sync kernels' (or the rounding floor);
 //                          runs where the Hopper kernels are active (H100/H200 with a 90a build).
