@@ -445,43 +445,46 @@ void launch_fwd_wgmma(const Params<T>& p) {
 // H200, with 128-key tiles, 2.59 / 3.50 ms against the kernel above's 4.47 / 8.36 ms at d = 64 / 128
 // (N = 16384, B = 1, H = 16); docs/kernel-notes.md (v11, v15).
 //
-// Three warpgroups per block of 128 query rows: warpgroup 0 is the producer (one thread issues
-// bulk tensor copies of Q once and of the K and V tiles into a ring of kStages stages, waiting on
-// the "empty" barrier of a stage before refilling it), warpgroups 1 and 2 are consumers, each
-// owning 64 query rows and running the softmax loop of attention_fwd_wgmma_kernel on tiles it
-// waits for on the "full" barriers. Both consumers read the same K and V tiles (half the loads
-// per flop of two 64-row blocks), and no consumer instruction is a load or a block barrier.
+// 1 + kC warpgroups per block of 64·kC query rows (kC = 3 at d = 64, 2 at d = 128): warpgroup 0 is
+// the producer (one thread issues bulk tensor copies of Q once and of the K and V tiles into a
+// ring of kStages stages, waiting on the "empty" barrier of a stage before refilling it), the
+// others are consumers, each owning 64 query rows and running the softmax loop of attention_fwd_wgmma_kernel on tiles it
+// waits for on the "full" barriers. The consumers read the same K and V tiles (a half or a third
+// of the loads per flop of 64-row blocks), and no consumer instruction is a load or a block barrier.
 // Registers move from the producer to the consumers with setmaxnreg. Each consumer overlaps the
-// softmax of tile j + 1 with its own P_j·V_j product, and (ping-pong, on by default) the two
-// consumers issue their products in turns, so that one's softmax runs beside the other's products:
-// 2.59 -> 2.55 ms at d = 64, 3.50 -> 3.54 at d = 128 (without the turns 4.03; kernel notes v16).
+// softmax of tile j + 1 with its own P_j·V_j product, and with two consumers (ping-pong, on by
+// default) they issue their products in turns, so that one's softmax runs beside the other's
+// products: 2.59 -> 2.55 ms at d = 64, 3.50 -> 3.54 at d = 128 (without the turns 4.03; kernel
+// notes v16). Three consumers do that without turns.
 
-template <int kD>
+template <int kD, int kC = 2>
 struct HopperFwdWsConfig {
   static_assert(kD == 64 || kD == 128, "warp-specialised forward: d in {64, 128}");
-  static constexpr int kThreads = 384;  // producer + two consumer warpgroups
-  static constexpr int kBlockM = 128;   // query rows per block (64 per consumer)
+  static_assert(kC == 2 || kC == 3, "two or three consumer warpgroups");
+  static constexpr int kConsumers = kC;
+  static constexpr int kThreads = 128 * (1 + kC);  // producer + consumer warpgroups
+  static constexpr int kBlockM = 64 * kC;          // query rows per block (64 per consumer)
   static constexpr int kBlockN = 128;   // keys per tile (64: 3.73 -> 128: 2.59 ms, docs/kernel-notes.md v15)
   static constexpr int kStages = 3;
-  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
-  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "register file");
+  static constexpr int kProducerRegs = 24, kConsumerRegs = kC == 2 ? 240 : 160;
+  static_assert(128 * kProducerRegs + 128 * kC * kConsumerRegs <= 65536, "register file");
   static constexpr int kQElems = 64 * kD;                        // per consumer
   static constexpr int kTileElems = kBlockN * kD;
   static constexpr size_t kBarBytes = 128;  // 1 + 4·kStages mbarriers of 8 bytes
-  static constexpr size_t kSmemBytes = (2 * kQElems + 2 * kStages * kTileElems) * 2 + kBarBytes;
+  static constexpr size_t kSmemBytes = (kC * kQElems + 2 * kStages * kTileElems) * 2 + kBarBytes;
 };
 
-template <typename T, int kD>
-__global__ void __launch_bounds__(HopperFwdWsConfig<kD>::kThreads, 1)
+template <typename T, int kD, int kC>
+__global__ void __launch_bounds__(HopperFwdWsConfig<kD, kC>::kThreads, 1)
     attention_fwd_ws_kernel(const Params<T> p, const __grid_constant__ CUtensorMap tmQ,
                             const __grid_constant__ CUtensorMap tmK, const __grid_constant__ CUtensorMap tmV,
                             bool ping_pong) {
 #if defined(GG_WGMMA_AVAILABLE)
-  using Cfg = HopperFwdWsConfig<kD>;
+  using Cfg = HopperFwdWsConfig<kD, kC>;
   constexpr int kBN = Cfg::kBlockN, kS = Cfg::kStages;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  T* sQ = reinterpret_cast<T*>(smem_raw);  // [2 consumers][64 x kD], swizzled
-  T* sK = sQ + 2 * Cfg::kQElems;           // [kS][kBN x kD]
+  T* sQ = reinterpret_cast<T*>(smem_raw);  // [kC consumers][64 x kD], swizzled
+  T* sK = sQ + kC * Cfg::kQElems;          // [kS][kBN x kD]
   T* sV = sK + kS * Cfg::kTileElems;       // [kS][kBN x kD]
   uint64_t* bars = reinterpret_cast<uint64_t*>(sV + kS * Cfg::kTileElems);
   uint64_t* barQ = bars;            // Q landed
@@ -500,8 +503,8 @@ __global__ void __launch_bounds__(HopperFwdWsConfig<kD>::kThreads, 1)
     for (int s = 0; s < kS; ++s) {
       mbar_init(&fullK[s], 1);
       mbar_init(&fullV[s], 1);
-      mbar_init(&emptyK[s], 256);  // every consumer thread arrives
-      mbar_init(&emptyV[s], 256);
+      mbar_init(&emptyK[s], 128 * kC);  // every consumer thread arrives
+      mbar_init(&emptyV[s], 128 * kC);
     }
     mbar_fence_init();
   }
@@ -512,8 +515,8 @@ __global__ void __launch_bounds__(HopperFwdWsConfig<kD>::kThreads, 1)
     // ---- producer
     setmaxnreg_dec<Cfg::kProducerRegs>();
     if (threadIdx.x == 0) {
-      mbar_expect_tx(barQ, 2 * Cfg::kQElems * 2);
-      for (int c = 0; c < 2; ++c)
+      mbar_expect_tx(barQ, kC * Cfg::kQElems * 2);
+      for (int c = 0; c < kC; ++c)
         for (int h = 0; h < kD / 64; ++h)
           tma_load_3d(sQ + c * Cfg::kQElems + h * 64 * 64, &tmQ, barQ, 64 * h, i0 + 64 * c, bh);
       for (int j = 0; j < n_tiles; ++j) {
@@ -538,7 +541,7 @@ __global__ void __launch_bounds__(HopperFwdWsConfig<kD>::kThreads, 1)
     const float sl2 = p.scale * kLog2e;
     const uint64_t dQ = make_desc_sw128(sQ + c * Cfg::kQElems);
     PingPong pp;  // turns: the first scores, then per tile the next scores with P·V
-    pp.ping_pong_open(c, ping_pong);
+    pp.ping_pong_open(c, kC == 2 && ping_pong);  // turns are for two consumers
     float s[kBN / 8][4];  // scores of the next tile, then its P in place
     auto issue_scores = [&](int j) {  // s = Q·K_jᵀ, issued and committed (not waited)
       mbar_wait(&fullK[j % kS], (j / kS) & 1);
@@ -607,17 +610,30 @@ __global__ void __launch_bounds__(HopperFwdWsConfig<kD>::kThreads, 1)
 #endif
 }
 
-template <typename T, int kD>
+template <typename T, int kD, int kC = 2>
 void launch_fwd_ws(const Params<T>& p) {
-  using Cfg = HopperFwdWsConfig<kD>;
+  using Cfg = HopperFwdWsConfig<kD, kC>;
   const CUtensorMap tmQ = make_tensor_map(p.Q, p.BH, p.N, kD, 64);
   const CUtensorMap tmK = make_tensor_map(p.K, p.BH, p.N, kD, Cfg::kBlockN);
   const CUtensorMap tmV = make_tensor_map(p.V, p.BH, p.N, kD, Cfg::kBlockN);
-  auto kernel = attention_fwd_ws_kernel<T, kD>;
+  auto kernel = attention_fwd_ws_kernel<T, kD, kC>;
   set_smem(kernel, Cfg::kSmemBytes);
   kernel<<<grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), Cfg::kThreads, Cfg::kSmemBytes, cuda_stream()>>>(p, tmQ, tmK, tmV,
                                                                                           (attention_ping_pong_mask() & kPingPongFwd) != 0);
   CUDA_CHECK_LAUNCH();
+}
+
+// Consumer warpgroups of the warp-specialised forward at d = 64: three by default (blocks of 192
+// query rows, 160 registers per consumer, no ping-pong): on the H200 at N = 16384, 2.60 -> 2.26 ms
+// non-causal and 1.30 -> 1.22 causal (docs/kernel-notes.md v20). GG_ATTENTION_FWD_CONSUMERS=2 at
+// start-up for two (blocks of 128 rows, 240 registers, ping-pong), for A/B runs. d = 128 keeps two
+// (its consumers need more than 160 registers).
+inline int fwd_ws_consumers() {
+  static const int n = [] {
+    const char* env = std::getenv("GG_ATTENTION_FWD_CONSUMERS");
+    return env != nullptr && std::string(env) == "2" ? 2 : 3;
+  }();
+  return n;
 }
 
 template <typename T>
@@ -639,7 +655,7 @@ void fwd(const AttentionArgs& a) {
     if (tc_supported(a)) {
       if (attention_wgmma_active() && p.scale > 0) {  // softmax_update needs scale > 0
         if (attention_ws_enabled()) {
-          if (p.d == 64) return launch_fwd_ws<T, 64>(p);
+          if (p.d == 64) return fwd_ws_consumers() == 3 ? launch_fwd_ws<T, 64, 3>(p) : launch_fwd_ws<T, 64>(p);
           if (p.d == 128) return launch_fwd_ws<T, 128>(p);
         }
         if (p.d == 64) return launch_fwd_wgmma<T, 64>(p);
