@@ -637,21 +637,42 @@ __device__ __forceinline__ void pipelined_tiles(Sweep& sw, int lo, int first, in
   }
 }
 
-// dK, dV (d = 64): the keys [j0, j0 + 64) of one consumer, own K and V as register A operands.
-template <typename T, typename Sweep, typename Own>
+// What the fused backward adds to the dK dV row loop (FusedDqPart below); the plain loop adds nothing.
+struct NoDqPart {
+  static constexpr bool kFused = false;
+  template <typename A>
+  __device__ void frags(int, const A&) {}
+  __device__ void done(int) {}
+};
+
+// dK, dV (d = 64): the keys [j0, j0 + 64) of one consumer (own K and V: register A operands, or
+// shared memory for the fused backward), and whatever dq adds (NoDqPart or FusedDqPart).
+template <typename T, typename Sweep, typename Own, typename DqPart = NoDqPart>
 __device__ __forceinline__ void dkdv_rows_pipelined(Sweep& sw, const Own& own, const Params<T>& p, int64_t head,
-                                                    int j0, int q_begin, int num_q_tiles, int tid) {
+                                                    int j0, int q_begin, int num_q_tiles, int tid,
+                                                    DqPart&& dq = {}) {
   constexpr int kD = 64, kBN = HopperBwdWsConfig::kBlockN;
+  constexpr bool kFused = std::decay_t<DqPart>::kFused;
   const int warp = tid / 32, lane = tid % 32;
   const int jw = j0 + 16 * warp;
   const float sl2 = p.scale * kLog2e;
-  // causal: tiles whose queries all precede the first own key add nothing
-  const int first = p.causal ? max(q_begin, min(j0 / kBN, num_q_tiles - 1)) : q_begin;
+  // causal: tiles whose queries all precede the first own key add nothing (fused: both consumers
+  // compute every tile from the block's first, a tile before a consumer's keys giving dSᵀ = 0
+  // there, so that the owner's dSᵀ tile is always whole)
+  const int first = p.causal && !kFused ? max(q_begin, min(j0 / kBN, num_q_tiles - 1)) : q_begin;
   float dK[kD / 8][4], dV[kD / 8][4];
   zero(dK);
   zero(dV);
   float st[kBN / 8][4], dpt[kBN / 8][4];
   uint32_t pa[kBN / 16][4], dsa[kBN / 16][4];
+  auto late = [&] {  // the fused backward's dQ product as a late group (pipelined_tiles)
+    if constexpr (kFused) return [&](int qt) { dq.late(qt); };
+    else return NoLateGroup{};
+  }();
+  auto fence_late = [&] {
+    if constexpr (kFused) return [&] { dq.fence(); };
+    else return NoLateGroup{};
+  }();
   pipelined_tiles(
       sw, q_begin, first, num_q_tiles, num_q_tiles,
       [&](int qt) { issue_dkdv_scores<T, kD, kBN>(st, dpt, own, sw.tiles(qt)); },
@@ -665,11 +686,12 @@ __device__ __forceinline__ void dkdv_rows_pipelined(Sweep& sw, const Own& own, c
         wgmma_fence_regs(dV);
       },
       [&](int qt) { dkdv_coef<kBN>(st, dpt, p, sw.tiles(qt), qt * kBN, j0, jw, sl2, lane); },
-      [&](int) {
+      [&](int qt) {
         tile_to_a_frags<T, kBN>(pa, st);
         tile_to_a_frags<T, kBN>(dsa, dpt);
+        dq.frags(qt, dsa);
       },
-      [](int) {});
+      [&](int qt) { dq.done(qt); }, late, fence_late);
 
   const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
   store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, dK, scale, jw, p.N, lane);
@@ -737,88 +759,71 @@ __host__ __device__ constexpr int dq_acc_index(int j, int warp, int lane, int e)
   return ((j * 4 + warp) * 32 + lane) * 4 + e;
 }
 
-// dK, dV of the keys [j0, j0 + 64) of consumer w, and the block's parts of dQ (extra: the shared
-// memory of FusedBwdSmem; dq_acc: the f32 buffer, cdiv(N, 64) tiles per head).
-template <typename T, typename Sweep, typename Own>
-__device__ __forceinline__ void dkdv_dq_rows_fused(Sweep& sw, const Own& own, const Params<T>& p, int64_t head,
-                                                   int j0, int q_begin, int num_q_tiles, int tid,
-                                                   unsigned char* extra, float* dq_acc) {
-  constexpr int kD = 64, kBN = HopperBwdWsConfig::kBlockN;
-  const int w = static_cast<int>(threadIdx.x) / 128 - 1;
-  const int warp = tid / 32, lane = tid % 32, g = lane / 4, c = 2 * (lane % 4);
-  const int jw = j0 + 16 * warp;
-  const float sl2 = p.scale * kLog2e;
-  T* sK = reinterpret_cast<T*>(extra);  // [128 keys x 64], swizzled (V follows)
-  T* ds = sK + 2 * FusedBwdSmem::kOwnElems;  // [owner][128 keys x 64 queries], swizzled
-  float* dq_head = dq_acc + (head / p.N) * static_cast<int64_t>(cdiv(p.N, 64)) * 4096;
-  auto owner = [&](int qt) { return (qt - q_begin) & 1; };
-
-  float dK[kD / 8][4], dV[kD / 8][4], dQt[8][4];
-  zero(dK);
-  zero(dV);
-  zero(dQt);
-  float st[kBN / 8][4], dpt[kBN / 8][4];
-  uint32_t pa[kBN / 16][4], dsa[kBN / 16][4];
-  // Causal: every tile from the block's first is computed by both consumers (a tile before a
-  // consumer's keys gives dSᵀ = 0 there), so the owner's dSᵀ tile is always whole.
-  pipelined_tiles(
-      sw, q_begin, q_begin, num_q_tiles, num_q_tiles,
-      [&](int qt) { issue_dkdv_scores<T, kD, kBN>(st, dpt, own, sw.tiles(qt)); },
-      [&](int qt) { issue_dkdv_outputs<T, kD, kBN>(dK, dV, pa, dsa, sw.tiles(qt)); },
-      [&] {
-        wgmma_fence_regs(st);
-        wgmma_fence_regs(dpt);
-      },
-      [&] {
-        wgmma_fence_regs(dK);
-        wgmma_fence_regs(dV);
-      },
-      [&](int qt) { dkdv_coef<kBN>(st, dpt, p, sw.tiles(qt), qt * kBN, j0, jw, sl2, lane); },
-      [&](int qt) {
-        tile_to_a_frags<T, kBN>(pa, st);
-        tile_to_a_frags<T, kBN>(dsa, dpt);
-        // this consumer's dSᵀ rows into the owner's tile, once the owner's product of qt - 2 is done
-        const int o = owner(qt);
-        if (o != w && qt - q_begin >= 2) named_bar_sync(5 + o, 256);
-        T* dst = ds + o * FusedBwdSmem::kDsElems;
+// The block's parts of dQ for consumer w (extra: the shared memory of FusedBwdSmem; dq_acc: the
+// f32 buffer, cdiv(N, 64) tiles per head): dkdv_rows_pipelined calls frags(t) with the consumer's
+// dSᵀ A fragments of tile t, issues late(t) after its output products, and calls done(t) once
+// they are complete.
+template <typename T>
+struct FusedDqPart {
+  static constexpr bool kFused = true;
+  T *sK, *ds;  // [128 keys x 64], swizzled (V follows); [owner][128 keys x 64 queries], swizzled
+  float* dq_head;
+  int w, warp, lane, q_begin, num_q_tiles;
+  float dQt[8][4];
+  __device__ FusedDqPart(unsigned char* extra, float* dq_acc, const Params<T>& p, int64_t head, int q_begin_,
+                         int num_q_tiles_, int tid)
+      : sK(reinterpret_cast<T*>(extra)),
+        ds(sK + 2 * FusedBwdSmem::kOwnElems),
+        dq_head(dq_acc + (head / p.N) * static_cast<int64_t>(cdiv(p.N, 64)) * 4096),
+        w(static_cast<int>(threadIdx.x) / 128 - 1),
+        warp(tid / 32),
+        lane(tid % 32),
+        q_begin(q_begin_),
+        num_q_tiles(num_q_tiles_) {
+    zero(dQt);
+  }
+  __device__ int owner(int qt) const { return (qt - q_begin) & 1; }
+  // This consumer's dSᵀ rows into the owner's tile, once the owner's product of qt - 2 is done.
+  __device__ void frags(int qt, const uint32_t (&dsa)[4][4]) {
+    const int o = owner(qt), g = lane / 4, c = 2 * (lane % 4);
+    if (o != w && qt - q_begin >= 2) named_bar_sync(5 + o, 256);
+    T* dst = ds + o * FusedBwdSmem::kDsElems;
 #pragma unroll
-        for (int q = 0; q < kBN / 16; ++q)
+    for (int q = 0; q < 4; ++q)
 #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int row = 64 * w + 16 * warp + g + 8 * (r & 1), col = 16 * q + c + 8 * (r >> 1);
-            *reinterpret_cast<uint32_t*>(dst + swz_offset<128>(row, col)) = dsa[q][r];
-          }
-        fence_proxy_async();
-        if (o == w)
-          named_bar_sync(3 + o, 256);  // and the other consumer's
-        else
-          named_bar_arrive(3 + o, 256);
-      },
-      [&](int qt) {
-        if (owner(qt) != w) return;
-        float* dst = dq_head + static_cast<int64_t>(qt) * 4096;
+      for (int r = 0; r < 4; ++r) {
+        const int row = 64 * w + 16 * warp + g + 8 * (r & 1), col = 16 * q + c + 8 * (r >> 1);
+        *reinterpret_cast<uint32_t*>(dst + swz_offset<128>(row, col)) = dsa[q][r];
+      }
+    fence_proxy_async();
+    if (o == w)
+      named_bar_sync(3 + o, 256);  // and the other consumer's
+    else
+      named_bar_arrive(3 + o, 256);
+  }
+  // The owner's dQᵀ = Kᵀ · dSᵀ over the block's 128 keys; the other consumer commits an empty group.
+  __device__ void late(int qt) {
+    if (owner(qt) == w) {
+      const uint64_t dk = make_desc_sw128(sK), dd = make_desc_sw128(ds + w * FusedBwdSmem::kDsElems);
+      wgmma_fence();
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
-          atomicAdd(reinterpret_cast<float4*>(dst + dq_acc_index(j, warp, lane, 0)),
-                    make_float4(dQt[j][0], dQt[j][1], dQt[j][2], dQt[j][3]));
-        zero(dQt);
-        if (qt + 2 < num_q_tiles) named_bar_arrive(5 + w, 256);
-      },
-      [&](int qt) {  // the owner's dQᵀ = Kᵀ · dSᵀ over the block's 128 keys; the other an empty group
-        if (owner(qt) == w) {
-          const uint64_t dk = make_desc_sw128(sK), dd = make_desc_sw128(ds + w * FusedBwdSmem::kDsElems);
-          wgmma_fence();
+      for (int q = 0; q < 8; ++q) wgmma_ss_mn<T, 64>(dQt, dk + mn_major_step(q, 0, 128), dd + mn_major_step(q, 0, 128), true);
+    }
+    wgmma_commit();
+  }
+  __device__ void fence() { wgmma_fence_regs(dQt); }
+  // The owner adds its part to the buffer and lets the other consumer rewrite the dSᵀ tile.
+  __device__ void done(int qt) {
+    if (owner(qt) != w) return;
+    float* dst = dq_head + static_cast<int64_t>(qt) * 4096;
 #pragma unroll
-          for (int q = 0; q < 8; ++q) wgmma_ss_mn<T, 64>(dQt, dk + mn_major_step(q, 0, 128), dd + mn_major_step(q, 0, 128), true);
-        }
-        wgmma_commit();
-      },
-      [&] { wgmma_fence_regs(dQt); });
-
-  const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
-  store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, dK, scale, jw, p.N, lane);
-  store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, dV, one, jw, p.N, lane);
-}
+    for (int j = 0; j < 8; ++j)
+      atomicAdd(reinterpret_cast<float4*>(dst + dq_acc_index(j, warp, lane, 0)),
+                make_float4(dQt[j][0], dQt[j][1], dQt[j][2], dQt[j][3]));
+    zero(dQt);
+    if (qt + 2 < num_q_tiles) named_bar_arrive(5 + w, 256);
+  }
+};
 
 // dQ = scale · the f32 buffer of the fused backward, one block per (head, query tile): the tile's
 // values in register order are put back into rows in shared memory, then written row by row.
@@ -918,7 +923,8 @@ __global__ void __launch_bounds__(384, 1)
   key_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, true>(
       smem_raw, p, maps, [](const Params<T>&) { return bwd_present(); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
-        dkdv_dq_rows_fused<T>(sw, own, p, head, j0, q_begin, n, tid, extra, dq_acc);
+        dkdv_rows_pipelined<T>(sw, own, p, head, j0, q_begin, n, tid,
+                               FusedDqPart<T>(extra, dq_acc, p, head, q_begin, n, tid));
       },
       reinterpret_cast<T*>(extra));
 #else
