@@ -753,6 +753,11 @@ struct FusedBwdSmem {
   static constexpr size_t kOwnElems = 128 * 64;  // K, V (bf16/f16)
   static constexpr size_t kDsElems = 128 * 64;   // one owner's dSᵀ tile
   static constexpr size_t kBytes = (2 * kOwnElems + 2 * kDsElems) * 2;
+  // where it starts (after the sweep's, 1024-byte aligned), and the kernel's total
+  template <typename Sweep>
+  __host__ __device__ static constexpr size_t offset() { return (Sweep::kSmem + 1023) / 1024 * 1024; }
+  template <typename Sweep>
+  __host__ __device__ static constexpr size_t total() { return offset<Sweep>() + kBytes; }
 };
 // Position in a tile of the f32 buffer of the value d[j][e] of lane `lane` of warp `warp`.
 __host__ __device__ constexpr int dq_acc_index(int j, int warp, int lane, int e) {
@@ -919,7 +924,7 @@ __global__ void __launch_bounds__(384, 1)
   using Cfg = HopperBwdWsConfig;
   using Sweep = HopperKeySweepWs<T, 64, Cfg::kBlockN, Cfg::kStages>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  unsigned char* extra = smem_raw + (Sweep::kSmem + 1023) / 1024 * 1024;
+  unsigned char* extra = smem_raw + FusedBwdSmem::offset<Sweep>();
   key_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, true>(
       smem_raw, p, maps, [](const Params<T>&) { return bwd_present(); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
@@ -963,7 +968,7 @@ void launch_bwd_wgmma(const Params<T>& p) {
     const int tiles = cdiv(p.N, 64);
     Scratch acc(static_cast<size_t>(p.BH) * tiles * 4096 * sizeof(float));
     CUDA_CHECK(cudaMemsetAsync(acc.as<float>(), 0, acc.bytes(), cuda_stream()));
-    const size_t smem = (Sweep::kSmem + 1023) / 1024 * 1024 + FusedBwdSmem::kBytes;
+    const size_t smem = FusedBwdSmem::total<Sweep>();
     auto kernel = attention_bwd_fused_ws_kernel<T>;
     set_smem(kernel, smem);
     kernel<<<grid_x(p.BH, cdiv(p.N, 128)), 384, smem, cuda_stream()>>>(
