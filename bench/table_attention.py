@@ -38,6 +38,12 @@ def ratio(a, b):
     return "—" if a is None or b is None else f"{a / b:.2f}×"
 
 
+def triton_cells(ours, n):
+    """The published Triton chain at N and our chain's ratio to it (bold: the issue's target)."""
+    tr = TRITON.get(n)
+    return [ms(tr), f"**{ours['chain_ms'] / tr:.2f}×**" if tr else "—"]
+
+
 def main(path, fallback=None):
     ours, nondet, torch = load(path)
     borrowed = set()
@@ -68,8 +74,7 @@ def main(path, fallback=None):
                          ms(o["bob_ms"]), ms(o["chain_ms"]), ms(comp) if comp else ("OOM" if t else "—"),
                          ratio(o["chain_ms"], comp)]
                 if triton:
-                    tr = TRITON.get(n)
-                    cells += [ms(tr), f"**{o['chain_ms'] / tr:.2f}×**" if tr else "—"]
+                    cells += triton_cells(o, n)
                 cells += [f"{o['chain_peak_GiB']:.3f} GiB",
                           f"{o['fwd_TFLOPs']:.0f} / {o['bwd_TFLOPs']:.0f} / {o['bob_TFLOPs']:.0f}"]
                 print("| " + " | ".join(cells) + " |")
@@ -86,8 +91,7 @@ def main(path, fallback=None):
                     cells = [str(n), ms(o["fwdbwd_ms"]), ms(t.get("sdpa_fwdbwd_ms")),
                              ratio(o["fwdbwd_ms"], t.get("sdpa_fwdbwd_ms")), ms(o["chain_ms"])]
                     if triton:
-                        tr = TRITON.get(n)
-                        cells += [ms(tr), f"**{o['chain_ms'] / tr:.2f}×**" if tr else "—"]
+                        cells += triton_cells(o, n)
                     print("| " + " | ".join(cells) + " |")
                 print()
 
