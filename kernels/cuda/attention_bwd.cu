@@ -557,86 +557,6 @@ __device__ __forceinline__ void dq_rows(Sweep& sw, const Params<T>& p, int64_t h
   store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, dQ, scale, iw, p.N, lane);
 }
 
-// ---- pipelined row loops of the warp-specialised kernels (their rings have three stages, so a
-// consumer can hold tile t + 1 before releasing tile t): per tile, the score products of tile
-// t + 1 are issued together with the output products of tile t, in one ping-pong turn, and the
-// elementwise work of tile t + 1 runs while the output products are on the tensor cores. Tiles a
-// warpgroup skips (causal) are still taken and released, with their turn.
-
-// The tile loop of all three: tiles [lo, hi) of the sweep are taken and released in order; those
-// in [first, end) (not empty) are computed, the others only take their turn. The callables:
-// scores(t) / outputs(t) issue and commit tile t's score / output products; fence_scores() and
-// fence_acc() fence the score and accumulator registers; coefficients(t) is tile t's elementwise
-// work on its scores, to_frags(t) turns them into the A fragments of the output products, done(t)
-// runs once tile t's output products are complete (and the tile released). With a late group
-// (late(t) issues and commits one more group after outputs(t), reading no register A fragments and
-// no part of the tile; fence_late() fences its accumulators), to_frags(t + 1) runs while it is on
-// the tensor cores and done(t) once it is complete too.
-struct NoLateGroup {
-  __device__ void operator()(int) const {}
-  __device__ void operator()() const {}
-};
-template <typename Sweep, typename Scores, typename Outputs, typename FenceScores, typename FenceAcc,
-          typename Coefficients, typename ToFrags, typename Done, typename Late = NoLateGroup,
-          typename FenceLate = NoLateGroup>
-__device__ __forceinline__ void pipelined_tiles(Sweep& sw, int lo, int first, int end, int hi, Scores&& scores,
-                                                Outputs&& outputs, FenceScores&& fence_scores, FenceAcc&& fence_acc,
-                                                Coefficients&& coefficients, ToFrags&& to_frags, Done&& done,
-                                                Late&& late = {}, FenceLate&& fence_late = {}) {
-  constexpr bool kLate = !std::is_same_v<std::decay_t<Late>, NoLateGroup>;
-  for (int t = lo; t < first; ++t) {
-    sw.begin_tile(t);
-    sw.skip_turns(1);
-    sw.end_tile(t);
-  }
-  sw.begin_tile(first);
-  sw.turn_begin();
-  scores(first);
-  sw.turn_end();
-  wgmma_wait<0>();
-  fence_scores();
-  coefficients(first);
-  to_frags(first);
-  for (int t = first; t + 1 < end; ++t) {
-    sw.begin_tile(t + 1);
-    fence_acc();
-    fence_late();
-    sw.turn_begin();
-    scores(t + 1);
-    outputs(t);
-    late(t);
-    sw.turn_end();
-    wgmma_wait<kLate ? 2 : 1>();  // the scores of t + 1 (groups complete in order)
-    fence_scores();
-    coefficients(t + 1);
-    wgmma_wait<kLate ? 1 : 0>();
-    fence_acc();
-    sw.end_tile(t);
-    to_frags(t + 1);
-    if constexpr (kLate) {
-      wgmma_wait<0>();
-      fence_late();
-    }
-    done(t);
-  }
-  fence_acc();
-  fence_late();
-  sw.turn_begin();
-  outputs(end - 1);
-  late(end - 1);
-  sw.turn_end();
-  wgmma_wait<0>();
-  fence_acc();
-  fence_late();
-  sw.end_tile(end - 1);
-  done(end - 1);
-  for (int t = end; t < hi; ++t) {
-    sw.begin_tile(t);
-    sw.skip_turns(1);
-    sw.end_tile(t);
-  }
-}
-
 // What the fused backward adds to the dK dV row loop (FusedDqPart below); the plain loop adds nothing.
 struct NoDqPart {
   static constexpr bool kFused = false;
@@ -745,8 +665,8 @@ __device__ __forceinline__ void dq_rows_pipelined(Sweep& sw, const Params<T>& p,
 //   3 + o  the dSᵀ tile of owner o is complete (owner syncs, the other arrives; 256 threads)
 //   5 + o  owner o's product of tile t - 2 is done, its dSᵀ tile may be rewritten (the reverse)
 // The f32 buffer holds each tile's 64 x 64 values in the accumulator's register order
-// (dq_acc_index), so that a warp's additions cover 512 contiguous bytes; dq_from_acc_kernel
-// reorders and scales them.
+// (acc_index in attention_sweeps.cuh), so that a warp's additions cover 512 contiguous bytes;
+// rows_from_acc_kernel reorders and scales them.
 // Shared memory after the key sweep's: the block's K and V rows (128 x 64 each; K is also the A
 // operand Kᵀ of the dQ products, read MN-major) and the two owners' dSᵀ tiles.
 struct FusedBwdSmem {
@@ -759,11 +679,6 @@ struct FusedBwdSmem {
   template <typename Sweep>
   __host__ __device__ static constexpr size_t total() { return offset<Sweep>() + kBytes; }
 };
-// Position in a tile of the f32 buffer of the value d[j][e] of lane `lane` of warp `warp`.
-__host__ __device__ constexpr int dq_acc_index(int j, int warp, int lane, int e) {
-  return ((j * 4 + warp) * 32 + lane) * 4 + e;
-}
-
 // The block's parts of dQ for consumer w (extra: the shared memory of FusedBwdSmem; dq_acc: the
 // f32 buffer, cdiv(N, 64) tiles per head): dkdv_rows_pipelined calls frags(t) with the consumer's
 // dSᵀ A fragments of tile t, issues late(t) after its output products, and calls done(t) once
@@ -821,39 +736,11 @@ struct FusedDqPart {
   __device__ void done(int qt) {
     if (owner(qt) != w) return;
     float* dst = dq_head + static_cast<int64_t>(qt) * 4096;
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-      atomicAdd(reinterpret_cast<float4*>(dst + dq_acc_index(j, warp, lane, 0)),
-                make_float4(dQt[j][0], dQt[j][1], dQt[j][2], dQt[j][3]));
+    add_acc_tile<64>(dst, dQt, warp, lane);
     zero(dQt);
     if (qt + 2 < num_q_tiles) named_bar_arrive(5 + w, 256);
   }
 };
-
-// dQ = scale · the f32 buffer of the fused backward, one block per (head, query tile): the tile's
-// values in register order are put back into rows in shared memory, then written row by row.
-template <typename T>
-__global__ void __launch_bounds__(256) dq_from_acc_kernel(const float* acc, T* dQ, int N, float scale) {
-  __shared__ float s[64][65];  // [query][column]
-  const int tiles = cdiv(N, 64), qt = static_cast<int>(blockIdx.x % tiles);
-  const int64_t bh = blockIdx.x / tiles;
-  const float4* a = reinterpret_cast<const float4*>(acc + static_cast<int64_t>(blockIdx.x) * 4096);
-  for (int f = threadIdx.x; f < 1024; f += 256) {
-    const float4 v = a[f];
-    const int j = f / 128, warp = (f / 32) % 4, lane = f % 32;
-    const int q = 8 * j + 2 * (lane % 4), col = 16 * warp + lane / 4;  // d[j][e]: column q + e % 2, row col + 8·(e / 2) of dQᵀ
-    s[q][col] = v.x;
-    s[q + 1][col] = v.y;
-    s[q][col + 8] = v.z;
-    s[q + 1][col + 8] = v.w;
-  }
-  __syncthreads();
-  for (int f = threadIdx.x; f < 64 * 32; f += 256) {
-    const int q = f / 32, col = 2 * (f % 32), i = qt * 64 + q;
-    if (i < N)
-      *reinterpret_cast<uint32_t*>(dQ + (bh * N + i) * 64 + col) = Elem<T>::pack(scale * s[q][col], scale * s[q][col + 1]);
-  }
-}
 
 // One warpgroup per block of 64 key rows.
 template <typename T, int kD>
@@ -925,7 +812,7 @@ __global__ void __launch_bounds__(384, 1)
   using Sweep = HopperKeySweepWs<T, 64, Cfg::kBlockN, Cfg::kStages>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* extra = smem_raw + FusedBwdSmem::offset<Sweep>();
-  key_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, true>(
+  key_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 2>(
       smem_raw, p, maps, [](const Params<T>&) { return bwd_present(); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
         dkdv_rows_pipelined<T>(sw, own, p, head, j0, q_begin, n, tid,
@@ -974,7 +861,8 @@ void launch_bwd_wgmma(const Params<T>& p) {
     kernel<<<grid_x(p.BH, cdiv(p.N, 128)), 384, smem, cuda_stream()>>>(
         p, with_ping_pong(make_sweep_maps(p, kD, kBN, 0), kPingPongBwdFused), acc.as<float>());
     CUDA_CHECK_LAUNCH();
-    dq_from_acc_kernel<T><<<grid_x(p.BH, tiles), 256, 0, cuda_stream()>>>(acc.as<float>(), p.out0, p.N, p.scale);
+    rows_from_acc_kernel<T, 64, 1>
+        <<<grid_x(p.BH, tiles), 256, 0, cuda_stream()>>>(acc.as<float>(), p.out0, nullptr, p.N, p.scale, 1.f);
     CUDA_CHECK_LAUNCH();
     return;
   }

@@ -963,6 +963,189 @@ void launch_bob_pass2_ws(const Params<T>& p, const SweepMaps& maps) {
   CUDA_CHECK_LAUNCH();
 }
 
+// ------------------------------------------------------------------------ Hopper, fused BoB
+//
+// The fused BoB (d = 64, all three cotangents; opt-in with set_attention_deterministic(false), as
+// the fused backward): after pass 0 (E and F), one key-parallel sweep computes all four outputs,
+// the attention-bob.md schedule with atomics. Per query tile the consumers form the score and
+// coefficient tiles exactly as pass 2 does (grad_K, grad_V bitwise equal to pass 2's), and also
+// the block's parts of grad_Q = s·(S̄·K + dS·Kt) and grad_dO = dP̄·V + P·Vt for the tile's queries,
+// which the blocks of a head add into f32 buffers by atomic additions (not bitwise reproducible).
+// 5 + 3 + 4 = 12 products per tile instead of pass 1's 9 and pass 2's 8 (17 with pass 0, not 22).
+//
+// Blocks of 128 keys, two consumers of 64 keys, query tiles of 32. Each consumer stores its four
+// coefficient tiles S̄, dS, dP̄, P (its 64 keys, transposed back to rows of queries by stmatrix)
+// into shared memory; then consumer 0 computes the block's grad_Qᵀ (64 x 32) = Kᵀ·S̄ᵀ + Ktᵀ·dSᵀ
+// over all 128 keys and consumer 1 grad_dOᵀ = Vᵀ·dP̄ᵀ + Vtᵀ·Pᵀ, 4 products each (A: the own key
+// rows, MN-major from shared memory; B: the coefficient tiles, K-major), as a group of their own
+// that runs while the next tile's score products are issued; the part is added to the buffer once
+// that tile's scores are complete. The coefficient tiles alternate between two buffers: a
+// consumer rewrites a buffer (tile t + 1) only after passing named barrier 3 of tile t, which the
+// other consumer reaches only after all its products of tile t - 1, the last to read that buffer.
+struct FusedBobSmem {
+  static constexpr size_t kOwnElems = 128 * 64;  // K, V, Kt, Vt (bf16/f16)
+  static constexpr size_t kCoefElems = 32 * 128;  // one coefficient tile: 32 queries x 128 keys
+  static constexpr int kBuffers = 2;
+  static constexpr size_t kBytes = (4 * kOwnElems + kBuffers * 4 * kCoefElems) * 2;
+  template <typename Sweep>
+  __host__ __device__ static constexpr size_t offset() { return (Sweep::kSmem + 1023) / 1024 * 1024; }
+  template <typename Sweep>
+  __host__ __device__ static constexpr size_t total() { return offset<Sweep>() + kBytes; }
+};
+
+// Rows [16·warp, 16·warp + 16) of keys 64·w + ... of a 32-query coefficient tile (A fragments a,
+// rows keys, columns queries) into the K-major tile dst (32 queries x 128 keys, swizzled).
+template <typename T>
+__device__ __forceinline__ void store_coef_rows(T* dst, const uint32_t (&a)[2][4], int w, int warp, int lane) {
+  const int m = lane / 8, i = lane % 8;  // lane's row: row i of matrix m (register m)
+  const int key = 64 * w + 16 * warp + 8 * (m & 1);
+#pragma unroll
+  for (int q = 0; q < 2; ++q) stmatrix_x4_trans(dst + swz_offset<32>(16 * q + 8 * (m >> 1) + i, key), a[q]);
+}
+
+template <typename T, typename Sweep>
+__device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, int64_t head, int j0, int q_begin,
+                                               int num_q_tiles, int tid, T* extra, float* acc) {
+  constexpr int kD = 64, kBN = 32;
+  constexpr size_t kOwn = FusedBobSmem::kOwnElems, kCoef = FusedBobSmem::kCoefElems;
+  const int warp = tid / 32, lane = tid % 32, w = static_cast<int>(threadIdx.x) / 128 - 1;
+  const int jw = j0 + 16 * warp;
+  const float sl2 = p.scale * kLog2e;
+  // the own rows K, V, Kt as register A operands of the score products (an SS product of 32
+  // columns is limited by shared-memory reads of A), Vt's from shared memory (registers: with all
+  // four in registers the loop spills); all four in shared memory for the late products
+  OwnKeyFrags<kD> own;
+  Present in_regs = sw.c;
+  in_regs.Vt = false;
+  own.load(p, in_regs, head * kD, jw, lane);
+  const uint64_t own_vt = make_desc_sw128(extra + 3 * kOwn + w * 64 * 64);
+  T* const coef = extra + 4 * kOwn;
+  // consumer 0: grad_Qᵀ from K, Kt and the tiles S̄, dS; consumer 1: grad_dOᵀ from V, Vt and dP̄, P
+  const uint64_t a0 = make_desc_sw128(extra + w * kOwn), a1 = make_desc_sw128(extra + (2 + w) * kOwn);
+  const int tiles = cdiv(p.N, kBN);
+  float* const acc_out = acc + ((head / p.N) * 2 + w) * static_cast<int64_t>(tiles) * kBN * 64;
+  auto buffer = [&](int qt) { return coef + ((qt - q_begin) % FusedBobSmem::kBuffers) * 4 * kCoef; };
+
+  float gK[kD / 8][4], gV[kD / 8][4], part[kBN / 8][4];
+  zero(gK);
+  zero(gV);
+  zero(part);
+  // causal: both consumers compute every tile from the block's first (a tile before a consumer's
+  // keys gives zero coefficients there), so that they meet at every barrier
+  for (int qt = q_begin; qt < num_q_tiles; ++qt) {
+    sw.begin_tile(qt);
+    const QueryTiles t = sw.tiles(qt);
+    // Sᵀ, dPᵀ, Gᵀ (unscaled), Hᵀ (64 keys x 32 queries); the wait also completes the late group
+    // of tile qt - 1
+    float S[kBN / 8][4], dP[kBN / 8][4], G[kBN / 8][4], Hs[kBN / 8][4];
+    wgmma_fence();
+    wgmma_fence_regs(S);
+    wgmma_fence_regs(dP);
+    wgmma_fence_regs(G);
+    wgmma_fence_regs(Hs);
+    own_score<T, kD, kBN, false, kBN>(S, own.K, t.Q);
+    own_score<T, kD, kBN, false, kBN>(dP, own.V, t.dO);
+    own_score<T, kD, kBN, false, kBN>(G, own.K, t.Qt);
+    own_score<T, kD, kBN, true, kBN>(G, own.Kt, t.Q);
+    own_score<T, kD, kBN, false, kBN>(Hs, own_vt, t.dO);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_regs(S);
+    wgmma_fence_regs(dP);
+    wgmma_fence_regs(G);
+    wgmma_fence_regs(Hs);
+
+    // in place: S <- S̄ᵀ, dP <- dSᵀ, G <- dP̄ᵀ, Hs <- Pᵀ; then the four coefficient tiles of this
+    // consumer's keys into the tile's buffer
+    for_key_tile_entries<kBN>(S, p, t, qt * kBN, j0, jw, sl2, lane, [&](int j, int e, float P, int li) {
+      coef_entry(P, p.scale, t.D[li], t.E[li], t.F[li], S[j][e], dP[j][e], G[j][e], Hs[j][e]);
+      Hs[j][e] = P;
+    });
+    uint32_t sa[kBN / 16][4], dsa[kBN / 16][4], ga[kBN / 16][4], pa[kBN / 16][4];
+    tile_to_a_frags<T, kBN>(sa, S);
+    tile_to_a_frags<T, kBN>(dsa, dP);
+    tile_to_a_frags<T, kBN>(ga, G);
+    tile_to_a_frags<T, kBN>(pa, Hs);
+    T* const b = buffer(qt);
+    store_coef_rows<T>(b, sa, w, warp, lane);
+    store_coef_rows<T>(b + kCoef, dsa, w, warp, lane);
+    store_coef_rows<T>(b + 2 * kCoef, ga, w, warp, lane);
+    store_coef_rows<T>(b + 3 * kCoef, pa, w, warp, lane);
+    fence_proxy_async();
+    named_bar_sync(3, 256);  // both consumers' rows of tile qt are stored
+
+    // gK += S̄ᵀ·Q + dSᵀ·Qt, gV += dP̄ᵀ·dO; then, a group of its own that runs on while the next
+    // tile's score products are issued, part += (K|V)ᵀ·(S̄|dP̄)ᵀ + (Kt|Vt)ᵀ·(dS|P)ᵀ over the 128 keys
+    wgmma_fence_regs(gK);
+    wgmma_fence_regs(gV);
+    wgmma_fence();
+    wgmma_coef_product<T, kD, kBN>(gK, sa, t.Q);
+    wgmma_coef_product<T, kD, kBN>(gK, dsa, t.Qt);
+    wgmma_coef_product<T, kD, kBN>(gV, ga, t.dO);
+    wgmma_commit();
+    const uint64_t b0 = make_desc_sw128(b + 2 * w * kCoef), b1 = b0 + (kCoef * 2) / 16;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) wgmma_ss_amn<T, kBN>(part, a0 + mn_major_step(q, 0, 128), b0 + k_major_step(q, kBN), true);
+#pragma unroll
+    for (int q = 0; q < 8; ++q) wgmma_ss_amn<T, kBN>(part, a1 + mn_major_step(q, 0, 128), b1 + k_major_step(q, kBN), true);
+    wgmma_commit();
+    wgmma_wait<1>();  // the output products (the query tile may be released)
+    wgmma_fence_regs(gK);
+    wgmma_fence_regs(gV);
+    sw.end_tile(qt);
+    wgmma_wait<0>();
+    wgmma_fence_regs(part);
+    add_acc_tile<kBN>(acc_out + static_cast<int64_t>(qt) * kBN * 64, part, warp, lane);
+    zero(part);
+  }
+
+  const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
+  store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, gK, scale, jw, p.N, lane);
+  store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, gV, one, jw, p.N, lane);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(384, 1)
+    attention_bob_fused_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps, float* acc) {
+#if defined(GG_WGMMA_AVAILABLE)
+  using Cfg = HopperBobPass2WsConfig;
+  using Sweep = HopperKeySweepWs<T, Cfg::kD, Cfg::kBlockN, Cfg::kStages>;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  T* const extra = reinterpret_cast<T*>(smem_raw + FusedBobSmem::offset<Sweep>());
+  key_sweep_ws_block<T, Cfg::kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 4>(
+      smem_raw, p, maps, [](const Params<T>& q) { return bob_present(q); },
+      [&](auto& sw, const auto&, int64_t head, int j0, int q_begin, int n, int tid) {
+        bob_fused_rows<T>(sw, p, head, j0, q_begin, n, tid, extra, acc);
+      },
+      extra);
+#else
+  __trap();  // launched only where sm_90a code was built and the device is 9.x
+#endif
+}
+
+// The fused BoB after pass 0: the key sweep above, then grad_Q and grad_dO from their buffers.
+template <typename T>
+void launch_bob_fused_ws(const Params<T>& p) {
+  using Cfg = HopperBobPass2WsConfig;
+  using Sweep = HopperKeySweepWs<T, Cfg::kD, Cfg::kBlockN, Cfg::kStages>;
+  constexpr int kBN = Cfg::kBlockN;
+  const int tiles = cdiv(p.N, kBN);
+  const size_t per_output = static_cast<size_t>(p.BH) * tiles * kBN * 64;  // floats
+  Scratch acc(2 * per_output * sizeof(float));  // [head][grad_Q, grad_dO][tile]
+  CUDA_CHECK(cudaMemsetAsync(acc.as<float>(), 0, acc.bytes(), cuda_stream()));
+  constexpr size_t smem = FusedBobSmem::total<Sweep>();
+  static_assert(smem <= 227 * 1024, "shared memory");
+  auto kernel = attention_bob_fused_ws_kernel<T>;
+  set_smem(kernel, smem);
+  kernel<<<grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), Cfg::kThreads, smem, cuda_stream()>>>(
+      p, make_sweep_maps(p, Cfg::kD, kBN, 0), acc.as<float>());
+  CUDA_CHECK_LAUNCH();
+  // per head: tiles of grad_Q, then tiles of grad_dO; one block per (head, output, tile)
+  rows_from_acc_kernel<T, kBN, 2>
+      <<<grid_x(2 * p.BH, tiles), 256, 0, cuda_stream()>>>(acc.as<float>(), p.out0, p.out3, p.N, p.scale, 1.f);
+  CUDA_CHECK_LAUNCH();
+}
+
 // ------------------------------------------------------------------------ Hopper, E and F first
 //
 // A second pass-1 schedule (attention-bob.md calls the row scalars E and F): pass 0 computes E
@@ -1196,6 +1379,12 @@ template <typename T, int kD>
 void launch_bob_tc(const Params<T>& p) {
   if constexpr (kD == 64 || kD == 128) {
     if (attention_wgmma_active()) {
+      if (kD == 64 && attention_ws_enabled() && !attention_deterministic() && Cotangents(p).all()) {
+        // opt-in: pass 0, then the fused BoB (grad_Q and grad_dO added atomically)
+        launch_bob_query_ws<T, kD, QueryPass::kEF0>(p, make_sweep_maps(p, kD, 64, HopperBobEFConfig<kD>::kBlockN));
+        launch_bob_fused_ws<T>(p);
+        return;
+      }
       const bool ef = bob_ef_schedule(kD);
       if (attention_ws_enabled()) {
         const SweepMaps maps = make_sweep_maps(p, kD, 64, ef ? HopperBobEFConfig<kD>::kBlockN : HopperBobPass1Config<kD>::kBlockN);

@@ -393,6 +393,16 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(s)));
 }
+// The reverse of ldmatrix_x4_trans (sm_90): four 8 x 8 b16 matrices, register i of each thread
+// holding matrix i in the mma fragment layout, stored transposed: row r of the stored matrix i (at
+// the address that lane 8·i + r passes) is column r of the fragment's matrix.
+__device__ __forceinline__ void stmatrix_x4_trans(void* s, const uint32_t (&r)[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr(s)),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+#endif
+}
 
 // c (16x8 f32) += a (16x16) · b (16x8).
 template <typename T>

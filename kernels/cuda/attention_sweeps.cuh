@@ -456,6 +456,136 @@ struct HopperKeySweepWs : PingPong {
   }
 };
 
+// ---- pipelined row loops of the warp-specialised kernels (their rings have three stages, so a
+// consumer can hold tile t + 1 before releasing tile t): per tile, the score products of tile
+// t + 1 are issued together with the output products of tile t, in one ping-pong turn, and the
+// elementwise work of tile t + 1 runs while the output products are on the tensor cores. Tiles a
+// warpgroup skips (causal) are still taken and released, with their turn.
+
+// The tile loop of all three: tiles [lo, hi) of the sweep are taken and released in order; those
+// in [first, end) (not empty) are computed, the others only take their turn. The callables:
+// scores(t) / outputs(t) issue and commit tile t's score / output products; fence_scores() and
+// fence_acc() fence the score and accumulator registers; coefficients(t) is tile t's elementwise
+// work on its scores, to_frags(t) turns them into the A fragments of the output products, done(t)
+// runs once tile t's output products are complete (and the tile released). With a late group
+// (late(t) issues and commits one more group after outputs(t), reading no register A fragments and
+// no part of the tile; fence_late() fences its accumulators), to_frags(t + 1) runs while it is on
+// the tensor cores and done(t) once it is complete too.
+struct NoLateGroup {
+  __device__ void operator()(int) const {}
+  __device__ void operator()() const {}
+};
+template <typename Sweep, typename Scores, typename Outputs, typename FenceScores, typename FenceAcc,
+          typename Coefficients, typename ToFrags, typename Done, typename Late = NoLateGroup,
+          typename FenceLate = NoLateGroup>
+__device__ __forceinline__ void pipelined_tiles(Sweep& sw, int lo, int first, int end, int hi, Scores&& scores,
+                                                Outputs&& outputs, FenceScores&& fence_scores, FenceAcc&& fence_acc,
+                                                Coefficients&& coefficients, ToFrags&& to_frags, Done&& done,
+                                                Late&& late = {}, FenceLate&& fence_late = {}) {
+  constexpr bool kLate = !std::is_same_v<std::decay_t<Late>, NoLateGroup>;
+  for (int t = lo; t < first; ++t) {
+    sw.begin_tile(t);
+    sw.skip_turns(1);
+    sw.end_tile(t);
+  }
+  sw.begin_tile(first);
+  sw.turn_begin();
+  scores(first);
+  sw.turn_end();
+  wgmma_wait<0>();
+  fence_scores();
+  coefficients(first);
+  to_frags(first);
+  for (int t = first; t + 1 < end; ++t) {
+    sw.begin_tile(t + 1);
+    fence_acc();
+    fence_late();
+    sw.turn_begin();
+    scores(t + 1);
+    outputs(t);
+    late(t);
+    sw.turn_end();
+    wgmma_wait<kLate ? 2 : 1>();  // the scores of t + 1 (groups complete in order)
+    fence_scores();
+    coefficients(t + 1);
+    wgmma_wait<kLate ? 1 : 0>();
+    fence_acc();
+    sw.end_tile(t);
+    to_frags(t + 1);
+    if constexpr (kLate) {
+      wgmma_wait<0>();
+      fence_late();
+    }
+    done(t);
+  }
+  fence_acc();
+  fence_late();
+  sw.turn_begin();
+  outputs(end - 1);
+  late(end - 1);
+  sw.turn_end();
+  wgmma_wait<0>();
+  fence_acc();
+  fence_late();
+  sw.end_tile(end - 1);
+  done(end - 1);
+  for (int t = end; t < hi; ++t) {
+    sw.begin_tile(t);
+    sw.skip_turns(1);
+    sw.end_tile(t);
+  }
+}
+
+
+// ---- outputs added atomically (the opt-in fused backward and fused BoB): the blocks of a head
+// add their parts of a tile of kRows rows x 64 columns of an output into an f32 buffer. A part is
+// a wgmma accumulator holding the tile transposed (64 columns x kRows rows: d[j][e] is column
+// 16·warp + lane/4 + 8·(e/2), row 8·j + 2·(lane%4) + e%2); the buffer keeps it in that register
+// order, so that a warp's 16-byte additions cover 512 contiguous bytes, and rows_from_acc_kernel
+// puts it back into rows.
+
+// Position in a tile of the f32 buffer of the value d[j][e] of lane `lane` of warp `warp`.
+__host__ __device__ constexpr int acc_index(int j, int warp, int lane, int e) {
+  return ((j * 4 + warp) * 32 + lane) * 4 + e;
+}
+// Adds this thread's values of the accumulator d to the buffer tile at dst.
+template <int kRows>
+__device__ __forceinline__ void add_acc_tile(float* dst, const float (&d)[kRows / 8][4], int warp, int lane) {
+#pragma unroll
+  for (int j = 0; j < kRows / 8; ++j)
+    atomicAdd(reinterpret_cast<float4*>(dst + acc_index(j, warp, lane, 0)), make_float4(d[j][0], d[j][1], d[j][2], d[j][3]));
+}
+
+// out_o = scale_o · the f32 buffer of output o < kOutputs (per head, the cdiv(N, kRows) tiles of
+// output 0, then those of output 1), one block per (head, output, tile): the tile's values in
+// register order are put back into rows in shared memory, then written row by row.
+template <typename T, int kRows, int kOutputs>
+__global__ void __launch_bounds__(256)
+    rows_from_acc_kernel(const float* acc, T* out0, T* out1, int N, float scale0, float scale1) {
+  __shared__ float s[kRows][65];  // [row][column]
+  const int tiles = cdiv(N, kRows), qt = static_cast<int>(blockIdx.x % tiles);
+  const int64_t g = blockIdx.x / tiles, bh = g / kOutputs;
+  const bool second = kOutputs == 2 && g % 2 == 1;
+  T* const out = second ? out1 : out0;
+  const float scale = second ? scale1 : scale0;
+  const float4* a = reinterpret_cast<const float4*>(acc + static_cast<int64_t>(blockIdx.x) * kRows * 64);
+  for (int f = threadIdx.x; f < kRows * 16; f += 256) {
+    const float4 v = a[f];
+    const int j = f / 128, warp = (f / 32) % 4, lane = f % 32;
+    const int q = 8 * j + 2 * (lane % 4), col = 16 * warp + lane / 4;  // d[j][e]: row q + e % 2, column col + 8·(e / 2)
+    s[q][col] = v.x;
+    s[q + 1][col] = v.y;
+    s[q][col + 8] = v.z;
+    s[q + 1][col + 8] = v.w;
+  }
+  __syncthreads();
+  for (int f = threadIdx.x; f < kRows * 32; f += 256) {
+    const int q = f / 32, col = 2 * (f % 32), i = qt * kRows + q;
+    if (i < N)
+      *reinterpret_cast<uint32_t*>(out + (bh * N + i) * 64 + col) = Elem<T>::pack(scale * s[q][col], scale * s[q][col + 1]);
+  }
+}
+
 // ------------------------------------------------------------------------ kernel bodies
 //
 // What every Hopper backward and BoB kernel does around its row loop: block coordinates, the
@@ -513,18 +643,21 @@ __device__ __forceinline__ void key_sweep_block(unsigned char* smem, const Param
   rows(sw, sw.own, head, j0, q_begin, num_q_tiles, static_cast<int>(threadIdx.x));
 }
 
-// Rows [j0, j0 + 64) of K and V (d = 64) into the 64-row swizzled tiles sK and sV, by the 128
-// threads of one warpgroup (tid), made visible to wgmma for this warpgroup (barrier `bar`, 128
-// threads); rows at or past N are zero.
-template <typename T>
-__device__ __forceinline__ void load_own_key_rows(T* sK, T* sV, const Params<T>& p, int64_t hd, int j0, int tid,
-                                                  int bar) {
+// Rows [j0, j0 + 64) of K, V (kN = 2) and Kt, Vt (kN = 4) (d = 64) into the 64-row swizzled tiles
+// at s + i·128·64 (i = 0 .. kN - 1, in that order), by the 128 threads of one warpgroup (tid), made
+// visible to wgmma for this warpgroup (barrier `bar`, 128 threads); rows at or past N are zero.
+template <typename T, int kN>
+__device__ __forceinline__ void load_own_key_rows(T* s, const Params<T>& p, int64_t hd, int j0, int tid, int bar) {
   for (int v = tid; v < 64 * 8; v += 128) {
     const int r = v / 8, c = (v % 8) * 8;
     const bool ok = j0 + r < p.N;
     const int64_t g = hd + static_cast<int64_t>(ok ? j0 + r : 0) * 64 + c;
-    cp_async16(sK + swz_offset<64>(r, c), p.K + g, ok);
-    cp_async16(sV + swz_offset<64>(r, c), p.V + g, ok);
+    cp_async16(s + swz_offset<64>(r, c), p.K + g, ok);
+    cp_async16(s + 128 * 64 + swz_offset<64>(r, c), p.V + g, ok);
+    if constexpr (kN == 4) {
+      cp_async16(s + 2 * 128 * 64 + swz_offset<64>(r, c), p.Kt + g, ok);
+      cp_async16(s + 3 * 128 * 64 + swz_offset<64>(r, c), p.Vt + g, ok);
+    }
   }
   cp_async_commit();
   cp_async_wait<0>();
@@ -532,12 +665,12 @@ __device__ __forceinline__ void load_own_key_rows(T* sK, T* sV, const Params<T>&
   named_bar_sync(bar, 128);
 }
 
-// Warp-specialised, blocks of 128 key rows (384 threads), own rows in registers (OwnKeyFrags), or
-// with kOwnInSmem in shared memory at own_smem (d = 64; OwnKeyTiles of K and V, each a tile of 128
-// swizzled rows of which consumer w copies rows [64·w, 64·w + 64) by load_own_key_rows, barrier
-// 7 + w): in each consumer warpgroup, rows(sw, own, head, its first key, q_begin, num_q_tiles, tid
-// of 128).
-template <typename T, int kD, int kBN, int kStages, int kProducerRegs, int kConsumerRegs, bool kOwnInSmem = false,
+// Warp-specialised, blocks of 128 key rows (384 threads), own rows in registers (OwnKeyFrags,
+// kOwnInSmem = 0), or in shared memory at own_smem (d = 64; OwnKeyTiles of K and V (kOwnInSmem =
+// 2) or K, V, Kt and Vt (4), each a tile of 128 swizzled rows, in that order, of which consumer w
+// copies rows [64·w, 64·w + 64) by load_own_key_rows, barrier 7 + w): in each consumer warpgroup,
+// rows(sw, own, head, its first key, q_begin, num_q_tiles, tid of 128).
+template <typename T, int kD, int kBN, int kStages, int kProducerRegs, int kConsumerRegs, int kOwnInSmem = 0,
           typename PresentOf, typename Rows>
 __device__ __forceinline__ void key_sweep_ws_block(unsigned char* smem, const Params<T>& p, const SweepMaps& maps,
                                                    PresentOf present_of, Rows&& rows, T* own_smem = nullptr) {
@@ -558,12 +691,13 @@ __device__ __forceinline__ void key_sweep_ws_block(unsigned char* smem, const Pa
     setmaxnreg_inc<kConsumerRegs>();
     const int tid = threadIdx.x % 128, jc = j0 + 64 * (wg - 1);
     sw.ping_pong_open(wg - 1, maps.ping_pong != 0);
-    if constexpr (kOwnInSmem) {
-      static_assert(kD == 64, "own rows in shared memory: d = 64");
-      T* sK = own_smem + (wg - 1) * 64 * 64;
-      T* sV = own_smem + 128 * 64 + (wg - 1) * 64 * 64;
-      load_own_key_rows<T>(sK, sV, p, head * kD, jc, tid, 7 + (wg - 1));
-      const OwnKeyTiles own{make_desc_sw128(sK), make_desc_sw128(sV), 0, 0};
+    if constexpr (kOwnInSmem > 0) {
+      static_assert(kD == 64 && (kOwnInSmem == 2 || kOwnInSmem == 4), "own rows in shared memory: d = 64");
+      T* const sK = own_smem + (wg - 1) * 64 * 64;  // tile i at sK + i·128·64
+      load_own_key_rows<T, kOwnInSmem>(sK, p, head * kD, jc, tid, 7 + (wg - 1));
+      const OwnKeyTiles own{make_desc_sw128(sK), make_desc_sw128(sK + 128 * 64),
+                            kOwnInSmem == 4 ? make_desc_sw128(sK + 2 * 128 * 64) : 0,
+                            kOwnInSmem == 4 ? make_desc_sw128(sK + 3 * 128 * 64) : 0};
       rows(sw, own, head, jc, q_begin, num_q_tiles, tid);
     } else {
       OwnKeyFrags<kD> own;

@@ -20,6 +20,8 @@
 //                          cotangents, the backward's outputs too).
 //   HopperFusedBackward    the opt-in fused backward (dQ added atomically): dQ within 2 x the
 //                          two-sweep backward's error against f64, dK and dV bitwise equal to it.
+//   HopperFusedBob         the opt-in fused BoB (grad_Q, grad_dO added atomically): those within 2 x
+//                          the deterministic BoB's error, grad_K and grad_V bitwise equal to it.
 //   Hopper*                the sm_90a (wgmma) forward, backward and BoB vs the mma.sync kernels, both
 //                          against f64: error ≤ 2 x the mma.sync kernels' (or the rounding floor);
 //                          runs where the Hopper kernels are active (H100/H200 with a 90a build).
@@ -433,7 +435,7 @@ TEST(CudaAttention, PoisonedOutputs) {
       WsMode ws(false);
       check_poisoned(DType::f16, 77, 128, causal);
     }
-    {  // the fused backward (nondeterministic dQ), Hopper at d = 64
+    {  // the fused backward and fused BoB (atomic additions), Hopper at d = 64
       DeterministicMode nd(false);
       check_poisoned(DType::bf16, 77, 64, causal);
     }
@@ -714,6 +716,40 @@ TEST(CudaAttention, HopperFusedBackward) {
           EXPECT_EQ(fused[2], two[2]) << w << " dV";
         }
       }
+}
+
+// The opt-in fused BoB (grad_Q and grad_dO added atomically; Hopper, d = 64, all three
+// cotangents): grad_Q and grad_dO within 2 x the deterministic BoB's error against f64 (or the
+// rounding floor), grad_K and grad_V bitwise equal to it (the same products in the same order).
+// With a cotangent missing the deterministic kernels run: every output bitwise equal.
+TEST(CudaAttention, HopperFusedBob) {
+  GG_REQUIRE_HOPPER_OR_SKIP();
+  WsMode ws(true);
+  for (bool f16 : {false, true})
+    for (int64_t N : {1, 77, 333, 1000})
+      for (bool causal : {false, true})
+        for (int mask : {7, 3}) {
+          if (mask != 7 && N != 333) continue;
+          const DType dtype = dtype_of(f16);
+          const Inputs in = make_inputs(2, 3, N, 64, 9800 + N + causal + 10 * mask, dtype);
+          const std::string what = case_name(dtype, in, causal, mask);
+          const Levels ref = run_fused(in, DType::f64, N > 256 ? kGpu : Device::cpu(), causal, mask);
+          const Levels det = run_fused(in, dtype, kGpu, causal, mask);
+          DeterministicMode nd(false);
+          const Levels fused = run_fused(in, dtype, kGpu, causal, mask);
+          const double scale = family_scale(ref.bob);
+          for (int i = 0; i < 4; ++i) {
+            ASSERT_TRUE(all_finite(fused.bob[i])) << what << " " << kBobNames[i];
+            if (i == 1 || i == 2 || mask != 7) {
+              EXPECT_EQ(fused.bob[i], det.bob[i]) << what << " " << kBobNames[i];
+              continue;
+            }
+            const double err = rel_err(fused.bob[i], ref.bob[i], scale), err_det = rel_err(det.bob[i], ref.bob[i], scale);
+            if (verbose()) std::printf("  %-50s %-3s fused %.3g deterministic %.3g\n", what.c_str(), kBobNames[i], err, err_det);
+            EXPECT_LE(err, std::max(2 * err_det, low_precision_floor(dtype)))
+                << what << " " << kBobNames[i] << ": fused " << err << ", deterministic " << err_det;
+          }
+        }
 }
 
 // ------------------------------------------------------------------------ determinism
