@@ -12,7 +12,9 @@ src, png = sys.argv[1], sys.argv[2]
 lines, nondet, torch_lines = load(src)
 ours = {n: (r["fwd_ms"], r["fwdbwd_ms"], r["chain_ms"]) for (d, c, n), r in lines.items() if d == 64 and not c}
 sdpa = {n: (r["sdpa_fwd_ms"], r["sdpa_fwdbwd_ms"]) for (d, c, n), r in torch_lines.items() if d == 64 and not c}
-fused = {n: r["fwdbwd_ms"] for (d, c, n), r in nondet.items() if d == 64 and not c}  # fused backward
+# GG_ATTENTION_DETERMINISTIC=0: the fused backward and fused BoB
+fused = {n: r["fwdbwd_ms"] for (d, c, n), r in nondet.items() if d == 64 and not c}
+fused_chain = {n: r["chain_ms"] for (d, c, n), r in nondet.items() if d == 64 and not c}
 torch_chain = {n: r["chain_ms"] for (d, c, n), r in torch_lines.items() if d == 64 and not c and "chain_ms" in r}
 tmp = tempfile.mkdtemp()
 with open(os.path.join(tmp, "t.dat"), "w") as f:
@@ -21,7 +23,7 @@ with open(os.path.join(tmp, "t.dat"), "w") as f:
 with open(os.path.join(tmp, "d.dat"), "w") as f:
     for n in sorted(set(ours) | set(sdpa)):
         cols = [ours.get(n, ("NaN",) * 3)[2], torch_chain.get(n, "NaN"), ours.get(n, ("NaN",) * 3)[1],
-                sdpa.get(n, ("NaN", "NaN"))[1], fused.get(n, "NaN")]
+                sdpa.get(n, ("NaN", "NaN"))[1], fused.get(n, "NaN"), fused_chain.get(n, "NaN")]
         f.write(f"{n} " + " ".join(str(c) for c in cols) + "\n")
 script = f"""set terminal pngcairo size 900,600 enhanced font 'Sans,11'
 set output '{os.path.abspath(png)}'
@@ -36,6 +38,7 @@ plot 'd.dat' u 1:2 w lp lw 2 pt 7 lc rgb '#1f77b4' t 'gradgrad chain (fwd + bwd(
      '' u 1:4 w lp lw 2 dt 2 pt 7 lc rgb '#1f77b4' t 'gradgrad fwd + bwd', \\
      '' u 1:5 w lp lw 2 dt 2 pt 5 lc rgb '#ff7f0e' t 'PyTorch SDPA (cuDNN) fwd + bwd', \\
      '' u 1:6 w lp lw 1 dt 3 pt 6 lc rgb '#1f77b4' t 'gradgrad fwd + bwd, fused backward (dQ atomic)', \\
+     '' u 1:7 w lp lw 1 dt 3 pt 6 lc rgb '#9467bd' t 'gradgrad chain, fused backward and BoB (atomic, opt-in)', \\
      't.dat' u 1:2 w lp lw 1 pt 9 lc rgb '#2ca02c' t 'Triton BoB chain (figures quoted in the issue, not this run)', \\
      '' u 1:3 w l lw 1 dt 3 lc rgb '#2ca02c' t 'target: 0.67 x Triton'
 """

@@ -14,7 +14,7 @@ TRITON = {4096: 3.33, 8192: 9.63, 16384: 36.8}
 
 
 def load(path):
-    """Our lines (deterministic, and with the fused backward) and PyTorch's from a results file,
+    """Our lines (deterministic, and with GG_ATTENTION_DETERMINISTIC=0) and PyTorch's from a results file,
     each keyed by (d, causal, N)."""
     ours, nondet, torch = {}, {}, {}
     for line in open(path):
@@ -81,15 +81,16 @@ def main(path, fallback=None):
             print()
             rows = sorted(n for (dd, c, n) in nondet if dd == d and c == causal)
             if rows:
-                print(f"With the fused backward (`GG_ATTENTION_DETERMINISTIC=0`: dQ added atomically, not bitwise "
-                      f"reproducible), same run:\n")
-                head = ["N", "fwd+bwd", "SDPA fwd+bwd", "ratio", "chain"] + (["Triton chain (issue)", "ratio"] if triton else [])
+                print(f"With `GG_ATTENTION_DETERMINISTIC=0` (the fused backward, dQ added atomically; at d = 64 "
+                      f"with every cotangent also the fused BoB, grad_Q and grad_dO added atomically; neither "
+                      f"bitwise reproducible), same run:\n")
+                head = ["N", "fwd+bwd", "SDPA fwd+bwd", "ratio", "BoB only", "chain"] + (["Triton chain (issue)", "ratio"] if triton else [])
                 print("| " + " | ".join(head) + " |")
                 print("|" + "|".join(["---:"] * len(head)) + "|")
                 for n in rows:
                     o, t = nondet[(d, causal, n)], torch.get((d, causal, n), {})
                     cells = [str(n), ms(o["fwdbwd_ms"]), ms(t.get("sdpa_fwdbwd_ms")),
-                             ratio(o["fwdbwd_ms"], t.get("sdpa_fwdbwd_ms")), ms(o["chain_ms"])]
+                             ratio(o["fwdbwd_ms"], t.get("sdpa_fwdbwd_ms")), ms(o["bob_ms"]), ms(o["chain_ms"])]
                     if triton:
                         cells += triton_cells(o, n)
                     print("| " + " | ".join(cells) + " |")

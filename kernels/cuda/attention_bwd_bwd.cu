@@ -978,8 +978,9 @@ void launch_bob_pass2_ws(const Params<T>& p, const SweepMaps& maps) {
 // into shared memory; then consumer 0 computes the block's grad_Qᵀ (64 x 32) = Kᵀ·S̄ᵀ + Ktᵀ·dSᵀ
 // over all 128 keys and consumer 1 grad_dOᵀ = Vᵀ·dP̄ᵀ + Vtᵀ·Pᵀ, 4 products each (A: the own key
 // rows, MN-major from shared memory; B: the coefficient tiles, K-major), as a group of their own
-// that runs while the next tile's score products are issued; the part is added to the buffer once
-// that tile's scores are complete. The coefficient tiles alternate between two buffers: a
+// after the output products; the part is added to the buffer once it is complete, within the
+// tile. (Left pending into the next tile, ptxas serialised every wgmma of the kernel, C7515.)
+// The coefficient tiles alternate between two buffers: a
 // consumer rewrites a buffer (tile t + 1) only after passing named barrier 3 of tile t, which the
 // other consumer reaches only after all its products of tile t - 1, the last to read that buffer.
 struct FusedBobSmem {
@@ -1035,8 +1036,7 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
   for (int qt = q_begin; qt < num_q_tiles; ++qt) {
     sw.begin_tile(qt);
     const QueryTiles t = sw.tiles(qt);
-    // Sᵀ, dPᵀ, Gᵀ (unscaled), Hᵀ (64 keys x 32 queries); the wait also completes the late group
-    // of tile qt - 1
+    // Sᵀ, dPᵀ, Gᵀ (unscaled), Hᵀ (64 keys x 32 queries)
     float S[kBN / 8][4], dP[kBN / 8][4], G[kBN / 8][4], Hs[kBN / 8][4];
     wgmma_fence();
     wgmma_fence_regs(S);
@@ -1072,10 +1072,9 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
     store_coef_rows<T>(b + 2 * kCoef, ga, w, warp, lane);
     store_coef_rows<T>(b + 3 * kCoef, pa, w, warp, lane);
     fence_proxy_async();
-    named_bar_sync(3, 256);  // both consumers' rows of tile qt are stored
 
-    // gK += S̄ᵀ·Q + dSᵀ·Qt, gV += dP̄ᵀ·dO; then, a group of its own that runs on while the next
-    // tile's score products are issued, part += (K|V)ᵀ·(S̄|dP̄)ᵀ + (Kt|Vt)ᵀ·(dS|P)ᵀ over the 128 keys
+    // gK += S̄ᵀ·Q + dSᵀ·Qt, gV += dP̄ᵀ·dO (issued before the barrier: they need no row of the other
+    // consumer); then, a group of its own, part += (K|V)ᵀ·(S̄|dP̄)ᵀ + (Kt|Vt)ᵀ·(dS|P)ᵀ over the 128 keys
     wgmma_fence_regs(gK);
     wgmma_fence_regs(gV);
     wgmma_fence();
@@ -1083,6 +1082,7 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
     wgmma_coef_product<T, kD, kBN>(gK, dsa, t.Qt);
     wgmma_coef_product<T, kD, kBN>(gV, ga, t.dO);
     wgmma_commit();
+    named_bar_sync(3, 256);  // both consumers' rows of tile qt are stored
     const uint64_t b0 = make_desc_sw128(b + 2 * w * kCoef), b1 = b0 + (kCoef * 2) / 16;
 #pragma unroll
     for (int q = 0; q < 8; ++q) wgmma_ss_amn<T, kBN>(part, a0 + mn_major_step(q, 0, 128), b0 + k_major_step(q, kBN), true);

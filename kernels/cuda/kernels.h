@@ -61,8 +61,10 @@ int attention_ping_pong_mask();
 // Whether every attention kernel must be bitwise reproducible (the default). Off, the Hopper
 // backward at d = 64 (warp-specialised) computes dK, dV and dQ in one sweep (5 products per tile
 // instead of 7) and adds each key block's part of dQ into an f32 buffer by atomic additions, whose
-// order varies from run to run (dQ may differ in its last bits; dK, dV do not); the BoB stays
-// deterministic either way. As in PyTorch, whose flash and cuDNN backwards add dQ atomically.
+// order varies from run to run (dQ may differ in its last bits; dK, dV do not); and the Hopper BoB
+// at d = 64 with all three cotangents runs its fused key sweep after pass 0 (17 products instead
+// of 22), adding grad_Q and grad_dO atomically the same way (grad_K, grad_V stay bitwise equal to
+// the deterministic BoB's). As in PyTorch, whose flash and cuDNN backwards add dQ atomically.
 // GG_ATTENTION_DETERMINISTIC=0 turns it off at start-up.
 void set_attention_deterministic(bool deterministic);
 bool attention_deterministic();
