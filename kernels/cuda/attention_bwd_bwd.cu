@@ -831,6 +831,31 @@ struct HopperBobConfig {
   static constexpr int kMinBlocks = kD == 64 ? 3 : 2;  // d = 64: 3 x 57 KB smem, <= 168 registers
 };
 
+// The transposed score tiles of a key-side row loop (the own 64 keys x the kBN queries of tile t):
+// Sᵀ, dPᵀ, Gᵀ (unscaled), Hᵀ of the cotangents present, issued and committed. vt: the A operand
+// of Hᵀ (own.Vt, or a descriptor of the own Vt rows in shared memory).
+template <typename T, int kD, int kBN, typename Cot, typename Own, typename Vt>
+__device__ __forceinline__ void issue_key_scores(float (&S)[kBN / 8][4], float (&dP)[kBN / 8][4],
+                                                 float (&G)[kBN / 8][4], float (&Hs)[kBN / 8][4], const Cot& cot,
+                                                 const Own& own, const Vt& vt, const QueryTiles& t) {
+  wgmma_fence();
+  wgmma_fence_regs(S);
+  wgmma_fence_regs(dP);
+  wgmma_fence_regs(G);
+  wgmma_fence_regs(Hs);
+  own_score<T, kD, kBN, false, kBN>(S, own.K, t.Q);
+  if (cot.G) own_score<T, kD, kBN, false, kBN>(dP, own.V, t.dO);
+  if (cot.Qt) own_score<T, kD, kBN, false, kBN>(G, own.K, t.Qt);
+  if (cot.Kt) {
+    if (cot.Qt)
+      own_score<T, kD, kBN, true, kBN>(G, own.Kt, t.Q);
+    else
+      own_score<T, kD, kBN, false, kBN>(G, own.Kt, t.Q);
+  }
+  if (cot.H) own_score<T, kD, kBN, false, kBN>(Hs, vt, t.dO);
+  wgmma_commit();
+}
+
 // Pass 2 of one warpgroup (thread tid of 128) owning key rows [j0, j0 + 64), over the query tiles
 // [q_begin, num_q_tiles) of the sweep; own: the own rows (OwnKeyTiles or OwnKeyFrags).
 template <typename T, int kD, int kBN, typename Cot = Cotangents, typename Sweep, typename Own>
@@ -857,22 +882,7 @@ __device__ __forceinline__ void pass2_rows(Sweep& sw, const Own& own, const Para
       if (!cot.G) zero(G);
       if (!cot.H) zero(Hs);
       sw.turn_begin();
-      wgmma_fence();
-      wgmma_fence_regs(S);
-      wgmma_fence_regs(dP);
-      wgmma_fence_regs(G);
-      wgmma_fence_regs(Hs);
-      own_score<T, kD, kBN, false, kBN>(S, own.K, t.Q);
-      if (cot.G) own_score<T, kD, kBN, false, kBN>(dP, own.V, t.dO);
-      if (cot.Qt) own_score<T, kD, kBN, false, kBN>(G, own.K, t.Qt);
-      if (cot.Kt) {
-        if (cot.Qt)
-          own_score<T, kD, kBN, true, kBN>(G, own.Kt, t.Q);
-        else
-          own_score<T, kD, kBN, false, kBN>(G, own.Kt, t.Q);
-      }
-      if (cot.H) own_score<T, kD, kBN, false, kBN>(Hs, own.Vt, t.dO);
-      wgmma_commit();
+      issue_key_scores<T, kD, kBN>(S, dP, G, Hs, cot, own, own.Vt, t);
       sw.turn_end();
       wgmma_wait<0>();
       wgmma_fence_regs(S);
@@ -1038,17 +1048,7 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
     const QueryTiles t = sw.tiles(qt);
     // Sᵀ, dPᵀ, Gᵀ (unscaled), Hᵀ (64 keys x 32 queries)
     float S[kBN / 8][4], dP[kBN / 8][4], G[kBN / 8][4], Hs[kBN / 8][4];
-    wgmma_fence();
-    wgmma_fence_regs(S);
-    wgmma_fence_regs(dP);
-    wgmma_fence_regs(G);
-    wgmma_fence_regs(Hs);
-    own_score<T, kD, kBN, false, kBN>(S, own.K, t.Q);
-    own_score<T, kD, kBN, false, kBN>(dP, own.V, t.dO);
-    own_score<T, kD, kBN, false, kBN>(G, own.K, t.Qt);
-    own_score<T, kD, kBN, true, kBN>(G, own.Kt, t.Q);
-    own_score<T, kD, kBN, false, kBN>(Hs, own_vt, t.dO);
-    wgmma_commit();
+    issue_key_scores<T, kD, kBN>(S, dP, G, Hs, AllCotangents(p), own, own_vt, t);
     wgmma_wait<0>();
     wgmma_fence_regs(S);
     wgmma_fence_regs(dP);
