@@ -47,7 +47,7 @@ template <typename T>
 __global__ void __launch_bounds__(GenConfig::kThreads, 1) attention_bwd_dkdv_generic_kernel(const Params<T> p) {
   using Acc = typename Elem<T>::Acc;
   using C = GenConfig;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
   Acc* sK = reinterpret_cast<Acc*>(smem_raw);  // own chunks
   Acc* sV = sK + C::kStage;
   Acc* sQ = sV + C::kStage;                     // other chunks
@@ -113,7 +113,7 @@ template <typename T>
 __global__ void __launch_bounds__(GenConfig::kThreads, 1) attention_bwd_dq_generic_kernel(const Params<T> p) {
   using Acc = typename Elem<T>::Acc;
   using C = GenConfig;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
   Acc* sQ = reinterpret_cast<Acc*>(smem_raw);  // own chunks
   Acc* sdO = sQ + C::kStage;
   Acc* sK = sdO + C::kStage;                    // other chunks
@@ -175,7 +175,7 @@ template <typename T, int kD>
 __global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_bwd_dkdv_tc_kernel(const Params<T> p) {
   using Cfg = TcConfig<kD>;
   constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);      // own   [kBM][kStride]
   T* sV = sK + Cfg::kOwnElems;                 // own   [kBM][kStride]
   T* sQ = sV + Cfg::kOwnElems;                 // other [2][kBN][kStride]
@@ -276,7 +276,7 @@ template <typename T, int kD>
 __global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_bwd_dq_tc_kernel(const Params<T> p) {
   using Cfg = TcConfig<kD>;
   constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);  // own   [kBM][kStride]
   T* sdO = sQ + Cfg::kOwnElems;            // own   [kBM][kStride]
   T* sK = sdO + Cfg::kOwnElems;            // other [2][kBN][kStride]

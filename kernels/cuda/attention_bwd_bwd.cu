@@ -61,7 +61,7 @@ template <typename T>
 __global__ void __launch_bounds__(GenConfig::kThreads, 1) attention_bob_pass1_generic_kernel(const Params<T> p) {
   using Acc = typename Elem<T>::Acc;
   using C = GenConfig;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
   Acc* sQ = reinterpret_cast<Acc*>(smem_raw);  // own chunks
   Acc* sdO = sQ + C::kStage;
   Acc* sQt = sdO + C::kStage;
@@ -180,7 +180,7 @@ template <typename T>
 __global__ void __launch_bounds__(GenConfig::kThreads, 1) attention_bob_pass2_generic_kernel(const Params<T> p) {
   using Acc = typename Elem<T>::Acc;
   using C = GenConfig;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
   Acc* sK = reinterpret_cast<Acc*>(smem_raw);  // own chunks
   Acc* sV = sK + C::kStage;
   Acc* sKt = sV + C::kStage;
@@ -344,7 +344,7 @@ template <typename T, int kD>
 __global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_bob_pass1_tc_kernel(const Params<T> p) {
   using Cfg = TcConfig<kD>;
   constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride, kCols = Cfg::kBobCols;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);  // own   [kBM][kStride]
   T* sdO = sQ + Cfg::kOwnElems;
   T* sQt = sdO + Cfg::kOwnElems;
@@ -479,7 +479,7 @@ template <typename T, int kD>
 __global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_bob_pass2_tc_kernel(const Params<T> p) {
   using Cfg = TcConfig<kD>;
   constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);  // own   [kBM][kStride]
   T* sV = sK + Cfg::kOwnElems;
   T* sKt = sV + Cfg::kOwnElems;

@@ -65,7 +65,7 @@ template <typename T>
 __global__ void __launch_bounds__(GenConfig::kThreads, 1) attention_fwd_generic_kernel(const Params<T> p) {
   using Acc = typename Elem<T>::Acc;
   using C = GenConfig;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
   Acc* sQ = reinterpret_cast<Acc*>(smem_raw);  // [kRows][kStride] a chunk of Q's columns
   Acc* sK = sQ + C::kStage;                     // [kOther][kStride] the same chunk of K
   Acc* sP = sK + C::kStage;                     // [kRows][kStride] exp(S - m) of the tile
@@ -142,7 +142,7 @@ template <typename T, int kD>
 __global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_fwd_tc_kernel(const Params<T> p) {
   using Cfg = TcConfig<kD>;
   constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);  // [kBM][kStride]
   T* sK = sQ + Cfg::kOwnElems;             // [2][kBN][kStride]
   T* sV = sK + 2 * Cfg::kTileElems;        // [2][kBN][kStride]
