@@ -401,18 +401,8 @@ template <int kBN, typename T>
 __device__ __forceinline__ void dq_coef(const float (&s)[kBN / 8][4], float (&dp)[kBN / 8][4], const Params<T>& p,
                                         int j0, int i0, int iw, const float (&L2)[2], const float (&D)[2], float sl2,
                                         int lane) {
-  with_mask(j0 + kBN > p.N || (p.causal && j0 + kBN - 1 > i0), [&](auto tag) {
-    constexpr bool kMasked = decltype(tag)::value;
-#pragma unroll
-    for (int j = 0; j < kBN / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = j0 + frag_col(lane, j, e), row = iw + frag_row(lane, e);
-        const bool visible = !kMasked || (key < p.N && (!p.causal || key <= row));
-        const float P = visible ? fast_exp2(s[j][e] * sl2 - L2[e / 2]) : 0.f;
-        dp[j][e] = P * (dp[j][e] - D[e / 2]);
-      }
-  });
+  for_query_tile_entries<kBN>(s, p, j0, i0, iw, L2, sl2, lane,
+                              [&](int j, int e, float P) { dp[j][e] = P * (dp[j][e] - D[e / 2]); });
 }
 
 // The products of the two row loops, each issued and committed (not waited for):

@@ -747,18 +747,9 @@ __device__ __forceinline__ void split_pass1_rows(Sweep& sw, const Params<T>& p, 
       query_scores<T, kD, kBN, kSub>(sw, S, dP, G, Hs, cot, sw.own, t, q);
 
       // coefficient tiles, in place: S <- P, dP <- P∘dP, G <- P∘G, Hs <- C1; and dS
-      with_mask(js + kSub > p.N || (p.causal && js + kSub - 1 > i0), [&](auto tag) {
-        constexpr bool kMasked = decltype(tag)::value;
-#pragma unroll
-        for (int n = 0; n < 2; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int h = e / 2;
-            const int key = js + frag_col(lane, n, e), row = iw + frag_row(lane, e);
-            const bool visible = !kMasked || (key < p.N && (!p.causal || key <= row));
-            const float P = visible ? fast_exp2(S[n][e] * sl2 - L2[h]) : 0.f;
-            split_pass1_entry(P, p.scale, D[h], S[n][e], dP[n][e], G[n][e], Hs[n][e], dS[n][e], e_part[h], f_part[h]);
-          }
+      for_query_tile_entries<kSub>(S, p, js, i0, iw, L2, sl2, lane, [&](int n, int e, float P) {
+        const int h = e / 2;
+        split_pass1_entry(P, p.scale, D[h], S[n][e], dP[n][e], G[n][e], Hs[n][e], dS[n][e], e_part[h], f_part[h]);
       });
 
       uint32_t c1_hi[4], c1_lo[4], p_hi[4], p_lo[4], pdp_hi[4], pdp_lo[4], pg_hi[4], pg_lo[4], ds_a[4];
@@ -1231,25 +1222,16 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
       else
         query_scores<T, kD, kBN, kSub>(sw, S, dP, G, Hs, cot, sw.own, t, q);
 
-      with_mask(js + kSub > p.N || (p.causal && js + kSub - 1 > i0), [&](auto tag) {
-        constexpr bool kMasked = decltype(tag)::value;
-#pragma unroll
-        for (int n = 0; n < kSub / 8; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int h = e / 2;
-            const int key = js + frag_col(lane, n, e), row = iw + frag_row(lane, e);
-            const bool visible = !kMasked || (key < p.N && (!p.causal || key <= row));
-            const float P = visible ? fast_exp2(S[n][e] * sl2 - L2[h]) : 0.f;
-            if constexpr (!kOutputs) {  // E = Σ P∘G·s, F + 2·D·E = Σ P∘(dP∘G·s + H)
-              const float PG = P * (G[n][e] * p.scale);
-              e_part[h] += PG;
-              f_part[h] += dP[n][e] * PG + P * Hs[n][e];
-            } else {  // in place: S <- S̄, dP <- dS, G <- dP̄, Hs <- P
-              coef_entry(P, p.scale, D[h], E[h], F[h], S[n][e], dP[n][e], G[n][e], Hs[n][e]);
-              Hs[n][e] = P;
-            }
-          }
+      for_query_tile_entries<kSub>(S, p, js, i0, iw, L2, sl2, lane, [&](int n, int e, float P) {
+        const int h = e / 2;
+        if constexpr (!kOutputs) {  // E = Σ P∘G·s, F + 2·D·E = Σ P∘(dP∘G·s + H)
+          const float PG = P * (G[n][e] * p.scale);
+          e_part[h] += PG;
+          f_part[h] += dP[n][e] * PG + P * Hs[n][e];
+        } else {  // in place: S <- S̄, dP <- dS, G <- dP̄, Hs <- P
+          coef_entry(P, p.scale, D[h], E[h], F[h], S[n][e], dP[n][e], G[n][e], Hs[n][e]);
+          Hs[n][e] = P;
+        }
       });
       if constexpr (kOutputs) {
         constexpr int kU = kSub / 16;  // 16-key steps of the sub-tile

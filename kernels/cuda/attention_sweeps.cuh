@@ -122,6 +122,26 @@ __device__ __forceinline__ void for_key_tile_entries(const float (&st)[kBN / 8][
   });
 }
 
+// The entries of a score tile S (this warp's query rows from iw, of the warpgroup's 64 from i0 x
+// the kN keys [js, js + kN)) of a query-side row loop: f(n, e, P) for each, P = exp(S - L) (0
+// where masked; L2: L·log2e of the thread's rows g, g + 8).
+template <int kN, typename T, typename F>
+__device__ __forceinline__ void for_query_tile_entries(const float (&s)[kN / 8][4], const Params<T>& p, int js, int i0,
+                                                       int iw, const float (&L2)[2], float sl2, int lane, F&& f) {
+  with_mask(js + kN > p.N || (p.causal && js + kN - 1 > i0), [&](auto tag) {
+    constexpr bool kMasked = decltype(tag)::value;
+#pragma unroll
+    for (int n = 0; n < kN / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = js + frag_col(lane, n, e), row = iw + frag_row(lane, e);
+        const bool visible = !kMasked || (key < p.N && (!p.causal || key <= row));
+        const float P = visible ? fast_exp2(s[n][e] * sl2 - L2[e / 2]) : 0.f;
+        f(n, e, P);
+      }
+  });
+}
+
 // Bump allocation of swizzled tiles in dynamic shared memory (every size a multiple of 1024 bytes).
 struct Carve {
   unsigned char* at;
