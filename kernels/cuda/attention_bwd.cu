@@ -685,7 +685,7 @@ struct FusedDqPart {
       : sK(reinterpret_cast<T*>(extra)),
         ds(sK + 2 * FusedBwdSmem::kOwnElems),
         dq_head(dq_acc + (head / p.N) * static_cast<int64_t>(cdiv(p.N, 64)) * 4096),
-        w(static_cast<int>(threadIdx.x) / 128 - 1),
+        w(warpgroup_index() - 1),
         warp(tid / 32),
         lane(tid % 32),
         q_begin(q_begin_),

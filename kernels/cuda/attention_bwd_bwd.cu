@@ -1010,7 +1010,7 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
                                                int num_q_tiles, int tid, T* extra, float* acc) {
   constexpr int kD = 64, kBN = 32;
   constexpr size_t kOwn = FusedBobSmem::kOwnElems, kCoef = FusedBobSmem::kCoefElems;
-  const int warp = tid / 32, lane = tid % 32, w = static_cast<int>(threadIdx.x) / 128 - 1;
+  const int warp = tid / 32, lane = tid % 32, w = warpgroup_index() - 1;
   const int jw = j0 + 16 * warp;
   const float sl2 = p.scale * kLog2e;
   // the own rows K, V, Kt as register A operands of the score products (an SS product of 32

@@ -510,7 +510,7 @@ __global__ void __launch_bounds__(HopperFwdWsConfig<kD, kC>::kThreads, 1)
   }
   __syncthreads();
 
-  const int wg = threadIdx.x / 128;
+  const int wg = warpgroup_index();
   if (wg == 0) {
     // ---- producer
     setmaxnreg_dec<Cfg::kProducerRegs>();

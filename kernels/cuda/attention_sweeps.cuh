@@ -636,7 +636,7 @@ __device__ __forceinline__ void query_sweep_ws_block(unsigned char* smem, const 
   const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + 128), kBN) : cdiv(p.N, kBN);
   if (threadIdx.x == 0) sw.init_barriers();
   __syncthreads();
-  const int wg = threadIdx.x / 128;
+  const int wg = warpgroup_index();
   if (wg == 0) {
     setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == 0) sw.produce(maps, i0, static_cast<int>(bc.bh), num_k_tiles);
@@ -702,7 +702,7 @@ __device__ __forceinline__ void key_sweep_ws_block(unsigned char* smem, const Pa
   HopperKeySweepWs<T, kD, kBN, kStages> sw(smem, present_of(p), q_begin);
   if (threadIdx.x == 0) sw.init_barriers();
   __syncthreads();
-  const int wg = threadIdx.x / 128;
+  const int wg = warpgroup_index();
   if (wg == 0) {
     setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == 0) sw.produce_tiles(maps, static_cast<int>(bc.bh), num_q_tiles);
