@@ -659,15 +659,10 @@ __device__ __forceinline__ void dq_rows_pipelined(Sweep& sw, const Params<T>& p,
 // rows_from_acc_kernel reorders and scales them.
 // Shared memory after the key sweep's: the block's K and V rows (128 x 64 each; K is also the A
 // operand Kᵀ of the dQ products, read MN-major) and the two owners' dSᵀ tiles.
-struct FusedBwdSmem {
+struct FusedBwdSmem : SmemAfterSweep<FusedBwdSmem> {
   static constexpr size_t kOwnElems = 128 * 64;  // K, V (bf16/f16)
   static constexpr size_t kDsElems = 128 * 64;   // one owner's dSᵀ tile
   static constexpr size_t kBytes = (2 * kOwnElems + 2 * kDsElems) * 2;
-  // where it starts (after the sweep's, 1024-byte aligned), and the kernel's total
-  template <typename Sweep>
-  __host__ __device__ static constexpr size_t offset() { return (Sweep::kSmem + 1023) / 1024 * 1024; }
-  template <typename Sweep>
-  __host__ __device__ static constexpr size_t total() { return offset<Sweep>() + kBytes; }
 };
 // The block's parts of dQ for consumer w (extra: the shared memory of FusedBwdSmem; dq_acc: the
 // f32 buffer, cdiv(N, 64) tiles per head): dkdv_rows_pipelined calls frags(t) with the consumer's

@@ -984,15 +984,11 @@ void launch_bob_pass2_ws(const Params<T>& p, const SweepMaps& maps) {
 // The coefficient tiles alternate between two buffers: a
 // consumer rewrites a buffer (tile t + 1) only after passing named barrier 3 of tile t, which the
 // other consumer reaches only after all its products of tile t - 1, the last to read that buffer.
-struct FusedBobSmem {
+struct FusedBobSmem : SmemAfterSweep<FusedBobSmem> {
   static constexpr size_t kOwnElems = 128 * 64;  // K, V, Kt, Vt (bf16/f16)
   static constexpr size_t kCoefElems = 32 * 128;  // one coefficient tile: 32 queries x 128 keys
   static constexpr int kBuffers = 2;
   static constexpr size_t kBytes = (4 * kOwnElems + kBuffers * 4 * kCoefElems) * 2;
-  template <typename Sweep>
-  __host__ __device__ static constexpr size_t offset() { return (Sweep::kSmem + 1023) / 1024 * 1024; }
-  template <typename Sweep>
-  __host__ __device__ static constexpr size_t total() { return offset<Sweep>() + kBytes; }
 };
 
 // Rows [16·warp, 16·warp + 16) of keys 64·w + ... of a 32-query coefficient tile (A fragments a,

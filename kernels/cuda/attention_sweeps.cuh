@@ -476,6 +476,17 @@ struct HopperKeySweepWs : PingPong {
   }
 };
 
+// Shared memory that a fused kernel keeps beside its sweep's (own rows, exchanged tiles):
+// Layout::kBytes bytes from the first 1024-byte boundary after the sweep's (the swizzled tiles need
+// that alignment). A layout derives from it: struct FusedXSmem : SmemAfterSweep<FusedXSmem>.
+template <typename Layout>
+struct SmemAfterSweep {
+  template <typename Sweep>
+  __host__ __device__ static constexpr size_t offset() { return (Sweep::kSmem + 1023) / 1024 * 1024; }
+  template <typename Sweep>
+  __host__ __device__ static constexpr size_t total() { return offset<Sweep>() + Layout::kBytes; }
+};
+
 // ---- pipelined row loops of the warp-specialised backward kernels (attention_bwd.cu: dK dV, dQ
 // and the fused backward; their rings have three stages, so a consumer can hold tile t + 1 before
 // releasing tile t): per tile, the score products of tile t + 1 are issued together with the
