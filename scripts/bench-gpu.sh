@@ -36,9 +36,13 @@ if ! cmake -S . -B "$BUILD" -G Ninja -DGG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a
    ! cmake --build "$BUILD" -j "$(nproc)" --target $targets >"$OUT/bench-build.log" 2>&1; then
   tail -40 "$OUT/bench-build.log" "$OUT/bench-configure.log" 2>/dev/null; echo "bench-gpu: build failed"; exit 1
 fi
-# commit: HEAD of this checkout (on the GPU machine an older snapshot of .git); tree: the code as it
-# ran (scripts/tree-id.sh; for a clean checkout, the tree of the commit: git log --format='%h %T')
-echo "{\"bench\":\"run\",\"card\":\"$card\",\"date\":\"$day\",\"commit\":\"$(git rev-parse --short HEAD 2>/dev/null || echo unknown)\",\"tree\":\"$(scripts/tree-id.sh)\"}" >>"$results"
+# tree: the code as it ran (scripts/tree-id.sh); commit: HEAD only where the code is exactly HEAD's
+# tree, else "unknown" (the GPU machine's copy carries an older snapshot of .git, whose HEAD is not
+# the code; there the tree id finds the commit: git log --format='%h %T' | grep ID)
+tree=$(scripts/tree-id.sh)
+commit=unknown
+[ "$tree" = "$(git rev-parse 'HEAD^{tree}' 2>/dev/null)" ] && commit=$(git rev-parse --short HEAD)
+echo "{\"bench\":\"run\",\"card\":\"$card\",\"date\":\"$day\",\"commit\":\"$commit\",\"tree\":\"$tree\"}" >>"$results"
 
 if want cuda; then
   "$BUILD/bench/bench_cuda" >>"$results" 2>"$OUT/bench_cuda.err"
