@@ -36,12 +36,12 @@ if ! cmake -S . -B "$BUILD" -G Ninja -DGG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a
    ! cmake --build "$BUILD" -j "$(nproc)" --target $targets >"$OUT/bench-build.log" 2>&1; then
   tail -40 "$OUT/bench-build.log" "$OUT/bench-configure.log" 2>/dev/null; echo "bench-gpu: build failed"; exit 1
 fi
-# tree: the code as it ran (scripts/tree-id.sh); commit: HEAD only where the code is exactly HEAD's
-# tree, else "unknown" (the GPU machine's copy carries an older snapshot of .git, whose HEAD is not
-# the code; there the tree id finds the commit: git log --format='%h %T' | grep ID)
+# tree: the code as it ran (scripts/tree-id.sh); commit: HEAD only where that is HEAD's code, else
+# "unknown" (the GPU machine's copy carries an older snapshot of .git, whose HEAD is not
+# the code; there scripts/tree-id.sh --find ID names the commit)
 tree=$(scripts/tree-id.sh)
 commit=unknown
-[ "$tree" = "$(git rev-parse 'HEAD^{tree}' 2>/dev/null)" ] && commit=$(git rev-parse --short HEAD)
+[ "$tree" = "$(scripts/tree-id.sh --commit HEAD 2>/dev/null)" ] && commit=$(git rev-parse --short HEAD)
 echo "{\"bench\":\"run\",\"card\":\"$card\",\"date\":\"$day\",\"commit\":\"$commit\",\"tree\":\"$tree\"}" >>"$results"
 
 if want cuda; then

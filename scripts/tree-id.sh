@@ -5,6 +5,7 @@
 # not depend on what the run itself wrote, and it names the code even where .git is an older
 # snapshot (the GPU machine's copy). For a clean checkout it is the id of HEAD's code.
 #   scripts/tree-id.sh            the id of the working tree's code
+#   scripts/tree-id.sh --commit REV  the id of a commit's code
 #   scripts/tree-id.sh --find ID  the commits (of HEAD's history) whose code has that id
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -18,6 +19,10 @@ commit_code_id() {
   done | git mktree
 }
 
+if [ "${1:-}" = --commit ]; then
+  commit_code_id "${2:?usage: scripts/tree-id.sh --commit REV}"
+  exit 0
+fi
 if [ "${1:-}" = --find ]; then
   want=${2:?usage: scripts/tree-id.sh --find ID}
   for c in $(git rev-list HEAD); do
