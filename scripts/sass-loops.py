@@ -10,7 +10,7 @@ path counts both. Usage:
 
   nvcc -cubin -arch=sm_90a -std=c++17 -O3 -DNDEBUG -DGG_HAS_CUDA=1 -DGG_CUDA_SM90A=1 -I. \\
        kernels/cuda/attention_bwd_bwd.cu -o /tmp/bob.cubin
-  scripts/sass-loops.py /tmp/bob.cubin [kernel-name regex]
+  scripts/sass-loops.py /tmp/bob.cubin [regex on the kernel's name, demangled or mangled]
 
 cuobjdump comes from PATH, or from $CUOBJDUMP.
 """
@@ -80,14 +80,14 @@ def main():
     pattern = re.compile(args[1]) if len(args) > 1 else None
     print(f"{'kernel':70} {'all':>6} {'loop':>6} {'mma':>5} {'R2UR':>5} {'MUFU':>5} {'STSM/LDSM':>9}")
     for name, instrs in functions(args[0], cuobjdump).items():
-        if pattern and not pattern.search(name):
+        short = demangle(name)
+        if pattern and not (pattern.search(short) or pattern.search(name)):
             continue
         if not any(op.startswith(("HGMMA", "HMMA")) for _, op, _ in instrs):
             continue
         body = innermost_tensor_loop(instrs) or []
         c = collections.Counter(op.split(".")[0] for op in body)
-        short = demangle(name)[:70]
-        print(f"{short:70} {len(instrs):6} {len(body):6} {c['HGMMA'] + c['HMMA']:5} {c['R2UR']:5} "
+        print(f"{short[:70]:70} {len(instrs):6} {len(body):6} {c['HGMMA'] + c['HMMA']:5} {c['R2UR']:5} "
               f"{c['MUFU']:5} {c['STSM'] + c['LDSM']:9}")
 
 
