@@ -636,6 +636,12 @@ struct AllCotangents {
   template <typename T>
   __host__ __device__ explicit AllCotangents(const Params<T>&) {}
 };
+// All three present, the score product H left out (pass 0 with kPV forms P·Vt instead).
+struct AllCotangentsNoH {
+  static constexpr bool Qt = true, Kt = true, Vt = true, G = true, H = false;
+  template <typename T>
+  __host__ __device__ explicit AllCotangentsNoH(const Params<T>&) {}
+};
 // f(AllCotangents{p}) when all three cotangents are present, else f(Cotangents{p}).
 template <typename T, typename F>
 __device__ __forceinline__ void with_cotangents(const Params<T>& p, F&& f) {
@@ -967,28 +973,29 @@ void launch_bob_pass2_ws(const Params<T>& p, const SweepMaps& maps) {
 // ------------------------------------------------------------------------ Hopper, fused BoB
 //
 // The fused BoB (d = 64, all three cotangents; opt-in with set_attention_deterministic(false), as
-// the fused backward): after pass 0 (E and F), one key-parallel sweep computes all four outputs,
-// the attention-bob.md schedule with atomics. Per query tile the consumers form the score and
-// coefficient tiles exactly as pass 2 does (grad_K, grad_V bitwise equal to pass 2's), and also
-// the block's parts of grad_Q = s·(S̄·K + dS·Kt) and grad_dO = dP̄·V + P·Vt for the tile's queries,
-// which the blocks of a head add into f32 buffers by atomic additions (not bitwise reproducible).
-// 5 + 3 + 4 = 12 products per tile instead of pass 1's 9 and pass 2's 8 (17 with pass 0, not 22).
+// the fused backward): after pass 0 (E and F, and P·Vt), one key-parallel sweep computes all four
+// outputs, the attention-bob.md schedule with atomics. Per query tile the consumers form the score
+// and coefficient tiles exactly as pass 2 does (grad_K, grad_V bitwise equal to pass 2's after
+// the same pass 0, launch_bob_pass1_ws), and also the block's parts of grad_Q = s·(S̄·K + dS·Kt)
+// and of grad_dO = dP̄·V (+ P·Vt, which pass 0 computed whole) for the tile's queries, which the
+// blocks of a head add into f32 buffers by atomic additions (not bitwise reproducible). 5 + 3 + 3 = 11 products per tile (consumer 0: 12,
+// consumer 1: 10) instead of pass 1's 8 and pass 2's 8 (16 with pass 0, not 21).
 //
-// Blocks of 128 keys, two consumers of 64 keys, query tiles of 32. Each consumer stores its four
-// coefficient tiles S̄, dS, dP̄, P (its 64 keys, transposed back to rows of queries by stmatrix)
-// into shared memory; then consumer 0 computes the block's grad_Qᵀ (64 x 32) = Kᵀ·S̄ᵀ + Ktᵀ·dSᵀ
-// over all 128 keys and consumer 1 grad_dOᵀ = Vᵀ·dP̄ᵀ + Vtᵀ·Pᵀ, 4 products each (A: the own key
-// rows, MN-major from shared memory; B: the coefficient tiles, K-major), as a group of their own
-// after the output products; the part is added to the buffer once it is complete, within the
-// tile. (Left pending into the next tile, ptxas serialised every wgmma of the kernel, C7515.)
+// Blocks of 128 keys, two consumers of 64 keys, query tiles of 32. Each consumer stores its three
+// coefficient tiles S̄, dS, dP̄ (its 64 keys, transposed back to rows of queries by stmatrix) into
+// shared memory; then consumer 0 computes the block's grad_Qᵀ (64 x 32) = Kᵀ·S̄ᵀ + Ktᵀ·dSᵀ over
+// all 128 keys (4 products) and consumer 1 grad_dOᵀ = Vᵀ·dP̄ᵀ (2) (A: the own key rows, MN-major
+// from shared memory; B: the coefficient tiles, K-major), as a group of their own after the
+// output products; the part is added to the buffer once it is complete, within the tile. (Left
+// pending into the next tile, ptxas serialised every wgmma of the kernel, C7515.)
 // The coefficient tiles alternate between two buffers: a
 // consumer rewrites a buffer (tile t + 1) only after passing named barrier 3 of tile t, which the
 // other consumer reaches only after all its products of tile t - 1, the last to read that buffer.
 struct FusedBobSmem : SmemAfterSweep<FusedBobSmem> {
   static constexpr size_t kOwnElems = 128 * 64;  // K, V, Kt, Vt (bf16/f16)
   static constexpr size_t kCoefElems = 32 * 128;  // one coefficient tile: 32 queries x 128 keys
-  static constexpr int kBuffers = 2;
-  static constexpr size_t kBytes = (4 * kOwnElems + kBuffers * 4 * kCoefElems) * 2;
+  static constexpr int kBuffers = 2, kCoefTiles = 3;  // S̄, dS, dP̄
+  static constexpr size_t kBytes = (4 * kOwnElems + kBuffers * kCoefTiles * kCoefElems) * 2;
 };
 
 // Rows [16·warp, 16·warp + 16) of keys 64·w + ... of a 32-query coefficient tile (A fragments a,
@@ -1018,11 +1025,13 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
   own.load(p, in_regs, head * kD, jw, lane);
   const uint64_t own_vt = make_desc_sw128(extra + 3 * kOwn + w * 64 * 64);
   T* const coef = extra + 4 * kOwn;
-  // consumer 0: grad_Qᵀ from K, Kt and the tiles S̄, dS; consumer 1: grad_dOᵀ from V, Vt and dP̄, P
-  const uint64_t a0 = make_desc_sw128(extra + w * kOwn), a1 = make_desc_sw128(extra + (2 + w) * kOwn);
+  // consumer 0: grad_Qᵀ from K, Kt and the tiles S̄, dS; consumer 1: grad_dOᵀ from V and dP̄
+  const uint64_t a0 = make_desc_sw128(extra + w * kOwn), a1 = make_desc_sw128(extra + 2 * kOwn);
   const int tiles = cdiv(p.N, kBN);
   float* const acc_out = acc + ((head / p.N) * 2 + w) * static_cast<int64_t>(tiles) * kBN * 64;
-  auto buffer = [&](int qt) { return coef + ((qt - q_begin) % FusedBobSmem::kBuffers) * 4 * kCoef; };
+  auto buffer = [&](int qt) {
+    return coef + ((qt - q_begin) % FusedBobSmem::kBuffers) * FusedBobSmem::kCoefTiles * kCoef;
+  };
 
   float gK[kD / 8][4], gV[kD / 8][4], part[kBN / 8][4];
   zero(gK);
@@ -1042,26 +1051,23 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
     wgmma_fence_regs(G);
     wgmma_fence_regs(Hs);
 
-    // in place: S <- S̄ᵀ, dP <- dSᵀ, G <- dP̄ᵀ, Hs <- Pᵀ; then the four coefficient tiles of this
+    // in place: S <- S̄ᵀ, dP <- dSᵀ, G <- dP̄ᵀ; then the three coefficient tiles of this
     // consumer's keys into the tile's buffer
     for_key_tile_entries<kBN>(S, p, t, qt * kBN, j0, jw, sl2, lane, [&](int j, int e, float P, int li) {
       coef_entry(P, p.scale, t.D[li], t.E[li], t.F[li], S[j][e], dP[j][e], G[j][e], Hs[j][e]);
-      Hs[j][e] = P;
     });
-    uint32_t sa[kBN / 16][4], dsa[kBN / 16][4], ga[kBN / 16][4], pa[kBN / 16][4];
+    uint32_t sa[kBN / 16][4], dsa[kBN / 16][4], ga[kBN / 16][4];
     tile_to_a_frags<T, kBN>(sa, S);
     tile_to_a_frags<T, kBN>(dsa, dP);
     tile_to_a_frags<T, kBN>(ga, G);
-    tile_to_a_frags<T, kBN>(pa, Hs);
     T* const b = buffer(qt);
     store_coef_rows<T>(b, sa, w, warp, lane);
     store_coef_rows<T>(b + kCoef, dsa, w, warp, lane);
     store_coef_rows<T>(b + 2 * kCoef, ga, w, warp, lane);
-    store_coef_rows<T>(b + 3 * kCoef, pa, w, warp, lane);
     fence_proxy_async();
 
     // gK += S̄ᵀ·Q + dSᵀ·Qt, gV += dP̄ᵀ·dO (issued before the barrier: they need no row of the other
-    // consumer); then, a group of its own, part += (K|V)ᵀ·(S̄|dP̄)ᵀ + (Kt|Vt)ᵀ·(dS|P)ᵀ over the 128 keys
+    // consumer); then, a group of its own, part += (K|V)ᵀ·(S̄|dP̄)ᵀ (+ Ktᵀ·dSᵀ) over the 128 keys
     wgmma_fence_regs(gK);
     wgmma_fence_regs(gV);
     wgmma_fence();
@@ -1073,8 +1079,10 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
     const uint64_t b0 = make_desc_sw128(b + 2 * w * kCoef), b1 = b0 + (kCoef * 2) / 16;
 #pragma unroll
     for (int q = 0; q < 8; ++q) wgmma_ss_amn<T, kBN>(part, a0 + mn_major_step(q, 0, 128), b0 + k_major_step(q, kBN), true);
+    if (w == 0) {
 #pragma unroll
-    for (int q = 0; q < 8; ++q) wgmma_ss_amn<T, kBN>(part, a1 + mn_major_step(q, 0, 128), b1 + k_major_step(q, kBN), true);
+      for (int q = 0; q < 8; ++q) wgmma_ss_amn<T, kBN>(part, a1 + mn_major_step(q, 0, 128), b1 + k_major_step(q, kBN), true);
+    }
     wgmma_commit();
     wgmma_wait<1>();  // the output products (the query tile may be released)
     wgmma_fence_regs(gK);
@@ -1110,29 +1118,6 @@ __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
-// The fused BoB after pass 0: the key sweep above, then grad_Q and grad_dO from their buffers.
-template <typename T>
-void launch_bob_fused_ws(const Params<T>& p) {
-  using Cfg = HopperBobPass2WsConfig;
-  using Sweep = HopperKeySweepWs<T, Cfg::kD, Cfg::kBlockN, Cfg::kStages>;
-  constexpr int kBN = Cfg::kBlockN;
-  const int tiles = cdiv(p.N, kBN);
-  const size_t per_output = static_cast<size_t>(p.BH) * tiles * kBN * 64;  // floats
-  Scratch acc(2 * per_output * sizeof(float));  // [head][grad_Q, grad_dO][tile]
-  CUDA_CHECK(cudaMemsetAsync(acc.as<float>(), 0, acc.bytes(), cuda_stream()));
-  constexpr size_t smem = FusedBobSmem::total<Sweep>();
-  static_assert(smem <= 227 * 1024, "shared memory");
-  auto kernel = attention_bob_fused_ws_kernel<T>;
-  set_smem(kernel, smem);
-  kernel<<<grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), Cfg::kThreads, smem, cuda_stream()>>>(
-      p, make_sweep_maps(p, Cfg::kD, kBN, 0), acc.as<float>());
-  CUDA_CHECK_LAUNCH();
-  // per head: tiles of grad_Q, then tiles of grad_dO; one block per (head, output, tile)
-  rows_from_acc_kernel<T, kBN, 2>
-      <<<grid_x(2 * p.BH, tiles), 256, 0, cuda_stream()>>>(acc.as<float>(), p.out0, p.out3, p.N, p.scale, 1.f);
-  CUDA_CHECK_LAUNCH();
-}
-
 // ------------------------------------------------------------------------ Hopper, E and F first
 //
 // A second pass-1 schedule (attention-bob.md calls the row scalars E and F): pass 0 computes E
@@ -1161,8 +1146,12 @@ struct HopperBobEFConfig {
 
 // kOutputs = false: pass 0, writes E and F of the warpgroup's query rows [i0, i0 + 64).
 // kOutputs = true: pass 1, grad_Q (out0) and grad_dO (out3) of those rows from pass 0's E and F.
+// kPV (all cotangents): pass 0 forms, instead of the score product H = dO·Vtᵀ, the output product
+// P·Vt and writes it to p.PV (f32 rows); F's term Σ P∘H is then rowsum(dO∘(P·Vt)), the same
+// number rounded differently (and the same count of products). Pass 1 (or the fused sweep) then
+// leaves out its product P·Vt and adds p.PV to grad_dO: one product fewer.
 // Thread tid of 128; warp w owns [iw, iw + 16).
-template <typename T, int kD, bool kOutputs, typename Cot = Cotangents, typename Sweep>
+template <typename T, int kD, bool kOutputs, typename Cot = Cotangents, bool kPV = false, typename Sweep>
 __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t head, int i0, int num_k_tiles,
                                         int tid) {
   using Cfg = HopperBobEFConfig<kD>;
@@ -1186,8 +1175,9 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
     }
   }
 
-  constexpr int kAcc = kOutputs ? kD / 8 : 1;  // pass 0 has no accumulator
-  float gQ[kAcc][4], gdO[kAcc][4];
+  static_assert(!kPV || (kOutputs ? Cot::Vt : !Cot::H), "kPV: pass 0 without the score product H; pass 1 with Vt");
+  constexpr int kAcc = kOutputs || kPV ? kD / 8 : 1;  // pass 0 has no accumulator (but P·Vt's)
+  float gQ[kAcc][4], gdO[kAcc][4];  // pass 0 with kPV: gdO = P·Vt
   zero(gQ);
   zero(gdO);
   float e_part[2] = {0.f, 0.f}, f_part[2] = {0.f, 0.f};
@@ -1208,7 +1198,7 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
     for (int q = 0; q < kBN / kSub; ++q) {
       const int js = j0 + kSub * q;
       if (js >= key_end) {  // uniform over the warpgroup: no row of it sees these keys
-        sw.skip_turns(kOutputs ? 2 : 1);
+        sw.skip_turns(kOutputs || kPV ? 2 : 1);
         continue;
       }
 
@@ -1220,13 +1210,18 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
 
       for_query_tile_entries<kSub>(S, p, js, i0, iw, L2, sl2, lane, [&](int n, int e, float P) {
         const int h = e / 2;
-        if constexpr (!kOutputs) {  // E = Σ P∘G·s, F + 2·D·E = Σ P∘(dP∘G·s + H)
+        if constexpr (kPV && !kOutputs) {  // E = Σ P∘G·s, F + 2·D·E - rowsum(dO∘(P·Vt)) = Σ P∘dP∘G·s
+          const float PG = P * (G[n][e] * p.scale);
+          e_part[h] += PG;
+          f_part[h] += dP[n][e] * PG;
+          Hs[n][e] = P;
+        } else if constexpr (!kOutputs) {  // E = Σ P∘G·s, F + 2·D·E = Σ P∘(dP∘G·s + H)
           const float PG = P * (G[n][e] * p.scale);
           e_part[h] += PG;
           f_part[h] += dP[n][e] * PG + P * Hs[n][e];
         } else {  // in place: S <- S̄, dP <- dS, G <- dP̄, Hs <- P
           coef_entry(P, p.scale, D[h], E[h], F[h], S[n][e], dP[n][e], G[n][e], Hs[n][e]);
-          Hs[n][e] = P;
+          if constexpr (!kPV) Hs[n][e] = P;
         }
       });
       if constexpr (kOutputs) {
@@ -1235,7 +1230,7 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
         tile_to_a_frags<T, kSub>(sb_a, S);
         tile_to_a_frags<T, kSub>(ds_a, dP);
         tile_to_a_frags<T, kSub>(dpb_a, G);
-        tile_to_a_frags<T, kSub>(p_a, Hs);
+        if constexpr (!kPV) tile_to_a_frags<T, kSub>(p_a, Hs);
         wgmma_fence_regs(gQ);
         wgmma_fence_regs(gdO);
         sw.turn_begin();
@@ -1246,12 +1241,25 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
           coef16(gQ, sb_a[u], t.K, r);                // gQ += S̄·K
           if (cot.Kt) coef16(gQ, ds_a[u], t.Kt, r);   // gQ += dS·Kt
           if (cot.G) coef16(gdO, dpb_a[u], t.V, r);   // gdO += dP̄·V
-          if (cot.Vt) coef16(gdO, p_a[u], t.Vt, r);   // gdO += P·Vt
+          if (!kPV && cot.Vt) coef16(gdO, p_a[u], t.Vt, r);  // gdO += P·Vt (kPV: from pass 0)
         }
         wgmma_commit();
         sw.turn_end();
         wgmma_wait<0>();
         wgmma_fence_regs(gQ);
+        wgmma_fence_regs(gdO);
+      } else if constexpr (kPV) {
+        constexpr int kU = kSub / 16;
+        uint32_t p_a[kU][4];
+        tile_to_a_frags<T, kSub>(p_a, Hs);
+        wgmma_fence_regs(gdO);
+        sw.turn_begin();
+        wgmma_fence();
+#pragma unroll
+        for (int u = 0; u < kU; ++u) coef16(gdO, p_a[u], t.Vt, kU * q + u);  // gdO += P·Vt
+        wgmma_commit();
+        sw.turn_end();
+        wgmma_wait<0>();
         wgmma_fence_regs(gdO);
       }
     }
@@ -1259,10 +1267,40 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
   }
 
   if constexpr (kOutputs) {
+    if constexpr (kPV) {  // gdO += P·Vt, from pass 0
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = iw + frag_row(lane, 2 * h);
+        if (row >= p.N) continue;
+        const float* pv = p.PV + (head + row) * kD;
+#pragma unroll
+        for (int j = 0; j < kD / 8; ++j) {
+          const float2 a = *reinterpret_cast<const float2*>(pv + frag_col(lane, j, 0));
+          gdO[j][2 * h] += a.x;
+          gdO[j][2 * h + 1] += a.y;
+        }
+      }
+    }
     const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
     store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, gQ, scale, iw, p.N, lane);
     store_acc<T, kD>(p.out3 + (head + iw) * kD, kD, gdO, one, iw, p.N, lane);
   } else {
+    if constexpr (kPV) {  // f_part += dO∘(P·Vt) of the thread's entries; P·Vt to p.PV
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = iw + frag_row(lane, 2 * h);
+        if (row >= p.N) continue;
+        const T* dO = p.dO + (head + row) * kD;
+        float* pv = p.PV + (head + row) * kD;
+#pragma unroll
+        for (int j = 0; j < kD / 8; ++j) {
+          const int c = frag_col(lane, j, 0);
+          const float2 o = Elem<T>::unpack(*reinterpret_cast<const uint32_t*>(dO + c));
+          f_part[h] += o.x * gdO[j][2 * h] + o.y * gdO[j][2 * h + 1];
+          *reinterpret_cast<float2*>(pv + c) = make_float2(gdO[j][2 * h], gdO[j][2 * h + 1]);
+        }
+      }
+    }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float e_row = quad_sum(e_part[h]);
@@ -1296,7 +1334,9 @@ __global__ void __launch_bounds__(128, kOutputs ? HopperBobEFConfig<kD>::kMinBlo
 // loop as the one-warpgroup kernels on 64 rows. Registers move from the producer to the consumers
 // with setmaxnreg. On by default with the warp-specialised forward (set_attention_ws).
 
-enum class QueryPass { kSplit, kEF0, kEF1 };
+// kEF0PV, kEF1PV (d = 64, all cotangents): pass 0 writes P·Vt to p.PV in place of the score
+// product H, pass 1 (or the fused sweep) adds it to grad_dO (ef_rows, kPV).
+enum class QueryPass { kSplit, kEF0, kEF1, kEF0PV, kEF1PV };
 
 template <int kD, QueryPass kPass>
 struct HopperBobWsConfig {
@@ -1320,6 +1360,10 @@ __global__ void __launch_bounds__(384, 1)
       smem_raw, p, maps, [](const Params<T>& q) { return bob_present(q); }, [&](auto& sw, int64_t head, int i0, int n, int tid) {
         if constexpr (kPass == QueryPass::kSplit)
           split_pass1_rows<T, kD>(sw, p, head, i0, n, tid);
+        else if constexpr (kPass == QueryPass::kEF0PV)
+          ef_rows<T, kD, false, AllCotangentsNoH, true>(sw, p, head, i0, n, tid);
+        else if constexpr (kPass == QueryPass::kEF1PV)
+          ef_rows<T, kD, true, AllCotangents, true>(sw, p, head, i0, n, tid);
         else
           with_cotangents(p, [&](auto cot) {
             ef_rows<T, kD, kPass == QueryPass::kEF1, decltype(cot)>(sw, p, head, i0, n, tid);
@@ -1336,9 +1380,37 @@ void launch_bob_query_ws(const Params<T>& p, const SweepMaps& maps) {
   constexpr size_t smem = HopperQuerySweepWs<T, kD, Cfg::kBlockN, Cfg::kStages>::kSmem;
   auto kernel = attention_bob_query_ws_kernel<T, kD, kPass>;
   set_smem(kernel, smem);
-  const int bit = kPass == QueryPass::kEF1 ? kPingPongBobEF1 : kPingPongBobPass1;
+  const int bit = kPass == QueryPass::kEF1 || kPass == QueryPass::kEF1PV ? kPingPongBobEF1 : kPingPongBobPass1;
   kernel<<<dim3(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), Cfg::kSlices), Cfg::kThreads, smem, cuda_stream()>>>(
       p, with_ping_pong(maps, bit));
+  CUDA_CHECK_LAUNCH();
+}
+
+// The fused BoB: pass 0 (E, F and P·Vt), the key sweep, then grad_Q and grad_dO from their buffers
+// (grad_dO's plus P·Vt).
+template <typename T>
+void launch_bob_fused_ws(const Params<T>& p) {
+  using Cfg = HopperBobPass2WsConfig;
+  using Sweep = HopperKeySweepWs<T, Cfg::kD, Cfg::kBlockN, Cfg::kStages>;
+  constexpr int kBN = Cfg::kBlockN;
+  const int tiles = cdiv(p.N, kBN);
+  const size_t per_output = static_cast<size_t>(p.BH) * tiles * kBN * 64;  // floats
+  Scratch acc(2 * per_output * sizeof(float));  // [head][grad_Q, grad_dO][tile]
+  CUDA_CHECK(cudaMemsetAsync(acc.as<float>(), 0, acc.bytes(), cuda_stream()));
+  Scratch pv(static_cast<size_t>(p.BH) * p.N * 64 * sizeof(float));  // P·Vt, rows
+  Params<T> q = p;
+  q.PV = pv.as<float>();
+  launch_bob_query_ws<T, 64, QueryPass::kEF0PV>(q, make_sweep_maps(q, 64, 64, HopperBobEFConfig<64>::kBlockN));
+  constexpr size_t smem = FusedBobSmem::total<Sweep>();
+  static_assert(smem <= 227 * 1024, "shared memory");
+  auto kernel = attention_bob_fused_ws_kernel<T>;
+  set_smem(kernel, smem);
+  kernel<<<grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), Cfg::kThreads, smem, cuda_stream()>>>(
+      q, make_sweep_maps(q, Cfg::kD, kBN, 0), acc.as<float>());
+  CUDA_CHECK_LAUNCH();
+  // per head: tiles of grad_Q, then tiles of grad_dO; one block per (head, output, tile)
+  rows_from_acc_kernel<T, kBN, 2><<<grid_x(2 * p.BH, tiles), 256, 0, cuda_stream()>>>(acc.as<float>(), p.out0, p.out3,
+                                                                                     p.N, p.scale, 1.f, q.PV);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -1353,25 +1425,39 @@ bool bob_ef_schedule(int d) {
   return mode < 0 ? (d == 128 || attention_ws_enabled()) : mode == 1;
 }
 
+// The warp-specialised query passes: pass 0 and pass 1 (ef), or the split pass 1. With all three
+// cotangents at d = 64, pass 0 also forms P·Vt, which pass 1 then adds instead of recomputing it:
+// 21 products, not 22 (ef_rows, kPV).
+template <typename T, int kD>
+void launch_bob_pass1_ws(const Params<T>& p, const SweepMaps& maps, bool ef) {
+  if (!ef) return launch_bob_query_ws<T, kD, QueryPass::kSplit>(p, maps);
+  if constexpr (kD == 64) {
+    if (Cotangents(p).all()) {
+      Scratch pv(static_cast<size_t>(p.BH) * p.N * kD * sizeof(float));
+      Params<T> q = p;
+      q.PV = pv.as<float>();
+      launch_bob_query_ws<T, kD, QueryPass::kEF0PV>(q, maps);
+      launch_bob_query_ws<T, kD, QueryPass::kEF1PV>(q, maps);
+      return;
+    }
+  }
+  launch_bob_query_ws<T, kD, QueryPass::kEF0>(p, maps);
+  launch_bob_query_ws<T, kD, QueryPass::kEF1>(p, maps);
+}
+
 template <typename T, int kD>
 void launch_bob_tc(const Params<T>& p) {
   if constexpr (kD == 64 || kD == 128) {
     if (attention_wgmma_active()) {
       if (kD == 64 && attention_ws_enabled() && !attention_deterministic() && Cotangents(p).all()) {
         // opt-in: pass 0, then the fused BoB (grad_Q and grad_dO added atomically)
-        launch_bob_query_ws<T, kD, QueryPass::kEF0>(p, make_sweep_maps(p, kD, 64, HopperBobEFConfig<kD>::kBlockN));
         launch_bob_fused_ws<T>(p);
         return;
       }
       const bool ef = bob_ef_schedule(kD);
       if (attention_ws_enabled()) {
         const SweepMaps maps = make_sweep_maps(p, kD, 64, ef ? HopperBobEFConfig<kD>::kBlockN : HopperBobPass1Config<kD>::kBlockN);
-        if (ef) {
-          launch_bob_query_ws<T, kD, QueryPass::kEF0>(p, maps);
-          launch_bob_query_ws<T, kD, QueryPass::kEF1>(p, maps);
-        } else {
-          launch_bob_query_ws<T, kD, QueryPass::kSplit>(p, maps);
-        }
+        launch_bob_pass1_ws<T, kD>(p, maps, ef);
       } else if (ef) {
         using Sweep = HopperQuerySweep<T, kD, HopperBobEFConfig<kD>::kBlockN>;
         const unsigned grid = grid_x(p.BH, cdiv(p.N, 64));
