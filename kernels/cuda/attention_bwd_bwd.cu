@@ -278,14 +278,14 @@ __global__ void __launch_bounds__(GenConfig::kThreads, 1) attention_bob_pass2_ge
 // grad_Q = s·(XA - E·X2 - F·X3) and grad_dO = Y - E·O on columns [c0, c0 + kCols).
 // One entry of the coefficient tiles of pass 2 and of the E/F-first pass 1, in place, from
 // P = exp(S - L) and the row's D, E, F: S <- S̄ = P∘(P̄ - F), G <- dP̄ = P∘(G·s - E),
-// dP <- dS = P∘(dP - D), where P̄ = (dP - D)∘G·s - dP∘E + H.
+// dP <- dS = P∘(dP - D), where P̄ = (dP - D)∘G·s - dP∘E + H. With u = G·s - E the same P̄ is
+// (dP - D)∘u + H - D·E (substitute G·s = u + E): 8 floating-point instructions instead of 10.
 __device__ __forceinline__ void coef_entry(float P, float scale, float D, float E, float F, float& S, float& dP,
                                            float& G, float H) {
-  const float g = G * scale;
-  const float Pbar = (dP - D) * g - dP * E + H;
-  S = P * (Pbar - F);
-  G = P * (g - E);
-  dP = P * (dP - D);
+  const float u = fmaf(G, scale, -E), dd = dP - D;
+  S = P * (fmaf(dd, u, H) - fmaf(D, E, F));
+  G = P * u;
+  dP = P * dd;
 }
 
 // One entry of the split pass 1 (mma.sync and Hopper kernels), in place, from P = exp(S - L):
@@ -1210,10 +1210,10 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
 
       for_query_tile_entries<kSub>(S, p, js, i0, iw, L2, sl2, lane, [&](int n, int e, float P) {
         const int h = e / 2;
-        if constexpr (kPV && !kOutputs) {  // E = Σ P∘G·s, F + 2·D·E - rowsum(dO∘(P·Vt)) = Σ P∘dP∘G·s
-          const float PG = P * (G[n][e] * p.scale);
+        if constexpr (kPV && !kOutputs) {  // E / s = Σ P∘G, (F + 2·D·E - rowsum(dO∘(P·Vt))) / s = Σ P∘dP∘G
+          const float PG = P * G[n][e];
           e_part[h] += PG;
-          f_part[h] += dP[n][e] * PG;
+          f_part[h] = fmaf(dP[n][e], PG, f_part[h]);
           Hs[n][e] = P;
         } else if constexpr (!kOutputs) {  // E = Σ P∘G·s, F + 2·D·E = Σ P∘(dP∘G·s + H)
           const float PG = P * (G[n][e] * p.scale);
@@ -1285,9 +1285,11 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
     store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, gQ, scale, iw, p.N, lane);
     store_acc<T, kD>(p.out3 + (head + iw) * kD, kD, gdO, one, iw, p.N, lane);
   } else {
-    if constexpr (kPV) {  // f_part += dO∘(P·Vt) of the thread's entries; P·Vt to p.PV
+    if constexpr (kPV) {  // the sums times s; f_part += dO∘(P·Vt) of the thread's entries; P·Vt to p.PV
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
+        e_part[h] *= p.scale;
+        f_part[h] *= p.scale;
         const int row = iw + frag_row(lane, 2 * h);
         if (row >= p.N) continue;
         const T* dO = p.dO + (head + row) * kD;
