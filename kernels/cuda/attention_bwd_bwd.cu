@@ -1045,11 +1045,15 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
     // Sᵀ, dPᵀ, Gᵀ (unscaled), Hᵀ (64 keys x 32 queries)
     float S[kBN / 8][4], dP[kBN / 8][4], G[kBN / 8][4], Hs[kBN / 8][4];
     issue_key_scores<T, kD, kBN>(S, dP, G, Hs, AllCotangents(p), own, own_vt, t);
-    wgmma_wait<0>();
+    wgmma_wait<0>();  // and the previous tile's late products (groups complete in order)
     wgmma_fence_regs(S);
     wgmma_fence_regs(dP);
     wgmma_fence_regs(G);
     wgmma_fence_regs(Hs);
+    if (qt > q_begin) {
+      wgmma_fence_regs(part);
+      add_acc_tile<kBN>(acc_out + static_cast<int64_t>(qt - 1) * kBN * 64, part, warp, lane);
+    }
 
     // in place: S <- S̄ᵀ, dP <- dSᵀ, G <- dP̄ᵀ; then the three coefficient tiles of this
     // consumer's keys into the tile's buffer
@@ -1078,7 +1082,7 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
     named_bar_sync(3, 256);  // both consumers' rows of tile qt are stored
     const uint64_t b0 = make_desc_sw128(b + 2 * w * kCoef), b1 = b0 + (kCoef * 2) / 16;
 #pragma unroll
-    for (int q = 0; q < 8; ++q) wgmma_ss_amn<T, kBN>(part, a0 + mn_major_step(q, 0, 128), b0 + k_major_step(q, kBN), true);
+    for (int q = 0; q < 8; ++q) wgmma_ss_amn<T, kBN>(part, a0 + mn_major_step(q, 0, 128), b0 + k_major_step(q, kBN), q > 0);
     if (w == 0) {
 #pragma unroll
       for (int q = 0; q < 8; ++q) wgmma_ss_amn<T, kBN>(part, a1 + mn_major_step(q, 0, 128), b1 + k_major_step(q, kBN), true);
@@ -1088,11 +1092,11 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
     wgmma_fence_regs(gK);
     wgmma_fence_regs(gV);
     sw.end_tile(qt);
-    wgmma_wait<0>();
-    wgmma_fence_regs(part);
-    add_acc_tile<kBN>(acc_out + static_cast<int64_t>(qt) * kBN * 64, part, warp, lane);
-    zero(part);
+    // the late products stay pending into the next tile, whose score products queue behind them
   }
+  wgmma_wait<0>();
+  wgmma_fence_regs(part);
+  if (num_q_tiles > q_begin) add_acc_tile<kBN>(acc_out + static_cast<int64_t>(num_q_tiles - 1) * kBN * 64, part, warp, lane);
 
   const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
   store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, gK, scale, jw, p.N, lane);
