@@ -978,16 +978,19 @@ void launch_bob_pass2_ws(const Params<T>& p, const SweepMaps& maps) {
 // and coefficient tiles exactly as pass 2 does (grad_K, grad_V bitwise equal to pass 2's after
 // the same pass 0, launch_bob_pass1_ws), and also the block's parts of grad_Q = s·(S̄·K + dS·Kt)
 // and of grad_dO = dP̄·V (+ P·Vt, which pass 0 computed whole) for the tile's queries, which the
-// blocks of a head add into f32 buffers by atomic additions (not bitwise reproducible). 5 + 3 + 3 = 11 products per tile (consumer 0: 12,
-// consumer 1: 10) instead of pass 1's 8 and pass 2's 8 (16 with pass 0, not 21).
+// blocks of a head add into f32 buffers by atomic additions (not bitwise reproducible).
+// 5 + 3 + 3 = 11 products per tile (consumer 0: 12, consumer 1: 10) instead of pass 1's 8 and
+// pass 2's 8 (16 with pass 0, not 21).
 //
 // Blocks of 128 keys, two consumers of 64 keys, query tiles of 32. Each consumer stores its three
 // coefficient tiles S̄, dS, dP̄ (its 64 keys, transposed back to rows of queries by stmatrix) into
 // shared memory; then consumer 0 computes the block's grad_Qᵀ (64 x 32) = Kᵀ·S̄ᵀ + Ktᵀ·dSᵀ over
 // all 128 keys (4 products) and consumer 1 grad_dOᵀ = Vᵀ·dP̄ᵀ (2) (A: the own key rows, MN-major
 // from shared memory; B: the coefficient tiles, K-major), as a group of their own after the
-// output products; the part is added to the buffer once it is complete, within the tile. (Left
-// pending into the next tile, ptxas serialised every wgmma of the kernel, C7515.)
+// output products. That group stays pending into the next tile: the wait for the next tile's
+// score products covers it (groups complete in order), and the part is added to the buffer
+// then. Its first product overwrites the part instead of a zeroing between groups (with the
+// zeroing, ptxas serialised every wgmma of the kernel, C7515).
 // The coefficient tiles alternate between two buffers: a
 // consumer rewrites a buffer (tile t + 1) only after passing named barrier 3 of tile t, which the
 // other consumer reaches only after all its products of tile t - 1, the last to read that buffer.
