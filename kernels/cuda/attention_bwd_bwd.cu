@@ -1435,20 +1435,18 @@ bool bob_ef_schedule(int d) {
 }
 
 // The warp-specialised query passes: pass 0 and pass 1 (ef), or the split pass 1. With all three
-// cotangents at d = 64, pass 0 also forms P·Vt, which pass 1 then adds instead of recomputing it:
-// 21 products, not 22 (ef_rows, kPV).
+// cotangents, pass 0 also forms P·Vt, which pass 1 then adds instead of recomputing it: 21
+// products, not 22 (ef_rows, kPV).
 template <typename T, int kD>
 void launch_bob_pass1_ws(const Params<T>& p, const SweepMaps& maps, bool ef) {
   if (!ef) return launch_bob_query_ws<T, kD, QueryPass::kSplit>(p, maps);
-  if constexpr (kD == 64) {
-    if (Cotangents(p).all()) {
-      Scratch pv(static_cast<size_t>(p.BH) * p.N * kD * sizeof(float));
-      Params<T> q = p;
-      q.PV = pv.as<float>();
-      launch_bob_query_ws<T, kD, QueryPass::kEF0PV>(q, maps);
-      launch_bob_query_ws<T, kD, QueryPass::kEF1PV>(q, maps);
-      return;
-    }
+  if (Cotangents(p).all()) {
+    Scratch pv(static_cast<size_t>(p.BH) * p.N * kD * sizeof(float));
+    Params<T> q = p;
+    q.PV = pv.as<float>();
+    launch_bob_query_ws<T, kD, QueryPass::kEF0PV>(q, maps);
+    launch_bob_query_ws<T, kD, QueryPass::kEF1PV>(q, maps);
+    return;
   }
   launch_bob_query_ws<T, kD, QueryPass::kEF0>(p, maps);
   launch_bob_query_ws<T, kD, QueryPass::kEF1>(p, maps);
