@@ -1343,8 +1343,8 @@ __global__ void __launch_bounds__(128, kOutputs ? HopperBobEFConfig<kD>::kMinBlo
 // loop as the one-warpgroup kernels on 64 rows. Registers move from the producer to the consumers
 // with setmaxnreg. On by default with the warp-specialised forward (set_attention_ws).
 
-// kEF0PV, kEF1PV (d = 64, all cotangents): pass 0 writes P·Vt to p.PV in place of the score
-// product H, pass 1 (or the fused sweep) adds it to grad_dO (ef_rows, kPV).
+// kEF0PV, kEF1PV (all cotangents): pass 0 writes P·Vt to p.PV in place of the score product H,
+// pass 1 (or, at d = 64, the fused sweep) adds it to grad_dO (ef_rows, kPV).
 enum class QueryPass { kSplit, kEF0, kEF1, kEF0PV, kEF1PV };
 
 template <int kD, QueryPass kPass>

@@ -547,7 +547,7 @@ __global__ void __launch_bounds__(HopperFwdWsConfig<kD, kC>::kThreads, 1)
       mbar_wait(&fullK[j % kS], (j / kS) & 1);
       wgmma_fence();
       wgmma_fence_regs(s);
-      const int st = __shfl_sync(0xffffffffu, j % kS, 0);  // warp-uniform: the descriptor in uniform registers
+      const int st = warp_uniform(j % kS);  // the descriptor in uniform registers
       wgmma_score_product<T, kD, kBN>(s, dQ, make_desc_sw128(sK + st * Cfg::kTileElems));
       wgmma_commit();
     };
@@ -571,7 +571,7 @@ __global__ void __launch_bounds__(HopperFwdWsConfig<kD, kC>::kThreads, 1)
     tile_to_a_frags<T, kBN>(pa, s);
     auto issue_pv = [&](int j) {  // acc += P_j·V_j, issued and committed
       wgmma_fence();
-      const int st = __shfl_sync(0xffffffffu, j % kS, 0);
+      const int st = warp_uniform(j % kS);
       wgmma_coef_product<T, kD, kBN>(acc, pa, make_desc_sw128(sV + st * Cfg::kTileElems));
       wgmma_commit();
     };

@@ -126,11 +126,13 @@ inline CUtensorMap make_tensor_map(const T* base, int64_t BH, int N, int d, int 
   return map;
 }
 
-// The warpgroup of this thread (threadIdx.x / 128), through a shuffle so that the compiler knows
-// it is the same in every thread of the warp: then what is computed from it (wgmma descriptors,
-// shared-memory offsets) lives in uniform registers, instead of being moved into them (R2UR) and
-// recomputed in every thread before each warpgroup MMA.
-__device__ __forceinline__ int warpgroup_index() { return __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0); }
+// v of lane 0, through a shuffle, so that the compiler knows it is the same in every thread of the
+// warp: what is computed from it (wgmma descriptors, shared-memory offsets) then lives in uniform
+// registers, instead of being moved into them (R2UR) and recomputed in every thread before each
+// warpgroup MMA. For values that are warp-uniform but derived from threadIdx.
+__device__ __forceinline__ int warp_uniform(int v) { return __shfl_sync(0xffffffffu, v, 0); }
+// The warpgroup of this thread (threadIdx.x / 128), warp-uniform.
+__device__ __forceinline__ int warpgroup_index() { return warp_uniform(static_cast<int>(threadIdx.x) / 128); }
 
 // Named barriers (ids 1-15; 0 is __syncthreads) of n threads, n a multiple of 32.
 __device__ __forceinline__ void named_bar_sync(int id, int n) {
