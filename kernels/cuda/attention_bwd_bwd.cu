@@ -1151,12 +1151,43 @@ struct HopperBobEFConfig {
   static constexpr int kMinBlocks0 = kD == 64 ? 3 : 2, kMinBlocks1 = 2;
 };
 
+// Pass 0 of the fused BoB (d = 64), warpgroup of the query rows [i0, i0 + 64), warp's rows from iw:
+// grad_dO's f32 buffer starts as P·Vt (this thread's values gdO), grad_Q's as zero, on the two
+// buffer tiles of 32 rows of these rows (layout: launch_bob_fused_ws). Padding rows past N get
+// finite values that the conversion never reads.
+template <typename T>
+__device__ __forceinline__ void fill_fused_bob_acc(const Params<T>& p, int64_t head, int i0, int iw, int tid,
+                                                   const float (&gdO)[8][4]) {
+  constexpr int kRows = HopperBobPass2WsConfig::kBlockN, kTile = kRows * 64;
+  static_assert(kRows == 32, "acc_index_of: tiles of 32 rows");
+  const int tiles = cdiv(p.N, kRows), lane = tid % 32;
+  float* const gq = p.fused_acc + (head / p.N) * 2 * tiles * kTile;  // this head's grad_Q buffer
+  float* const gdo = gq + static_cast<int64_t>(tiles) * kTile;
+  for (int v = tid; v < 2 * kTile / 4; v += 128) {
+    const int t = i0 / kRows + v / (kTile / 4);
+    if (t < tiles) reinterpret_cast<float4*>(gq + static_cast<int64_t>(t) * kTile)[v % (kTile / 4)] = float4{};
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = iw + frag_row(lane, 2 * h);
+    if (row >= tiles * kRows) continue;
+    float* const dst = gdo + static_cast<int64_t>(row / kRows) * kTile;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) dst[acc_index_of(row % kRows, frag_col(lane, j, e))] = gdO[j][2 * h + e];
+  }
+}
+
 // kOutputs = false: pass 0, writes E and F of the warpgroup's query rows [i0, i0 + 64).
 // kOutputs = true: pass 1, grad_Q (out0) and grad_dO (out3) of those rows from pass 0's E and F.
 // kPV (all cotangents): pass 0 forms, instead of the score product H = dO·Vtᵀ, the output product
 // P·Vt and writes it to p.PV (f32 rows); F's term Σ P∘H is then rowsum(dO∘(P·Vt)), the same
 // number rounded differently (and the same count of products). Pass 1 (or the fused sweep) then
-// leaves out its product P·Vt and adds p.PV to grad_dO: one product fewer.
+// leaves out its product P·Vt and adds p.PV to grad_dO: one product fewer. Its loop does not need
+// D, so pass 0 with kPV also forms D = rowsum(dO∘O) in its epilogue, which reads the dO rows
+// anyway, and writes it for the later passes (no separate kernel). In the fused BoB, P·Vt goes
+// into grad_dO's f32 buffer instead of p.PV (fill_fused_bob_acc).
 // Thread tid of 128; warp w owns [iw, iw + 16).
 template <typename T, int kD, bool kOutputs, typename Cot = Cotangents, bool kPV = false, typename Sweep>
 __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t head, int i0, int num_k_tiles,
@@ -1172,7 +1203,16 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
   OwnFrags<Cfg::kRegOwn ? kD : 16> frags;  // d = 64: the own rows in registers
   if constexpr (Cfg::kRegOwn) frags.load(p, head * kD, iw, lane);
   float L2[2], D[2], E[2] = {0.f, 0.f}, F[2] = {0.f, 0.f};
-  row_scalars(p, head, iw, lane, L2, D);
+  if constexpr (kPV && !kOutputs) {  // pass 0 with kPV forms D itself, in its epilogue
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = iw + frag_row(lane, 2 * h);
+      L2[h] = row < p.N ? p.L[head + row] * kLog2e : 0.f;
+      D[h] = 0.f;
+    }
+  } else {
+    row_scalars(p, head, iw, lane, L2, D);
+  }
   if constexpr (kOutputs) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -1292,7 +1332,11 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
     store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, gQ, scale, iw, p.N, lane);
     store_acc<T, kD>(p.out3 + (head + iw) * kD, kD, gdO, one, iw, p.N, lane);
   } else {
-    if constexpr (kPV) {  // the sums times s; f_part += dO∘(P·Vt) of the thread's entries; P·Vt to p.PV
+    // kPV: the sums times s; f_part += dO∘(P·Vt) and D's part += dO∘O of the thread's entries;
+    // P·Vt to p.PV (rows), or, in the fused BoB, into grad_dO's f32 buffer as its starting value
+    // (and grad_Q's buffer zeroed), which leaves the sweep no memset and its conversion no P·Vt
+    float d_part[2] = {0.f, 0.f};
+    if constexpr (kPV) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         e_part[h] *= p.scale;
@@ -1300,24 +1344,32 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
         const int row = iw + frag_row(lane, 2 * h);
         if (row >= p.N) continue;
         const T* dO = p.dO + (head + row) * kD;
-        float* pv = p.PV + (head + row) * kD;
+        const T* O = p.O + (head + row) * kD;
 #pragma unroll
         for (int j = 0; j < kD / 8; ++j) {
           const int c = frag_col(lane, j, 0);
           const float2 o = Elem<T>::unpack(*reinterpret_cast<const uint32_t*>(dO + c));
+          const float2 y = Elem<T>::unpack(*reinterpret_cast<const uint32_t*>(O + c));
           f_part[h] += o.x * gdO[j][2 * h] + o.y * gdO[j][2 * h + 1];
-          *reinterpret_cast<float2*>(pv + c) = make_float2(gdO[j][2 * h], gdO[j][2 * h + 1]);
+          d_part[h] += o.x * y.x + o.y * y.y;
+          if (p.fused_acc == nullptr)
+            *reinterpret_cast<float2*>(p.PV + (head + row) * kD + c) = make_float2(gdO[j][2 * h], gdO[j][2 * h + 1]);
         }
+      }
+      if constexpr (kD == 64) {
+        if (p.fused_acc != nullptr) fill_fused_bob_acc(p, head, i0, iw, tid, gdO);
       }
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float e_row = quad_sum(e_part[h]);
-      const float f_row = quad_sum(f_part[h]) - 2.f * D[h] * e_row;
+      const float d_row = kPV ? quad_sum(d_part[h]) : D[h];
+      const float f_row = quad_sum(f_part[h]) - 2.f * d_row * e_row;
       const int row = iw + frag_row(lane, 2 * h);
       if (lane % 4 == 0 && row < p.N) {
         p.E[head + row] = e_row;
         p.F[head + row] = f_row;
+        if (kPV) p.D[head + row] = d_row;
       }
     }
   }
@@ -1383,6 +1435,12 @@ __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
+// D = rowsum(dO∘O), for the paths whose pass 0 does not form it
+template <typename T>
+void launch_D(const Params<T>& p) {
+  launch_row_dot<T>(p.dO, p.O, p.D, p.BH * p.N, p.d);
+}
+
 template <typename T, int kD, QueryPass kPass>
 void launch_bob_query_ws(const Params<T>& p, const SweepMaps& maps) {
   using Cfg = HopperBobWsConfig<kD, kPass>;
@@ -1395,8 +1453,8 @@ void launch_bob_query_ws(const Params<T>& p, const SweepMaps& maps) {
   CUDA_CHECK_LAUNCH();
 }
 
-// The fused BoB: pass 0 (E, F and P·Vt), the key sweep, then grad_Q and grad_dO from their buffers
-// (grad_dO's plus P·Vt).
+// The fused BoB: pass 0 (D, E, F, and P·Vt into grad_dO's buffer), the key sweep, then grad_Q and
+// grad_dO from their buffers.
 template <typename T>
 void launch_bob_fused_ws(const Params<T>& p) {
   using Cfg = HopperBobPass2WsConfig;
@@ -1404,11 +1462,10 @@ void launch_bob_fused_ws(const Params<T>& p) {
   constexpr int kBN = Cfg::kBlockN;
   const int tiles = cdiv(p.N, kBN);
   const size_t per_output = static_cast<size_t>(p.BH) * tiles * kBN * 64;  // floats
-  Scratch acc(2 * per_output * sizeof(float));  // [head][grad_Q, grad_dO][tile]
-  CUDA_CHECK(cudaMemsetAsync(acc.as<float>(), 0, acc.bytes(), cuda_stream()));
-  Scratch pv(static_cast<size_t>(p.BH) * p.N * 64 * sizeof(float));  // P·Vt, rows
+  // [head][grad_Q, grad_dO][tile]: pass 0 zeroes grad_Q's and starts grad_dO's at P·Vt
+  Scratch acc(2 * per_output * sizeof(float));
   Params<T> q = p;
-  q.PV = pv.as<float>();
+  q.fused_acc = acc.as<float>();
   launch_bob_query_ws<T, 64, QueryPass::kEF0PV>(q, make_sweep_maps(q, 64, 64, HopperBobEFConfig<64>::kBlockN));
   constexpr size_t smem = FusedBobSmem::total<Sweep>();
   static_assert(smem <= 227 * 1024, "shared memory");
@@ -1419,11 +1476,12 @@ void launch_bob_fused_ws(const Params<T>& p) {
   CUDA_CHECK_LAUNCH();
   // per head: tiles of grad_Q, then tiles of grad_dO; one block per (head, output, tile)
   rows_from_acc_kernel<T, kBN, 2><<<grid_x(2 * p.BH, tiles), 256, 0, cuda_stream()>>>(acc.as<float>(), p.out0, p.out3,
-                                                                                     p.N, p.scale, 1.f, q.PV);
+                                                                                     p.N, p.scale, 1.f);
   CUDA_CHECK_LAUNCH();
 }
 
 // ------------------------------------------------------------------------ launchers
+
 
 // Which pass-1 schedule the Hopper BoB runs (attention_bob_ef_mode in kernels.h): E and F first,
 // or the split pass 1. By default, as measured on the H200 (docs/kernel-notes.md, v12-v13): E and F
@@ -1439,8 +1497,9 @@ bool bob_ef_schedule(int d) {
 // products, not 22 (ef_rows, kPV).
 template <typename T, int kD>
 void launch_bob_pass1_ws(const Params<T>& p, const SweepMaps& maps, bool ef) {
+  if (!ef || !Cotangents(p).all()) launch_D(p);
   if (!ef) return launch_bob_query_ws<T, kD, QueryPass::kSplit>(p, maps);
-  if (Cotangents(p).all()) {
+  if (Cotangents(p).all()) {  // pass 0 forms D
     Scratch pv(static_cast<size_t>(p.BH) * p.N * kD * sizeof(float));
     Params<T> q = p;
     q.PV = pv.as<float>();
@@ -1466,6 +1525,7 @@ void launch_bob_tc(const Params<T>& p) {
         const SweepMaps maps = make_sweep_maps(p, kD, 64, ef ? HopperBobEFConfig<kD>::kBlockN : HopperBobPass1Config<kD>::kBlockN);
         launch_bob_pass1_ws<T, kD>(p, maps, ef);
       } else if (ef) {
+        launch_D(p);
         using Sweep = HopperQuerySweep<T, kD, HopperBobEFConfig<kD>::kBlockN>;
         const unsigned grid = grid_x(p.BH, cdiv(p.N, 64));
         auto pass0 = attention_bob_ef_wgmma_kernel<T, kD, false>;
@@ -1478,6 +1538,7 @@ void launch_bob_tc(const Params<T>& p) {
         pass1<<<grid, Sweep::kThreads, smem, cuda_stream()>>>(p);
         CUDA_CHECK_LAUNCH();
       } else {
+        launch_D(p);
         using H1 = HopperBobPass1Config<kD>;
         using Sweep = HopperQuerySweep<T, kD, H1::kBlockN>;
         auto pass1 = attention_bob_pass1_wgmma_kernel<T, kD>;
@@ -1500,6 +1561,7 @@ void launch_bob_tc(const Params<T>& p) {
       return;
     }
   }
+  launch_D(p);
   using Cfg = TcConfig<kD>;
   const unsigned grid = grid_x(p.BH, cdiv(p.N, Cfg::kBlockM));
   {
@@ -1523,6 +1585,7 @@ void launch_bob_generic(const Params<T>& p) {
   using C = GenConfig;
   using Acc = typename Elem<T>::Acc;
   const dim3 grid(grid_x(p.BH, cdiv(p.N, C::kRows)), cdiv(p.d, C::kCols));
+  launch_D(p);
   {
     const size_t smem = (7 * C::kStage + 5 * C::kTile) * sizeof(Acc);
     auto kernel = attention_bob_pass1_generic_kernel<T>;
@@ -1553,7 +1616,7 @@ void bwd_bwd(const AttentionArgs& a) {
   p.D = scalars.as<Acc>();
   p.E = p.D + rows;
   p.F = p.E + rows;
-  launch_row_dot<T>(p.dO, p.O, p.D, rows, p.d);  // pass 0: D = rowsum(dO∘O)
+  // D = rowsum(dO∘O): by launch_D in each path, or in the Hopper BoB's pass 0 with P·Vt
   if constexpr (is_half_type<T>()) {
     if (tc_supported(a)) {
       if (p.d == 32) return launch_bob_tc<T, 32>(p);

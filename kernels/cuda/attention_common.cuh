@@ -106,7 +106,8 @@ struct Params {
   Acc *D, *E, *F;         // (BH, N) row scalars, stream-ordered scratch
   T *out0, *out1, *out2, *out3;  // (BH, N, d): fwd O; bwd dQ dK dV; BoB gQ gK gV gdO
   Acc* L_out;             // (BH, N) fwd: L
-  Acc* PV;                // (BH, N, d) fused BoB: P·Vt, from its pass 0 to its sweep's grad_dO
+  Acc* PV;                // (BH, N, d) deterministic BoB: P·Vt, from its pass 0 to its pass 1
+  float* fused_acc;       // fused BoB: its f32 buffers (attention_sweeps.cuh), which pass 0 fills
   int64_t BH;
   int N, d;
   Acc scale;

@@ -579,6 +579,10 @@ __device__ __forceinline__ void pipelined_tiles(Sweep& sw, int lo, int first, in
 __host__ __device__ constexpr int acc_index(int j, int warp, int lane, int e) {
   return ((j * 4 + warp) * 32 + lane) * 4 + e;
 }
+// Position in a buffer tile (kRows = 32) of the value at row q, column c: the inverse of acc_index.
+__host__ __device__ constexpr int acc_index_of(int q, int c) {
+  return acc_index(q / 8, c / 16, 4 * (c % 8) + (q % 8) / 2, q % 2 + 2 * ((c % 16) / 8));
+}
 // Adds this thread's values of the accumulator d to the buffer tile at dst.
 template <int kRows>
 __device__ __forceinline__ void add_acc_tile(float* dst, const float (&d)[kRows / 8][4], int warp, int lane) {
@@ -589,11 +593,10 @@ __device__ __forceinline__ void add_acc_tile(float* dst, const float (&d)[kRows 
 
 // out_o = scale_o · the f32 buffer of output o < kOutputs (per head, the cdiv(N, kRows) tiles of
 // output 0, then those of output 1), one block per (head, output, tile): the tile's values in
-// register order are put back into rows in shared memory, then written row by row. add1: f32 rows
-// (BH, N, 64) added to output 1 before its scale, or nullptr.
+// register order are put back into rows in shared memory, then written row by row.
 template <typename T, int kRows, int kOutputs>
 __global__ void __launch_bounds__(256) rows_from_acc_kernel(const float* acc, T* out0, T* out1, int N, float scale0,
-                                                            float scale1, const float* add1 = nullptr) {
+                                                            float scale1) {
   __shared__ float s[kRows][65];  // [row][column]
   const int tiles = cdiv(N, kRows), qt = static_cast<int>(blockIdx.x % tiles);
   const int64_t g = blockIdx.x / tiles, bh = g / kOutputs;
@@ -614,13 +617,7 @@ __global__ void __launch_bounds__(256) rows_from_acc_kernel(const float* acc, T*
   for (int f = threadIdx.x; f < kRows * 32; f += 256) {
     const int q = f / 32, col = 2 * (f % 32), i = qt * kRows + q;
     if (i >= N) continue;
-    float2 v = make_float2(s[q][col], s[q][col + 1]);
-    if (second && add1 != nullptr) {
-      const float2 a = *reinterpret_cast<const float2*>(add1 + (bh * N + i) * 64 + col);
-      v.x += a.x;
-      v.y += a.y;
-    }
-    *reinterpret_cast<uint32_t*>(out + (bh * N + i) * 64 + col) = Elem<T>::pack(scale * v.x, scale * v.y);
+    *reinterpret_cast<uint32_t*>(out + (bh * N + i) * 64 + col) = Elem<T>::pack(scale * s[q][col], scale * s[q][col + 1]);
   }
 }
 
