@@ -11,6 +11,7 @@
 #   GG_NCU_CHAIN     sizes N ("8192 16384"): every kernel of one chain (--chain-only) with its
 #                    duration and clock, from ncu, into ncu-chain.csv; "" (default) skips it
 #   GG_AB_SIZES      "N,N d;N d" (default "4096,16384 64;16384 128"): the benchmark's sizes
+#   GG_NCU_CHAIN_ENV NAME=VALUE[,...]: each chain of GG_NCU_CHAIN once more with these set
 #   GG_SMI=1         samples the SM clock, power and throttle reasons every 50 ms during the A/B
 #                    runs (nvidia-smi, into smi.csv)
 set -uo pipefail
@@ -29,7 +30,7 @@ grep -E "Failure|FAILED  \]" -A3 "$L/tests.log" | head -20
 # with the default BoB schedule, with each pass-1 schedule forced (0 split, 1 E/F first), with the
 # warp-specialised kernels off (ws 0), ping-pong in the kernels of mask pp (kernels.h), or det 0
 # (the fused backward: GG_ATTENTION_DETERMINISTIC=0), and mma.sync only
-# a sixth field, NAME=VALUE, sets one more environment variable for that configuration
+# a sixth field, NAME=VALUE[,NAME=VALUE...], sets more environment variables for that configuration
 [ "${GG_SMI:-0}" = 1 ] && { nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active \
   --format=csv -lms 50 >"$OUT/smi.csv" 2>&1 & SMI_PID=$!; }
 for cfg in ${GG_AB_CONFIGS:-1:- 1:0 1:1 1:-:0 0:-}; do
@@ -42,7 +43,7 @@ for cfg in ${GG_AB_CONFIGS:-1:- 1:0 1:1 1:-:0 0:-}; do
   IFS=';' read -ra sizes <<<"${GG_AB_SIZES:-4096,16384 64;16384 128}"
   for nd in "${sizes[@]}"; do
     set -- $nd
-    env "$x" GG_ATTENTION_WGMMA=$w GG_ATTENTION_BOB_EF=$ef GG_ATTENTION_WS=$ws GG_ATTENTION_PINGPONG=$pp \
+    env ${x//,/ } GG_ATTENTION_WGMMA=$w GG_ATTENTION_BOB_EF=$ef GG_ATTENTION_WS=$ws GG_ATTENTION_PINGPONG=$pp \
       GG_ATTENTION_DETERMINISTIC=$det "$B/bench/bench_attention_gpu" --n "$1" --d "$2" |
       sed "s/^{/{\"x\":\"${x}\",\"bob_ef\":\"${ef:--}\",\"ws\":\"${ws:--}\",\"pp\":\"${pp:--}\",\"det\":\"${det:--}\",/"
   done
@@ -52,6 +53,10 @@ if command -v ncu >/dev/null && [ -n "${GG_NCU_CHAIN:-}" ]; then
   for n in $GG_NCU_CHAIN; do
     GG_ATTENTION_DETERMINISTIC=0 ncu --clock-control none --csv --metrics gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second \
       "$B/bench/bench_attention_gpu" --n "$n" --chain-only >"$OUT/ncu-chain-$n.csv" 2>>"$L/ncu-chain.log"
+    # GG_NCU_CHAIN_ENV (NAME=VALUE[,...]): the same chain once more with those variables set
+    [ -n "${GG_NCU_CHAIN_ENV:-}" ] && env ${GG_NCU_CHAIN_ENV//,/ } GG_ATTENTION_DETERMINISTIC=0 ncu --clock-control none --csv \
+      --metrics gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second "$B/bench/bench_attention_gpu" --n "$n" \
+      --chain-only >"$OUT/ncu-chain-$n-env.csv" 2>>"$L/ncu-chain.log"
   done
 fi
 if command -v ncu >/dev/null && [ -n "${GG_NCU_KERNELS-fwd dkdv}" ]; then
@@ -104,7 +109,8 @@ print(sys.argv[1].split("/")[-1], f"{len(per)} kernels, {sum(a[1] for a in agg.v
 for k, a in agg.items(): print(f"  {k:44} x{a[0]:<3} {a[1]:8.3f} ms  {a[2]:.2f} GHz")
 PY
 done
-[ -f "$OUT/smi.csv" ] && python3 - "$OUT/smi.csv" <<'PY'
+[ -f "$OUT/smi.csv" ] || exit 0
+python3 - "$OUT/smi.csv" <<'PY'
 import sys, statistics
 c, p, r = [], [], {}
 for line in open(sys.argv[1]).read().splitlines()[1:]:

@@ -12,7 +12,8 @@
 //
 // Three launches, all deterministic (every output element is written by exactly one thread,
 // summing in a fixed order):
-//   1. D = rowsum(dO∘O): one warp per row (row_dot_kernel, attention_common.cuh).
+//   1. D = rowsum(dO∘O): row_dot_vec_kernel (16-bit, d = 32 / 64 / 128: 16-byte loads, d / 8 lanes
+//      per row) or row_dot_kernel (one warp per row), attention_common.cuh.
 //   2. dK, dV: key-parallel; one block per (b, h, key block) sweeps the query blocks (causal: from
 //      the first that sees the key block) and recomputes, per 16x16 sub-tile and warp,
 //        Sᵀ  = K·Qᵀ           mma   → Pᵀ = exp2(Sᵀ·s·log2e - L·log2e), 0 where masked

@@ -207,7 +207,52 @@ __global__ void __launch_bounds__(256) row_dot_kernel(const T* __restrict__ a, c
 }
 
 template <typename T>
+constexpr bool is_half_type() {
+  return std::is_same<T, __nv_bfloat16>::value || std::is_same<T, __half>::value;
+}
+
+// The same for 16-bit T and d = 8·kLanes (32, 64, 128): kLanes lanes per row, one 16-byte load of
+// each operand per lane, 256 / kLanes rows per block (the kernel above, one warp per row and 2-byte
+// loads, reached 1.4 TB/s on the H200; docs/kernel-notes.md v24).
+template <typename T, int kLanes>
+__global__ void __launch_bounds__(256) row_dot_vec_kernel(const T* __restrict__ a, const T* __restrict__ b,
+                                                          float* __restrict__ out, int64_t rows) {
+  static_assert(32 % kLanes == 0, "a row's lanes within one warp");
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (256 / kLanes) + threadIdx.x / kLanes;
+  const int l = threadIdx.x % kLanes;
+  float sum = 0.f;
+  if (row < rows) {
+    const uint4 x = reinterpret_cast<const uint4*>(a + row * 8 * kLanes)[l];
+    const uint4 y = reinterpret_cast<const uint4*>(b + row * 8 * kLanes)[l];
+    const uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 u = Elem<T>::unpack(xs[k]), v = Elem<T>::unpack(ys[k]);
+      sum = fmaf(u.x, v.x, sum);
+      sum = fmaf(u.y, v.y, sum);
+    }
+  }
+#pragma unroll
+  for (int off = kLanes / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  if (row < rows && l == 0) out[row] = sum;
+}
+
+template <typename T>
 void launch_row_dot(const T* a, const T* b, typename Elem<T>::Acc* out, int64_t rows, int d) {
+  if constexpr (is_half_type<T>()) {
+    const bool aligned = ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) % 16) == 0;
+    if (aligned && (d == 32 || d == 64 || d == 128)) {
+      const int lanes = d / 8, per_block = 256 / lanes;
+      const int64_t blocks = (rows + per_block - 1) / per_block;
+      GG_CHECK(blocks < (int64_t{1} << 31), ValueError, "gg::attention (CUDA): too many rows");
+      const unsigned grid = static_cast<unsigned>(blocks);
+      if (d == 32) row_dot_vec_kernel<T, 4><<<grid, 256, 0, cuda_stream()>>>(a, b, out, rows);
+      if (d == 64) row_dot_vec_kernel<T, 8><<<grid, 256, 0, cuda_stream()>>>(a, b, out, rows);
+      if (d == 128) row_dot_vec_kernel<T, 16><<<grid, 256, 0, cuda_stream()>>>(a, b, out, rows);
+      CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
   const int64_t blocks = (rows + 7) / 8;
   GG_CHECK(blocks < (int64_t{1} << 31), ValueError, "gg::attention (CUDA): too many rows");
   row_dot_kernel<T><<<static_cast<unsigned>(blocks), 256, 0, cuda_stream()>>>(a, b, out, rows, d);
@@ -329,11 +374,6 @@ struct TcConfig {
   static_assert(kBlockN % 16 == 0 && kBlockM % 16 == 0, "16-row sub-tiles");
   static_assert((kStride * 2) % 16 == 0, "cp.async / ldmatrix rows are 16-byte aligned");
 };
-
-template <typename T>
-constexpr bool is_half_type() {
-  return std::is_same<T, __nv_bfloat16>::value || std::is_same<T, __half>::value;
-}
 
 // Calls f(T{}) with T the element type of `dtype` (the launchers' dtype switch, written once).
 template <typename F>
