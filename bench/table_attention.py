@@ -35,13 +35,13 @@ def ms(x):
 
 
 def ratio(a, b):
-    return "—" if a is None or b is None else f"{a / b:.2f}×"
+    return "—" if a is None or b is None else f"{a / b:.3f}×"
 
 
 def triton_cells(ours, n):
     """The published Triton chain at N and our chain's ratio to it (bold: the issue's target)."""
     tr = TRITON.get(n)
-    return [ms(tr), f"**{ours['chain_ms'] / tr:.2f}×**" if tr else "—"]
+    return [ms(tr), f"**{ours['chain_ms'] / tr:.3f}×**" if tr else "—"]
 
 
 def main(path, fallback=None):
