@@ -583,6 +583,19 @@ __host__ __device__ constexpr int acc_index(int j, int warp, int lane, int e) {
 __host__ __device__ constexpr int acc_index_of(int q, int c) {
   return acc_index(q / 8, c / 16, 4 * (c % 8) + (q % 8) / 2, q % 2 + 2 * ((c % 16) / 8));
 }
+// Compile-time check: acc_index_of(row, column) of every value d[j][e] of a 32-row part, with the
+// row and column that rows_from_acc_kernel reads it back as, is that value's acc_index.
+constexpr bool acc_index_of_inverts_acc_index() {
+  for (int j = 0; j < 4; ++j)
+    for (int warp = 0; warp < 4; ++warp)
+      for (int lane = 0; lane < 32; ++lane)
+        for (int e = 0; e < 4; ++e) {
+          const int q = 8 * j + 2 * (lane % 4) + e % 2, c = 16 * warp + lane / 4 + 8 * (e / 2);
+          if (acc_index_of(q, c) != acc_index(j, warp, lane, e)) return false;
+        }
+  return true;
+}
+static_assert(acc_index_of_inverts_acc_index(), "acc_index_of must invert acc_index");
 // Adds this thread's values of the accumulator d to the buffer tile at dst.
 template <int kRows>
 __device__ __forceinline__ void add_acc_tile(float* dst, const float (&d)[kRows / 8][4], int warp, int lane) {
