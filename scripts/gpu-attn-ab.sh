@@ -50,13 +50,13 @@ for cfg in ${GG_AB_CONFIGS:-1:- 1:0 1:1 1:-:0 0:-}; do
 done >"$OUT/ab.jsonl" 2>>"$L/build.log"
 [ -n "${SMI_PID:-}" ] && kill "$SMI_PID"
 if command -v ncu >/dev/null && [ -n "${GG_NCU_CHAIN:-}" ]; then
+  # each size as is, then (GG_NCU_CHAIN_ENV: NAME=VALUE[,...]) once more with those variables set
   for n in $GG_NCU_CHAIN; do
-    GG_ATTENTION_DETERMINISTIC=0 ncu --clock-control none --csv --metrics gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second \
-      "$B/bench/bench_attention_gpu" --n "$n" --chain-only >"$OUT/ncu-chain-$n.csv" 2>>"$L/ncu-chain.log"
-    # GG_NCU_CHAIN_ENV (NAME=VALUE[,...]): the same chain once more with those variables set
-    [ -n "${GG_NCU_CHAIN_ENV:-}" ] && env ${GG_NCU_CHAIN_ENV//,/ } GG_ATTENTION_DETERMINISTIC=0 ncu --clock-control none --csv \
-      --metrics gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second "$B/bench/bench_attention_gpu" --n "$n" \
-      --chain-only >"$OUT/ncu-chain-$n-env.csv" 2>>"$L/ncu-chain.log"
+    for e in "" ${GG_NCU_CHAIN_ENV:+"$GG_NCU_CHAIN_ENV"}; do
+      env ${e//,/ } GG_ATTENTION_DETERMINISTIC=0 ncu --clock-control none --csv \
+        --metrics gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second "$B/bench/bench_attention_gpu" --n "$n" \
+        --chain-only >"$OUT/ncu-chain-$n${e:+-env}.csv" 2>>"$L/ncu-chain.log"
+    done
   done
 fi
 if command -v ncu >/dev/null && [ -n "${GG_NCU_KERNELS-fwd dkdv}" ]; then

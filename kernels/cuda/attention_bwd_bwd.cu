@@ -1203,16 +1203,7 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
   OwnFrags<Cfg::kRegOwn ? kD : 16> frags;  // d = 64: the own rows in registers
   if constexpr (Cfg::kRegOwn) frags.load(p, head * kD, iw, lane);
   float L2[2], D[2], E[2] = {0.f, 0.f}, F[2] = {0.f, 0.f};
-  if constexpr (kPV && !kOutputs) {  // pass 0 with kPV forms D itself, in its epilogue
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = iw + frag_row(lane, 2 * h);
-      L2[h] = row < p.N ? p.L[head + row] * kLog2e : 0.f;
-      D[h] = 0.f;
-    }
-  } else {
-    row_scalars(p, head, iw, lane, L2, D);
-  }
+  row_scalars<!(kPV && !kOutputs)>(p, head, iw, lane, L2, D);  // pass 0 with kPV forms D in its epilogue
   if constexpr (kOutputs) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -1482,7 +1473,6 @@ void launch_bob_fused_ws(const Params<T>& p) {
 
 // ------------------------------------------------------------------------ launchers
 
-
 // Which pass-1 schedule the Hopper BoB runs (attention_bob_ef_mode in kernels.h): E and F first,
 // or the split pass 1. By default, as measured on the H200 (docs/kernel-notes.md, v12-v13): E and F
 // first at d = 128, and at d = 64 with the warp-specialised kernels (without them the split
@@ -1497,9 +1487,7 @@ bool bob_ef_schedule(int d) {
 // products, not 22 (ef_rows, kPV).
 template <typename T, int kD>
 void launch_bob_pass1_ws(const Params<T>& p, const SweepMaps& maps, bool ef) {
-  if (!ef || !Cotangents(p).all()) launch_D(p);
-  if (!ef) return launch_bob_query_ws<T, kD, QueryPass::kSplit>(p, maps);
-  if (Cotangents(p).all()) {  // pass 0 forms D
+  if (ef && Cotangents(p).all()) {  // pass 0 also forms D
     Scratch pv(static_cast<size_t>(p.BH) * p.N * kD * sizeof(float));
     Params<T> q = p;
     q.PV = pv.as<float>();
@@ -1507,6 +1495,8 @@ void launch_bob_pass1_ws(const Params<T>& p, const SweepMaps& maps, bool ef) {
     launch_bob_query_ws<T, kD, QueryPass::kEF1PV>(q, maps);
     return;
   }
+  launch_D(p);
+  if (!ef) return launch_bob_query_ws<T, kD, QueryPass::kSplit>(p, maps);
   launch_bob_query_ws<T, kD, QueryPass::kEF0>(p, maps);
   launch_bob_query_ws<T, kD, QueryPass::kEF1>(p, maps);
 }

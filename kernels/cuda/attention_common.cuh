@@ -239,23 +239,27 @@ __global__ void __launch_bounds__(256) row_dot_vec_kernel(const T* __restrict__ 
 
 template <typename T>
 void launch_row_dot(const T* a, const T* b, typename Elem<T>::Acc* out, int64_t rows, int d) {
+  bool vec = false;  // row_dot_vec_kernel: 16-bit, d = 32 / 64 / 128, 16-byte aligned rows
+  if constexpr (is_half_type<T>())
+    vec = (d == 32 || d == 64 || d == 128) &&
+          ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) % 16) == 0;
+  const int per_block = vec ? 256 / (d / 8) : 8;  // rows
+  const int64_t blocks = (rows + per_block - 1) / per_block;
+  GG_CHECK(blocks < (int64_t{1} << 31), ValueError, "gg::attention (CUDA): too many rows");
+  const unsigned grid = static_cast<unsigned>(blocks);
   if constexpr (is_half_type<T>()) {
-    const bool aligned = ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) % 16) == 0;
-    if (aligned && (d == 32 || d == 64 || d == 128)) {
-      const int lanes = d / 8, per_block = 256 / lanes;
-      const int64_t blocks = (rows + per_block - 1) / per_block;
-      GG_CHECK(blocks < (int64_t{1} << 31), ValueError, "gg::attention (CUDA): too many rows");
-      const unsigned grid = static_cast<unsigned>(blocks);
-      if (d == 32) row_dot_vec_kernel<T, 4><<<grid, 256, 0, cuda_stream()>>>(a, b, out, rows);
-      if (d == 64) row_dot_vec_kernel<T, 8><<<grid, 256, 0, cuda_stream()>>>(a, b, out, rows);
-      if (d == 128) row_dot_vec_kernel<T, 16><<<grid, 256, 0, cuda_stream()>>>(a, b, out, rows);
+    if (vec) {
+      if (d == 32)
+        row_dot_vec_kernel<T, 4><<<grid, 256, 0, cuda_stream()>>>(a, b, out, rows);
+      else if (d == 64)
+        row_dot_vec_kernel<T, 8><<<grid, 256, 0, cuda_stream()>>>(a, b, out, rows);
+      else
+        row_dot_vec_kernel<T, 16><<<grid, 256, 0, cuda_stream()>>>(a, b, out, rows);
       CUDA_CHECK_LAUNCH();
       return;
     }
   }
-  const int64_t blocks = (rows + 7) / 8;
-  GG_CHECK(blocks < (int64_t{1} << 31), ValueError, "gg::attention (CUDA): too many rows");
-  row_dot_kernel<T><<<static_cast<unsigned>(blocks), 256, 0, cuda_stream()>>>(a, b, out, rows, d);
+  row_dot_kernel<T><<<grid, 256, 0, cuda_stream()>>>(a, b, out, rows, d);
   CUDA_CHECK_LAUNCH();
 }
 

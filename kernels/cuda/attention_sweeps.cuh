@@ -89,14 +89,15 @@ __device__ __forceinline__ void own_score(float (&s)[kN / 8][4], const uint32_t 
 }
 
 // L·log2e and D of this thread's own query rows (iw + g, iw + g + 8; head: (b, h) · N); 0 past N.
-template <typename T>
+// kReadD = false: D is 0 (a pass that forms D itself, before p.D is written).
+template <bool kReadD = true, typename T>
 __device__ __forceinline__ void row_scalars(const Params<T>& p, int64_t head, int iw, int lane, float (&L2)[2],
                                             float (&D)[2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = iw + frag_row(lane, 2 * h);
     L2[h] = row < p.N ? p.L[head + row] * kLog2e : 0.f;
-    D[h] = row < p.N ? p.D[head + row] : 0.f;
+    D[h] = kReadD && row < p.N ? p.D[head + row] : 0.f;
   }
 }
 
