@@ -1053,10 +1053,6 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
     wgmma_fence_regs(dP);
     wgmma_fence_regs(G);
     wgmma_fence_regs(Hs);
-    if (qt > q_begin) {
-      wgmma_fence_regs(part);
-      add_acc_tile<kBN>(acc_out + static_cast<int64_t>(qt - 1) * kBN * 64, part, warp, lane);
-    }
 
     // in place: S <- S̄ᵀ, dP <- dSᵀ, G <- dP̄ᵀ; then the three coefficient tiles of this
     // consumer's keys into the tile's buffer
@@ -1082,6 +1078,12 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
     wgmma_coef_product<T, kD, kBN>(gK, dsa, t.Qt);
     wgmma_coef_product<T, kD, kBN>(gV, ga, t.dO);
     wgmma_commit();
+    // the previous tile's part (its late products completed at this tile's first wait), added
+    // after the fence above, so that its MEMBAR cannot be held up by these reductions
+    if (qt > q_begin) {
+      wgmma_fence_regs(part);
+      add_acc_tile<kBN>(acc_out + static_cast<int64_t>(qt - 1) * kBN * 64, part, warp, lane);
+    }
     named_bar_sync(3, 256);  // both consumers' rows of tile qt are stored
     const uint64_t b0 = make_desc_sw128(b + 2 * w * kCoef), b1 = b0 + (kCoef * 2) / 16;
 #pragma unroll
