@@ -561,7 +561,7 @@ struct NoDqPart {
 template <typename T, typename Sweep, typename Own, typename DqPart = NoDqPart>
 __device__ __forceinline__ void dkdv_rows_pipelined(Sweep& sw, const Own& own, const Params<T>& p, int64_t head,
                                                     int j0, int q_begin, int num_q_tiles, int tid,
-                                                    DqPart&& dq = {}) {
+                                                    DqPart&& dq = {}, const TailSplit* split = nullptr) {
   constexpr int kD = 64, kBN = HopperBwdWsConfig::kBlockN;
   constexpr bool kFused = std::decay_t<DqPart>::kFused;
   const int warp = tid / 32, lane = tid % 32;
@@ -604,9 +604,13 @@ __device__ __forceinline__ void dkdv_rows_pipelined(Sweep& sw, const Own& own, c
       },
       [&](int qt) { dq.done(qt); }, late, fence_late);
 
-  const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
-  store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, dK, scale, jw, p.N, lane);
-  store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, dV, one, jw, p.N, lane);
+  if constexpr (kFused) {  // a piece of a split unit adds into the scratch (TailSplit)
+    key_rows_out(p, *split, head, jw, dK, dV, p.scale, lane);
+  } else {
+    const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
+    store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, dK, scale, jw, p.N, lane);
+    store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, dV, one, jw, p.N, lane);
+  }
 }
 
 // dQ (d = 64): the queries [i0, i0 + 64) of one consumer.
@@ -764,7 +768,8 @@ __global__ void __launch_bounds__(384, 1)
   using Cfg = HopperBwdWsConfig;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   key_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs>(
-      smem_raw, p, maps, [](const Params<T>&) { return bwd_present(); },
+      smem_raw, p, maps, key_unit<128, Cfg::kBlockN>(p.N, p.causal),
+      [](const Params<T>&) { return bwd_present(); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
         dkdv_rows_pipelined<T>(sw, own, p, head, j0, q_begin, n, tid);
       });
@@ -792,17 +797,19 @@ __global__ void __launch_bounds__(384, 1)
 // memory of FusedBwdSmem after the key sweep's.
 template <typename T>
 __global__ void __launch_bounds__(384, 1)
-    attention_bwd_fused_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps, float* dq_acc) {
+    attention_bwd_fused_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps, float* dq_acc,
+                                  const __grid_constant__ TailSplit split) {
 #if defined(GG_WGMMA_AVAILABLE)
   using Cfg = HopperBwdWsConfig;
   using Sweep = HopperKeySweepWs<T, 64, Cfg::kBlockN, Cfg::kStages>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* extra = smem_raw + FusedBwdSmem::offset<Sweep>();
+  const KeyUnit unit = key_unit<128, Cfg::kBlockN>(p.N, p.causal, split);
   key_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 2>(
-      smem_raw, p, maps, [](const Params<T>&) { return bwd_present(); },
+      smem_raw, p, maps, unit, [](const Params<T>&) { return bwd_present(); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
         dkdv_rows_pipelined<T>(sw, own, p, head, j0, q_begin, n, tid,
-                               FusedDqPart<T>(extra, dq_acc, p, head, q_begin, n, tid));
+                               FusedDqPart<T>(extra, dq_acc, p, head, q_begin, n, tid), &split);
       },
       reinterpret_cast<T*>(extra));
 #else
@@ -844,9 +851,11 @@ void launch_bwd_wgmma(const Params<T>& p) {
     const size_t smem = FusedBwdSmem::total<Sweep>();
     auto kernel = attention_bwd_fused_ws_kernel<T>;
     set_smem(kernel, smem);
-    kernel<<<grid_x(p.BH, cdiv(p.N, 128)), 384, smem, cuda_stream()>>>(
-        p, with_ping_pong(make_sweep_maps(p, kD, kBN, 0), kPingPongBwdFused), acc.as<float>());
+    const TailSplitRun tail(grid_x(p.BH, cdiv(p.N, 128)), cdiv(p.N, kBN), p.causal);
+    kernel<<<tail.split().blocks(), 384, smem, cuda_stream()>>>(
+        p, with_ping_pong(make_sweep_maps(p, kD, kBN, 0), kPingPongBwdFused), acc.as<float>(), tail.split());
     CUDA_CHECK_LAUNCH();
+    tail.finish(p, p.scale);
     rows_from_acc_kernel<T, 64, 1>
         <<<grid_x(p.BH, tiles), 256, 0, cuda_stream()>>>(acc.as<float>(), p.out0, nullptr, p.N, p.scale, 1.f);
     CUDA_CHECK_LAUNCH();

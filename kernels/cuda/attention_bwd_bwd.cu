@@ -948,7 +948,8 @@ __global__ void __launch_bounds__(384, 1)
   using Cfg = HopperBobPass2WsConfig;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   key_sweep_ws_block<T, Cfg::kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs>(
-      smem_raw, p, maps, [](const Params<T>& q) { return bob_present(q); },
+      smem_raw, p, maps, key_unit<128, Cfg::kBlockN>(p.N, p.causal),
+      [](const Params<T>& q) { return bob_present(q); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
         with_cotangents(p, [&](auto cot) {
           pass2_rows<T, Cfg::kD, Cfg::kBlockN, decltype(cot)>(sw, own, p, head, j0, q_begin, n, tid);
@@ -1013,7 +1014,8 @@ __device__ __forceinline__ void store_coef_rows(T* dst, const uint32_t (&a)[2][4
 
 template <typename T, typename Sweep>
 __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, int64_t head, int j0, int q_begin,
-                                               int num_q_tiles, int tid, T* extra, float* acc) {
+                                               int num_q_tiles, int tid, T* extra, float* acc,
+                                               const TailSplit& split) {
   constexpr int kD = 64, kBN = 32;
   constexpr size_t kOwn = FusedBobSmem::kOwnElems, kCoef = FusedBobSmem::kCoefElems;
   const int warp = tid / 32, lane = tid % 32, w = warpgroup_index() - 1;
@@ -1103,23 +1105,23 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
   wgmma_fence_regs(part);
   if (num_q_tiles > q_begin) add_acc_tile<kBN>(acc_out + static_cast<int64_t>(num_q_tiles - 1) * kBN * 64, part, warp, lane);
 
-  const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
-  store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, gK, scale, jw, p.N, lane);
-  store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, gV, one, jw, p.N, lane);
+  key_rows_out(p, split, head, jw, gK, gV, p.scale, lane);
 }
 
 template <typename T>
 __global__ void __launch_bounds__(384, 1)
-    attention_bob_fused_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps, float* acc) {
+    attention_bob_fused_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps, float* acc,
+                                  const __grid_constant__ TailSplit split) {
 #if defined(GG_WGMMA_AVAILABLE)
   using Cfg = HopperBobPass2WsConfig;
   using Sweep = HopperKeySweepWs<T, Cfg::kD, Cfg::kBlockN, Cfg::kStages>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* const extra = reinterpret_cast<T*>(smem_raw + FusedBobSmem::offset<Sweep>());
+  const KeyUnit unit = key_unit<128, Cfg::kBlockN>(p.N, p.causal, split);
   key_sweep_ws_block<T, Cfg::kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 4>(
-      smem_raw, p, maps, [](const Params<T>& q) { return bob_present(q); },
+      smem_raw, p, maps, unit, [](const Params<T>& q) { return bob_present(q); },
       [&](auto& sw, const auto&, int64_t head, int j0, int q_begin, int n, int tid) {
-        bob_fused_rows<T>(sw, p, head, j0, q_begin, n, tid, extra, acc);
+        bob_fused_rows<T>(sw, p, head, j0, q_begin, n, tid, extra, acc, split);
       },
       extra);
 #else
@@ -1464,9 +1466,11 @@ void launch_bob_fused_ws(const Params<T>& p) {
   static_assert(smem <= 227 * 1024, "shared memory");
   auto kernel = attention_bob_fused_ws_kernel<T>;
   set_smem(kernel, smem);
-  kernel<<<grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), Cfg::kThreads, smem, cuda_stream()>>>(
-      q, make_sweep_maps(q, Cfg::kD, kBN, 0), acc.as<float>());
+  const TailSplitRun tail(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), tiles, p.causal);
+  kernel<<<tail.split().blocks(), Cfg::kThreads, smem, cuda_stream()>>>(q, make_sweep_maps(q, Cfg::kD, kBN, 0),
+                                                                         acc.as<float>(), tail.split());
   CUDA_CHECK_LAUNCH();
+  tail.finish(p, p.scale);
   // per head: tiles of grad_Q, then tiles of grad_dO; one block per (head, output, tile)
   rows_from_acc_kernel<T, kBN, 2><<<grid_x(2 * p.BH, tiles), 256, 0, cuda_stream()>>>(acc.as<float>(), p.out0, p.out3,
                                                                                      p.N, p.scale, 1.f);

@@ -635,6 +635,123 @@ __global__ void __launch_bounds__(256) rows_from_acc_kernel(const float* acc, T*
   }
 }
 
+// ---- tail split of the key sweeps whose blocks take one SM each (the opt-in fused backward and
+// fused BoB, non-causal). U = BH·cdiv(N, 128) units of 128 keys on S SMs run as U / S full waves
+// and a last one of r = U mod S units, during which S - r SMs idle (at N = 16384, H = 16: 2048
+// units on 132 SMs, a last wave of 68). With the split, each of those r units is swept by
+// `pieces` blocks, each over its own run of consecutive query tiles; a piece adds its key rows'
+// two outputs into an f32 scratch (key_rows_out), which rows_from_scratch_kernel then writes out.
+// Blocks [0, whole) sweep the whole units [0, whole), as without the split.
+struct TailSplit {
+  int whole;        // blocks that sweep a whole unit (units [0, whole))
+  int pieces;       // blocks per split unit (units whole, whole + 1, ...)
+  int split_units;  // r (0: no split)
+  float* scratch;   // [split unit][output][128 key rows][64] f32, zeroed before the sweep
+  int blocks() const { return whole + split_units * pieces; }
+};
+
+// What a block of a key sweep sweeps: key block blk of head bh, query tiles [q_begin, q_end).
+struct KeyUnit {
+  int64_t bh;
+  int blk, q_begin, q_end;
+};
+// Without a split: block b sweeps unit b (reversed within a head, as block_coord).
+template <int kBlock, int kBN>
+__device__ __forceinline__ KeyUnit key_unit(int N, bool causal) {
+  const int per_head = cdiv(N, kBlock);
+  const int64_t bh = blockIdx.x / per_head;
+  const int blk = per_head - 1 - static_cast<int>(blockIdx.x % per_head);
+  return {bh, blk, causal ? blk * kBlock / kBN : 0, cdiv(N, kBN)};
+}
+// With the split ts (never causal).
+template <int kBlock, int kBN>
+__device__ __forceinline__ KeyUnit key_unit(int N, bool causal, const TailSplit& ts) {
+  const int per_head = cdiv(N, kBlock), tiles = cdiv(N, kBN);
+  const int b = static_cast<int>(blockIdx.x) - ts.whole;
+  if (b < 0) return key_unit<kBlock, kBN>(N, causal);
+  const int64_t u = int64_t{ts.whole} + b / ts.pieces;
+  const int piece = b % ts.pieces;
+  return {u / per_head, per_head - 1 - static_cast<int>(u % per_head),
+          static_cast<int>(int64_t{piece} * tiles / ts.pieces), static_cast<int>(int64_t{piece + 1} * tiles / ts.pieces)};
+}
+
+// Adds this warp's rows of a kCols-column accumulator (frag_row layout, rows from r0) to f32 rows
+// of kCols (float2 atomics: sm_90).
+template <int kCols>
+__device__ __forceinline__ void add_key_rows(float* rows, const float (&acc)[kCols / 8][4], int r0, int lane) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float* const o = rows + static_cast<int64_t>(r0 + frag_row(lane, 2 * h)) * kCols;
+#pragma unroll
+    for (int j = 0; j < kCols / 8; ++j)
+      atomicAdd(reinterpret_cast<float2*>(o + frag_col(lane, j, 0)), make_float2(acc[j][2 * h], acc[j][2 * h + 1]));
+  }
+}
+
+// A consumer's two key-row outputs (its warp's rows from jw): out1 = alpha1·a and out2 = b stored,
+// or, in a piece of a split unit (blocks from ts.whole on), a and b added unscaled into the unit's
+// scratch rows (row jw % 128 of the unit: units start at multiples of 128 keys).
+template <typename T>
+__device__ __forceinline__ void key_rows_out(const Params<T>& p, const TailSplit& ts, int64_t head, int jw,
+                                             const float (&a)[8][4], const float (&b)[8][4], float alpha1, int lane) {
+  const int piece = static_cast<int>(blockIdx.x) - ts.whole;
+  if (piece >= 0) {
+    float* const s = ts.scratch + static_cast<int64_t>(piece / ts.pieces) * 2 * 128 * 64;
+    add_key_rows<64>(s, a, jw % 128, lane);
+    add_key_rows<64>(s + 128 * 64, b, jw % 128, lane);
+    return;
+  }
+  const float one[2] = {1.f, 1.f}, scale[2] = {alpha1, alpha1};
+  store_acc<T, 64>(p.out1 + (head + jw) * 64, 64, a, scale, jw, p.N, lane);
+  store_acc<T, 64>(p.out2 + (head + jw) * 64, 64, b, one, jw, p.N, lane);
+}
+
+// The split units' outputs from the scratch: one block per (split unit, output).
+template <typename T>
+__global__ void __launch_bounds__(256) rows_from_scratch_kernel(const float* scratch, T* out1, T* out2, int N,
+                                                                int whole, float scale1) {
+  const int su = blockIdx.x / 2, o = blockIdx.x % 2, per_head = cdiv(N, 128);
+  const int64_t u = int64_t{whole} + su, bh = u / per_head;
+  const int j0 = (per_head - 1 - static_cast<int>(u % per_head)) * 128;
+  const float2* s = reinterpret_cast<const float2*>(scratch + (int64_t{su} * 2 + o) * 128 * 64);
+  T* const out = o == 0 ? out1 : out2;
+  const float scale = o == 0 ? scale1 : 1.f;
+  for (int f = threadIdx.x; f < 128 * 32 && j0 + f / 32 < N; f += 256) {
+    const float2 v = s[f];
+    *reinterpret_cast<uint32_t*>(out + (bh * N + j0 + f / 32) * 64 + 2 * (f % 32)) = Elem<T>::pack(scale * v.x, scale * v.y);
+  }
+}
+
+// Host side: the split of `units` units of `tiles` query tiles each (plan_tail_split, kernels.h,
+// for attention_tail_split()'s SM count), its zeroed scratch, and finish() after the sweep.
+class TailSplitRun {
+ public:
+  TailSplitRun(int64_t units, int tiles, bool causal)
+      : ts_(plan(units, tiles, causal)), scratch_(static_cast<size_t>(ts_.split_units) * 2 * 128 * 64 * sizeof(float)) {
+    if (ts_.split_units > 0) {
+      ts_.scratch = scratch_.as<float>();
+      CUDA_CHECK(cudaMemsetAsync(ts_.scratch, 0, scratch_.bytes(), cuda_stream()));
+    }
+  }
+  const TailSplit& split() const { return ts_; }
+  template <typename T>
+  void finish(const Params<T>& p, float scale1) const {
+    if (ts_.split_units == 0) return;
+    rows_from_scratch_kernel<T><<<2 * ts_.split_units, 256, 0, cuda_stream()>>>(ts_.scratch, p.out1, p.out2, p.N,
+                                                                               ts_.whole, scale1);
+    CUDA_CHECK_LAUNCH();
+  }
+
+ private:
+  static TailSplit plan(int64_t units, int tiles, bool causal) {
+    const int knob = attention_tail_split();
+    const TailSplitPlan t = plan_tail_split(units, tiles, causal, knob < 0 ? sm_count() : knob);
+    return {t.whole, t.pieces, t.split_units, nullptr};
+  }
+  TailSplit ts_;
+  Scratch scratch_;
+};
+
 // ------------------------------------------------------------------------ kernel bodies
 //
 // What every Hopper backward and BoB kernel does around its row loop: block coordinates, the
@@ -714,7 +831,8 @@ __device__ __forceinline__ void load_own_key_rows(T* s, const Params<T>& p, int6
   named_bar_sync(bar, 128);
 }
 
-// Warp-specialised, blocks of 128 key rows (384 threads), own rows in registers (OwnKeyFrags,
+// Warp-specialised, blocks of 128 key rows (384 threads) sweeping unit (key_unit: the key block and
+// its query tiles), own rows in registers (OwnKeyFrags,
 // kOwnInSmem = 0), or in shared memory at own_smem (d = 64; OwnKeyTiles of K and V (kOwnInSmem =
 // 2) or K, V, Kt and Vt (4), each a tile of 128 swizzled rows, in that order, of which consumer w
 // copies rows [64·w, 64·w + 64) by load_own_key_rows, barrier 7 + w): in each consumer warpgroup,
@@ -722,19 +840,18 @@ __device__ __forceinline__ void load_own_key_rows(T* s, const Params<T>& p, int6
 template <typename T, int kD, int kBN, int kStages, int kProducerRegs, int kConsumerRegs, int kOwnInSmem = 0,
           typename PresentOf, typename Rows>
 __device__ __forceinline__ void key_sweep_ws_block(unsigned char* smem, const Params<T>& p, const SweepMaps& maps,
-                                                   PresentOf present_of, Rows&& rows, T* own_smem = nullptr) {
-  const BlockCoord bc = block_coord(cdiv(p.N, 128));
-  const int j0 = bc.blk * 128;
-  const int64_t head = bc.bh * p.N;
-  const int num_q_tiles = cdiv(p.N, kBN);
-  const int q_begin = p.causal ? j0 / kBN : 0;
+                                                   const KeyUnit& unit, PresentOf present_of, Rows&& rows,
+                                                   T* own_smem = nullptr) {
+  const int j0 = unit.blk * 128;
+  const int64_t head = unit.bh * p.N;
+  const int num_q_tiles = unit.q_end, q_begin = unit.q_begin;
   HopperKeySweepWs<T, kD, kBN, kStages> sw(smem, present_of(p), q_begin);
   if (threadIdx.x == 0) sw.init_barriers();
   __syncthreads();
   const int wg = warpgroup_index();
   if (wg == 0) {
     setmaxnreg_dec<kProducerRegs>();
-    if (threadIdx.x == 0) sw.produce_tiles(maps, static_cast<int>(bc.bh), num_q_tiles);
+    if (threadIdx.x == 0) sw.produce_tiles(maps, static_cast<int>(unit.bh), num_q_tiles);
     if (threadIdx.x / 32 == 1) sw.produce_scalars(p, head, num_q_tiles, threadIdx.x % 32);
   } else {
     setmaxnreg_inc<kConsumerRegs>();

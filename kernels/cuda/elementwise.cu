@@ -552,21 +552,6 @@ Indexer<kOps> make_indexer(const Layout& shape, const Layout* const (&ops)[kOps]
 
 constexpr int64_t kMax32 = int64_t{1} << 31;  // below this, strided kernels index in 32 bits
 
-int sm_count() {
-  constexpr int kCached = 64;
-  static std::atomic<int> cache[kCached]{};
-  int device = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  if (device < kCached) {
-    const int c = cache[device].load(std::memory_order_relaxed);
-    if (c > 0) return c;
-  }
-  int c = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, device));
-  if (device < kCached) cache[device].store(c, std::memory_order_relaxed);
-  return c;
-}
-
 // Enough blocks for `work` threads, capped at one full wave (grid-stride loops do the rest).
 int grid_for(int64_t work) {
   const int64_t wanted = (work + kThreads - 1) / kThreads;

@@ -54,6 +54,20 @@ int current_device() {
   return d;
 }
 
+int sm_count() {
+  constexpr int kCached = 64;
+  static std::atomic<int> cache[kCached]{};
+  const int device = current_device();
+  if (device < kCached) {
+    const int c = cache[device].load(std::memory_order_relaxed);
+    if (c > 0) return c;
+  }
+  int c = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, device));
+  if (device < kCached) cache[device].store(c, std::memory_order_relaxed);
+  return c;
+}
+
 void* stream() { return state(current_device()).stream; }
 
 void synchronize() { CUDA_CHECK(cudaStreamSynchronize(cuda_stream())); }

@@ -10,6 +10,7 @@ namespace gg::kernels::cuda {
 int device_count();
 void set_device(int index);
 int current_device();
+int sm_count();  // streaming multiprocessors of the current device (read once per device)
 
 // The library's stream on the current device (created once per device). Returned as void* so
 // that callers need no CUDA headers; kernels cast it back to cudaStream_t.

@@ -22,6 +22,9 @@
 //                          two-sweep backward's error against f64, dK and dV bitwise equal to it.
 //   HopperFusedBob         the opt-in fused BoB (grad_Q, grad_dO added atomically): those within 2 x
 //                          the deterministic BoB's error, grad_K and grad_V bitwise equal to it.
+//   TailSplitPlan          (no GPU needed) the split of the fused sweeps' last wave for known shapes.
+//   HopperFusedTailSplit   both fused sweeps with their last wave split (planned for 20 SMs):
+//                          every output within 2 x the deterministic kernels' error.
 //   Hopper*                the sm_90a (wgmma) forward, backward and BoB vs the mma.sync kernels, both
 //                          against f64: error ≤ 2 x the mma.sync kernels' (or the rounding floor);
 //                          runs where the Hopper kernels are active (H100/H200 with a 90a build).
@@ -750,6 +753,78 @@ TEST(CudaAttention, HopperFusedBob) {
                 << what << " " << kBobNames[i] << ": fused " << err << ", deterministic " << err_det;
           }
         }
+}
+
+// The tail split's plan (kernels.h: plan_tail_split), no GPU needed. H = 16, d = 64, N = 16384 on
+// the H200's 132 SMs: 2048 units of 128 keys, a last wave of 68; its units cut into 15 pieces of
+// 34 query tiles (BoB sweep, 512 tiles) make a last round of 8 pieces on 132 SMs (1020 pieces),
+// 8 · (1/15 + 2/512) = 0.565 units instead of 1.004.
+TEST(CudaAttention, TailSplitPlan) {
+  using kernels::cuda::plan_tail_split;
+  const auto p = plan_tail_split(2048, 512, false, 132);
+  EXPECT_EQ(p.whole, 1980);
+  EXPECT_EQ(p.split_units, 68);
+  EXPECT_EQ(p.pieces, 15);
+  for (auto none : {plan_tail_split(2048, 512, true, 132),   // causal: never
+                    plan_tail_split(1056, 512, false, 132),  // whole waves
+                    plan_tail_split(100, 512, false, 132),   // one partial wave
+                    plan_tail_split(2048, 15, false, 132),   // pieces would be under 8 tiles
+                    plan_tail_split(512, 128, false, 132),   // N = 4096: 9 pieces would save under 10%
+                    plan_tail_split(2048, 512, false, 0)}) { // off
+    EXPECT_EQ(none.pieces, 1);
+    EXPECT_EQ(none.split_units, 0);
+  }
+  const auto all = plan_tail_split(2048, 512, false, 132);
+  EXPECT_EQ(all.whole + all.split_units, 2048);
+}
+
+// Plans the tail split for a pretended SM count for one scope (kernels.h; -1: the device's).
+struct TailSplitMode {
+  explicit TailSplitMode(int sms) : was(kernels::cuda::attention_tail_split()) {
+    kernels::cuda::set_attention_tail_split(sms);
+  }
+  ~TailSplitMode() { kernels::cuda::set_attention_tail_split(was); }
+  int was;
+};
+
+// Both fused sweeps with their last wave split: B = 2, H = 3, N = 1000 are 48 units of 128 keys,
+// planned for 20 SMs: two whole waves and 8 units in pieces (asserted from the plan), whose dK,
+// dV (grad_K, grad_V) go through the f32 scratch. Every output within 2 x the deterministic
+// kernels' error against f64 (or the rounding floor); with the split off, as HopperFusedBob.
+TEST(CudaAttention, HopperFusedTailSplit) {
+  GG_REQUIRE_HOPPER_OR_SKIP();
+  WsMode ws(true);
+  constexpr int kSms = 20;
+  constexpr int64_t N = 1000;
+  for (int tiles : {16, 32}) {  // backward (key sweep tiles of 64 queries), BoB (32)
+    const auto plan = kernels::cuda::plan_tail_split(6 * 8, tiles, false, kSms);
+    ASSERT_EQ(plan.split_units, 8) << tiles;
+    ASSERT_GT(plan.pieces, 1) << tiles;
+  }
+  for (bool f16 : {false, true}) {
+    const DType dtype = dtype_of(f16);
+    const Inputs in = make_inputs(2, 3, N, 64, 9900 + f16, dtype);
+    const std::string what = case_name(dtype, in, false);
+    const Levels ref = run_fused(in, DType::f64, kGpu, false);
+    const Levels det = run_fused(in, dtype, kGpu, false);
+    TailSplitMode split(kSms);
+    DeterministicMode nd(false);
+    const Levels fused = run_fused(in, dtype, kGpu, false);
+    for (int level = 0; level < 2; ++level) {
+      const std::vector<Values>& r = level == 0 ? ref.bwd : ref.bob;
+      const std::vector<Values>& d = level == 0 ? det.bwd : det.bob;
+      const std::vector<Values>& f = level == 0 ? fused.bwd : fused.bob;
+      const double scale = family_scale(r);
+      for (size_t i = 0; i < r.size(); ++i) {
+        const std::string w = what + " " + (level == 0 ? kBwdNames[i] : kBobNames[i]);
+        ASSERT_TRUE(all_finite(f[i])) << w;
+        const double err = rel_err(f[i], r[i], scale), err_det = rel_err(d[i], r[i], scale);
+        if (verbose()) std::printf("  %-50s split %.3g deterministic %.3g\n", w.c_str(), err, err_det);
+        EXPECT_LE(err, std::max(2 * err_det, low_precision_floor(dtype))) << w << ": split " << err
+                                                                          << ", deterministic " << err_det;
+      }
+    }
+  }
 }
 
 // ------------------------------------------------------------------------ determinism
