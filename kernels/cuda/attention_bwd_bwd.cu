@@ -974,19 +974,20 @@ void launch_bob_pass2_ws(const Params<T>& p, const SweepMaps& maps) {
 // ------------------------------------------------------------------------ Hopper, fused BoB
 //
 // The fused BoB (d = 64, all three cotangents; opt-in with set_attention_deterministic(false), as
-// the fused backward): after pass 0 (E and F, and P·Vt), one key-parallel sweep computes all four
-// outputs, the attention-bob.md schedule with atomics. Per query tile the consumers form the score
-// and coefficient tiles exactly as pass 2 does (grad_K, grad_V bitwise equal to pass 2's after
-// the same pass 0, launch_bob_pass1_ws), and also the block's parts of grad_Q = s·(S̄·K + dS·Kt)
-// and of grad_dO = dP̄·V (+ P·Vt, which pass 0 computed whole) for the tile's queries, which the
-// blocks of a head add into f32 buffers by atomic additions (not bitwise reproducible).
-// 5 + 3 + 3 = 11 products per tile (consumer 0: 12, consumer 1: 10) instead of pass 1's 8 and
-// pass 2's 8 (16 with pass 0, not 21).
+// the fused backward): after pass 0 (E and F, P·Vt, and dS·Kt), one key-parallel sweep computes
+// all four outputs, the attention-bob.md schedule with atomics. Per query tile the consumers form
+// the score and coefficient tiles exactly as pass 2 does (grad_K, grad_V bitwise equal to pass 2's
+// after the same E and F), and also the block's parts of grad_Q = s·(S̄·K + dS·Kt) and of
+// grad_dO = dP̄·V + P·Vt for the tile's queries, which the blocks of a head add into f32 buffers
+// by atomic additions (not bitwise reproducible). Of those, P·Vt and dS·Kt need no E or F, so the
+// query-parallel pass 0 (kEF0Fused, 6 products per tile, at a higher rate than this sweep's) puts
+// them into the buffers as their starting values: 5 + 3 + 2 = 10 products per tile here, 16 in
+// all with pass 0 (the deterministic BoB: 21).
 //
-// Blocks of 128 keys, two consumers of 64 keys, query tiles of 32. Each consumer stores its three
-// coefficient tiles S̄, dS, dP̄ (its 64 keys, transposed back to rows of queries by stmatrix) into
-// shared memory; then consumer 0 computes the block's grad_Qᵀ (64 x 32) = Kᵀ·S̄ᵀ + Ktᵀ·dSᵀ over
-// all 128 keys (4 products) and consumer 1 grad_dOᵀ = Vᵀ·dP̄ᵀ (2) (A: the own key rows, MN-major
+// Blocks of 128 keys, two consumers of 64 keys, query tiles of 32. Each consumer stores its two
+// coefficient tiles S̄ and dP̄ (its 64 keys, transposed back to rows of queries by stmatrix) into
+// shared memory; then consumer 0 computes the block's grad_Qᵀ (64 x 32) = Kᵀ·S̄ᵀ over all 128
+// keys (2 products' worth) and consumer 1 grad_dOᵀ = Vᵀ·dP̄ᵀ (2) (A: the own key rows, MN-major
 // from shared memory; B: the coefficient tiles, K-major), as a group of their own after the
 // output products. That group stays pending into the next tile: the wait for the next tile's
 // score products covers it (groups complete in order), and the part is added to the buffer
@@ -998,7 +999,7 @@ void launch_bob_pass2_ws(const Params<T>& p, const SweepMaps& maps) {
 struct FusedBobSmem : SmemAfterSweep<FusedBobSmem> {
   static constexpr size_t kOwnElems = 128 * 64;  // K, V, Kt, Vt (bf16/f16)
   static constexpr size_t kCoefElems = 32 * 128;  // one coefficient tile: 32 queries x 128 keys
-  static constexpr int kBuffers = 2, kCoefTiles = 3;  // S̄, dS, dP̄
+  static constexpr int kBuffers = 2, kCoefTiles = 2;  // S̄, dP̄
   static constexpr size_t kBytes = (4 * kOwnElems + kBuffers * kCoefTiles * kCoefElems) * 2;
 };
 
@@ -1030,8 +1031,8 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
   own.load(p, in_regs, head * kD, jw, lane);
   const uint64_t own_vt = make_desc_sw128(extra + 3 * kOwn + w * 64 * 64);
   T* const coef = extra + 4 * kOwn;
-  // consumer 0: grad_Qᵀ from K, Kt and the tiles S̄, dS; consumer 1: grad_dOᵀ from V and dP̄
-  const uint64_t a0 = make_desc_sw128(extra + w * kOwn), a1 = make_desc_sw128(extra + 2 * kOwn);
+  // consumer 0: grad_Qᵀ from K and the tiles S̄; consumer 1: grad_dOᵀ from V and dP̄
+  const uint64_t a0 = make_desc_sw128(extra + w * kOwn);
   const int tiles = cdiv(p.N, kBN);
   float* const acc_out = acc + ((head / p.N) * 2 + w) * static_cast<int64_t>(tiles) * kBN * 64;
   auto buffer = [&](int qt) {
@@ -1067,8 +1068,7 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
     tile_to_a_frags<T, kBN>(ga, G);
     T* const b = buffer(qt);
     store_coef_rows<T>(b, sa, w, warp, lane);
-    store_coef_rows<T>(b + kCoef, dsa, w, warp, lane);
-    store_coef_rows<T>(b + 2 * kCoef, ga, w, warp, lane);
+    store_coef_rows<T>(b + kCoef, ga, w, warp, lane);
     fence_proxy_async();
 
     // gK += S̄ᵀ·Q + dSᵀ·Qt, gV += dP̄ᵀ·dO (issued before the barrier: they need no row of the other
@@ -1087,13 +1087,9 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
       add_acc_tile<kBN>(acc_out + static_cast<int64_t>(qt - 1) * kBN * 64, part, warp, lane);
     }
     named_bar_sync(3, 256);  // both consumers' rows of tile qt are stored
-    const uint64_t b0 = make_desc_sw128(b + 2 * w * kCoef), b1 = b0 + (kCoef * 2) / 16;
+    const uint64_t b0 = make_desc_sw128(b + w * kCoef);
 #pragma unroll
     for (int q = 0; q < 8; ++q) wgmma_ss_amn<T, kBN>(part, a0 + mn_major_step(q, 0, 128), b0 + k_major_step(q, kBN), q > 0);
-    if (w == 0) {
-#pragma unroll
-      for (int q = 0; q < 8; ++q) wgmma_ss_amn<T, kBN>(part, a1 + mn_major_step(q, 0, 128), b1 + k_major_step(q, kBN), true);
-    }
     wgmma_commit();
     wgmma_wait<1>();  // the output products (the query tile may be released)
     wgmma_fence_regs(gK);
@@ -1155,31 +1151,53 @@ struct HopperBobEFConfig {
   static constexpr int kMinBlocks0 = kD == 64 ? 3 : 2, kMinBlocks1 = 2;
 };
 
-// Pass 0 of the fused BoB (d = 64), warpgroup of the query rows [i0, i0 + 64), warp's rows from iw:
-// grad_dO's f32 buffer starts as P·Vt (this thread's values gdO), grad_Q's as zero, on the two
-// buffer tiles of 32 rows of these rows (layout: launch_bob_fused_ws). Padding rows past N get
-// finite values that the conversion never reads.
+// Pass 0 of the fused BoB (d = 64), the warp's rows from iw: grad_Q's f32 buffer starts as dS·Kt
+// (this thread's values gQ), grad_dO's as P·Vt (gdO), in the buffers' register order (layout:
+// launch_bob_fused_ws). Padding rows past N get finite values that the conversion never reads.
 template <typename T>
-__device__ __forceinline__ void fill_fused_bob_acc(const Params<T>& p, int64_t head, int i0, int iw, int tid,
-                                                   const float (&gdO)[8][4]) {
+__device__ __forceinline__ void fill_fused_bob_acc(const Params<T>& p, int64_t head, int iw, int lane,
+                                                   const float (&gQ)[8][4], const float (&gdO)[8][4]) {
   constexpr int kRows = HopperBobPass2WsConfig::kBlockN, kTile = kRows * 64;
   static_assert(kRows == 32, "acc_index_of: tiles of 32 rows");
-  const int tiles = cdiv(p.N, kRows), lane = tid % 32;
+  const int tiles = cdiv(p.N, kRows);
   float* const gq = p.fused_acc + (head / p.N) * 2 * tiles * kTile;  // this head's grad_Q buffer
   float* const gdo = gq + static_cast<int64_t>(tiles) * kTile;
-  for (int v = tid; v < 2 * kTile / 4; v += 128) {
-    const int t = i0 / kRows + v / (kTile / 4);
-    if (t < tiles) reinterpret_cast<float4*>(gq + static_cast<int64_t>(t) * kTile)[v % (kTile / 4)] = float4{};
-  }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = iw + frag_row(lane, 2 * h);
     if (row >= tiles * kRows) continue;
-    float* const dst = gdo + static_cast<int64_t>(row / kRows) * kTile;
+    const int64_t tile = static_cast<int64_t>(row / kRows) * kTile;
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) dst[acc_index_of(row % kRows, frag_col(lane, j, e))] = gdO[j][2 * h + e];
+      for (int e = 0; e < 2; ++e) {
+        const int at = acc_index_of(row % kRows, frag_col(lane, j, e));
+        gq[tile + at] = gQ[j][2 * h + e];
+        gdo[tile + at] = gdO[j][2 * h + e];
+      }
+  }
+}
+
+// D = rowsum(dO∘O) of this thread's two rows (d = 64; 0 past N), summed as pass 0's epilogue
+// sums it (each lane its columns, then the quad), for the fused BoB's pass 0, whose loop needs D.
+template <typename T>
+__device__ __forceinline__ void D_of_rows(const Params<T>& p, int64_t head, int iw, int lane, float (&D)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = iw + frag_row(lane, 2 * h);
+    float d = 0.f;
+    if (row < p.N) {
+      const T* dO = p.dO + (head + row) * 64;
+      const T* O = p.O + (head + row) * 64;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int c = frag_col(lane, j, 0);
+        const float2 o = Elem<T>::unpack(*reinterpret_cast<const uint32_t*>(dO + c));
+        const float2 y = Elem<T>::unpack(*reinterpret_cast<const uint32_t*>(O + c));
+        d += o.x * y.x + o.y * y.y;
+      }
+    }
+    D[h] = quad_sum(d);
   }
 }
 
@@ -1192,8 +1210,12 @@ __device__ __forceinline__ void fill_fused_bob_acc(const Params<T>& p, int64_t h
 // D, so pass 0 with kPV also forms D = rowsum(dO∘O) in its epilogue, which reads the dO rows
 // anyway, and writes it for the later passes (no separate kernel). In the fused BoB, P·Vt goes
 // into grad_dO's f32 buffer instead of p.PV (fill_fused_bob_acc).
+// kDs (with kPV, the fused BoB's pass 0, kEF0Fused): also the output product dS·Kt (dS = P∘(dP - D),
+// the first backward's, so D is formed before the loop), which needs no E or F: it starts grad_Q's
+// buffer, and the fused sweep leaves it out (attention_bob_fused_ws_kernel).
 // Thread tid of 128; warp w owns [iw, iw + 16).
-template <typename T, int kD, bool kOutputs, typename Cot = Cotangents, bool kPV = false, typename Sweep>
+template <typename T, int kD, bool kOutputs, typename Cot = Cotangents, bool kPV = false, bool kDs = false,
+          typename Sweep>
 __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t head, int i0, int num_k_tiles,
                                         int tid) {
   using Cfg = HopperBobEFConfig<kD>;
@@ -1208,6 +1230,8 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
   if constexpr (Cfg::kRegOwn) frags.load(p, head * kD, iw, lane);
   float L2[2], D[2], E[2] = {0.f, 0.f}, F[2] = {0.f, 0.f};
   row_scalars<!(kPV && !kOutputs)>(p, head, iw, lane, L2, D);  // pass 0 with kPV forms D in its epilogue
+  static_assert(!kDs || (kPV && !kOutputs && kD == 64), "kDs: the fused BoB's pass 0");
+  if constexpr (kDs) D_of_rows(p, head, iw, lane, D);  // its loop needs D
   if constexpr (kOutputs) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -1257,6 +1281,7 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
           e_part[h] += PG;
           f_part[h] = fmaf(dP[n][e], PG, f_part[h]);
           Hs[n][e] = P;
+          if constexpr (kDs) dP[n][e] = P * (dP[n][e] - D[h]);  // dS
         } else if constexpr (!kOutputs) {  // E = Σ P∘G·s, F + 2·D·E = Σ P∘(dP∘G·s + H)
           const float PG = P * (G[n][e] * p.scale);
           e_part[h] += PG;
@@ -1292,17 +1317,23 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
         wgmma_fence_regs(gdO);
       } else if constexpr (kPV) {
         constexpr int kU = kSub / 16;
-        uint32_t p_a[kU][4];
+        uint32_t p_a[kU][4], ds_a[kDs ? kU : 1][4];
         tile_to_a_frags<T, kSub>(p_a, Hs);
+        if constexpr (kDs) tile_to_a_frags<T, kSub>(ds_a, dP);
         wgmma_fence_regs(gdO);
+        if constexpr (kDs) wgmma_fence_regs(gQ);
         sw.turn_begin();
         wgmma_fence();
 #pragma unroll
-        for (int u = 0; u < kU; ++u) coef16(gdO, p_a[u], t.Vt, kU * q + u);  // gdO += P·Vt
+        for (int u = 0; u < kU; ++u) {
+          coef16(gdO, p_a[u], t.Vt, kU * q + u);                  // gdO += P·Vt
+          if constexpr (kDs) coef16(gQ, ds_a[u], t.Kt, kU * q + u);  // gQ += dS·Kt
+        }
         wgmma_commit();
         sw.turn_end();
         wgmma_wait<0>();
         wgmma_fence_regs(gdO);
+        if constexpr (kDs) wgmma_fence_regs(gQ);
       }
     }
     sw.end_tile(kb);
@@ -1347,18 +1378,16 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
           const float2 y = Elem<T>::unpack(*reinterpret_cast<const uint32_t*>(O + c));
           f_part[h] += o.x * gdO[j][2 * h] + o.y * gdO[j][2 * h + 1];
           d_part[h] += o.x * y.x + o.y * y.y;
-          if (p.fused_acc == nullptr)
+          if constexpr (!kDs)
             *reinterpret_cast<float2*>(p.PV + (head + row) * kD + c) = make_float2(gdO[j][2 * h], gdO[j][2 * h + 1]);
         }
       }
-      if constexpr (kD == 64) {
-        if (p.fused_acc != nullptr) fill_fused_bob_acc(p, head, i0, iw, tid, gdO);
-      }
+      if constexpr (kDs) fill_fused_bob_acc(p, head, iw, lane, gQ, gdO);
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float e_row = quad_sum(e_part[h]);
-      const float d_row = kPV ? quad_sum(d_part[h]) : D[h];
+      const float d_row = kPV && !kDs ? quad_sum(d_part[h]) : D[h];
       const float f_row = quad_sum(f_part[h]) - 2.f * d_row * e_row;
       const int row = iw + frag_row(lane, 2 * h);
       if (lane % 4 == 0 && row < p.N) {
@@ -1391,8 +1420,9 @@ __global__ void __launch_bounds__(128, kOutputs ? HopperBobEFConfig<kD>::kMinBlo
 // with setmaxnreg. On by default with the warp-specialised forward (set_attention_ws).
 
 // kEF0PV, kEF1PV (all cotangents): pass 0 writes P·Vt to p.PV in place of the score product H,
-// pass 1 (or, at d = 64, the fused sweep) adds it to grad_dO (ef_rows, kPV).
-enum class QueryPass { kSplit, kEF0, kEF1, kEF0PV, kEF1PV };
+// pass 1 adds it to grad_dO (ef_rows, kPV). kEF0Fused (d = 64): the fused BoB's pass 0, which
+// starts the fused sweep's f32 buffers at dS·Kt and P·Vt (ef_rows, kDs).
+enum class QueryPass { kSplit, kEF0, kEF1, kEF0PV, kEF1PV, kEF0Fused };
 
 template <int kD, QueryPass kPass>
 struct HopperBobWsConfig {
@@ -1418,6 +1448,8 @@ __global__ void __launch_bounds__(384, 1)
           split_pass1_rows<T, kD>(sw, p, head, i0, n, tid);
         else if constexpr (kPass == QueryPass::kEF0PV)
           ef_rows<T, kD, false, AllCotangentsNoH, true>(sw, p, head, i0, n, tid);
+        else if constexpr (kPass == QueryPass::kEF0Fused)
+          ef_rows<T, kD, false, AllCotangentsNoH, true, true>(sw, p, head, i0, n, tid);
         else if constexpr (kPass == QueryPass::kEF1PV)
           ef_rows<T, kD, true, AllCotangents, true>(sw, p, head, i0, n, tid);
         else
@@ -1448,8 +1480,8 @@ void launch_bob_query_ws(const Params<T>& p, const SweepMaps& maps) {
   CUDA_CHECK_LAUNCH();
 }
 
-// The fused BoB: pass 0 (D, E, F, and P·Vt into grad_dO's buffer), the key sweep, then grad_Q and
-// grad_dO from their buffers.
+// The fused BoB: pass 0 (D, E, F; dS·Kt and P·Vt into grad_Q's and grad_dO's buffers), the key
+// sweep, then grad_Q and grad_dO from their buffers.
 template <typename T>
 void launch_bob_fused_ws(const Params<T>& p) {
   using Cfg = HopperBobPass2WsConfig;
@@ -1457,11 +1489,11 @@ void launch_bob_fused_ws(const Params<T>& p) {
   constexpr int kBN = Cfg::kBlockN;
   const int tiles = cdiv(p.N, kBN);
   const size_t per_output = static_cast<size_t>(p.BH) * tiles * kBN * 64;  // floats
-  // [head][grad_Q, grad_dO][tile]: pass 0 zeroes grad_Q's and starts grad_dO's at P·Vt
+  // [head][grad_Q, grad_dO][tile]: pass 0 starts grad_Q's at dS·Kt and grad_dO's at P·Vt
   Scratch acc(2 * per_output * sizeof(float));
   Params<T> q = p;
   q.fused_acc = acc.as<float>();
-  launch_bob_query_ws<T, 64, QueryPass::kEF0PV>(q, make_sweep_maps(q, 64, 64, HopperBobEFConfig<64>::kBlockN));
+  launch_bob_query_ws<T, 64, QueryPass::kEF0Fused>(q, make_sweep_maps(q, 64, 64, HopperBobEFConfig<64>::kBlockN));
   constexpr size_t smem = FusedBobSmem::total<Sweep>();
   static_assert(smem <= 227 * 1024, "shared memory");
   auto kernel = attention_bob_fused_ws_kernel<T>;
