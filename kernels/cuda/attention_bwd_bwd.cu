@@ -1114,6 +1114,8 @@ __global__ void __launch_bounds__(384, 1)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* const extra = reinterpret_cast<T*>(smem_raw + FusedBobSmem::offset<Sweep>());
   const KeyUnit unit = key_unit<128, Cfg::kBlockN>(p.N, p.causal, split);
+  // launched while pass 0 may still run: its head's row scalars and buffer rows must be complete
+  if (p.head_done != nullptr) wait_done(p.head_done + unit.bh, cdiv(p.N, 128));  // pass 0: blocks of 128 rows
   key_sweep_ws_block<T, Cfg::kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 4>(
       smem_raw, p, maps, unit, [](const Params<T>& q) { return bob_present(q); },
       [&](auto& sw, const auto&, int64_t head, int j0, int q_begin, int n, int tid) {
@@ -1442,6 +1444,8 @@ __global__ void __launch_bounds__(384, 1)
 #if defined(GG_WGMMA_AVAILABLE)
   using Cfg = HopperBobWsConfig<kD, kPass>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
+  // the fused BoB's sweep may start on the SMs this pass leaves free (launch_bob_fused_ws)
+  if constexpr (kPass == QueryPass::kEF0Fused) griddep_launch_dependents();
   query_sweep_ws_block<T, kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs>(
       smem_raw, p, maps, [](const Params<T>& q) { return bob_present(q); }, [&](auto& sw, int64_t head, int i0, int n, int tid) {
         if constexpr (kPass == QueryPass::kSplit)
@@ -1457,6 +1461,9 @@ __global__ void __launch_bounds__(384, 1)
             ef_rows<T, kD, kPass == QueryPass::kEF1, decltype(cot)>(sw, p, head, i0, n, tid);
           });
       });
+  if constexpr (kPass == QueryPass::kEF0Fused) {
+    if (p.head_done != nullptr) signal_done(p.head_done + blockIdx.x / cdiv(p.N, Cfg::kBlockM));
+  }
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
 #endif
@@ -1493,14 +1500,31 @@ void launch_bob_fused_ws(const Params<T>& p) {
   Scratch acc(2 * per_output * sizeof(float));
   Params<T> q = p;
   q.fused_acc = acc.as<float>();
+  // Programmatic dependent launch: the sweep starts once every block of pass 0 has started, on the
+  // SMs pass 0's last wave leaves free, and each of its blocks waits until pass 0's blocks of its
+  // head are done (q.head_done: a counter per head, zeroed here). Stream work between the two
+  // launches would void the overlap, so the tail split's memset comes first.
+  Scratch done(static_cast<size_t>(p.BH) * sizeof(int));
+  const TailSplitRun tail(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), tiles, p.causal);
+  q.head_done = done.as<int>();
+  CUDA_CHECK(cudaMemsetAsync(q.head_done, 0, done.bytes(), cuda_stream()));
   launch_bob_query_ws<T, 64, QueryPass::kEF0Fused>(q, make_sweep_maps(q, 64, 64, HopperBobEFConfig<64>::kBlockN));
   constexpr size_t smem = FusedBobSmem::total<Sweep>();
   static_assert(smem <= 227 * 1024, "shared memory");
   auto kernel = attention_bob_fused_ws_kernel<T>;
   set_smem(kernel, smem);
-  const TailSplitRun tail(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), tiles, p.causal);
-  kernel<<<tail.split().blocks(), Cfg::kThreads, smem, cuda_stream()>>>(q, make_sweep_maps(q, Cfg::kD, kBN, 0),
-                                                                         acc.as<float>(), tail.split());
+  const SweepMaps maps = make_sweep_maps(q, Cfg::kD, kBN, 0);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(tail.split().blocks());
+  cfg.blockDim = dim3(Cfg::kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = cuda_stream();
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, q, maps, acc.as<float>(), tail.split()));
   CUDA_CHECK_LAUNCH();
   tail.finish(p, p.scale);
   // per head: tiles of grad_Q, then tiles of grad_dO; one block per (head, output, tile)

@@ -108,6 +108,7 @@ struct Params {
   Acc* L_out;             // (BH, N) fwd: L
   Acc* PV;                // (BH, N, d) deterministic BoB: P·Vt, from its pass 0 to its pass 1
   float* fused_acc;       // fused BoB: its f32 buffers (attention_sweeps.cuh), which pass 0 fills
+  int* head_done;         // fused BoB: per head, pass 0's finished blocks (launch_bob_fused_ws)
   int64_t BH;
   int N, d;
   Acc scale;

@@ -635,6 +635,35 @@ __global__ void __launch_bounds__(256) rows_from_acc_kernel(const float* acc, T*
   }
 }
 
+// ---- a kernel launched with programmatic dependent launch (cudaLaunchAttributeProgrammatic-
+// StreamSerialization) may start before the kernel ahead of it in the stream has finished: once
+// every block of that kernel has called griddep_launch_dependents. The fused BoB's sweep then waits
+// per head on a counter of pass 0's finished blocks (signal_done / wait_done) instead of on the
+// whole grid.
+__device__ __forceinline__ void griddep_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+// At the end of a block: once all its threads are done, one release increment of *counter.
+__device__ __forceinline__ void signal_done(int* counter) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(counter, 1);
+  }
+}
+// At the start of a block: all its threads wait until *counter reaches target (acquire).
+__device__ __forceinline__ void wait_done(const int* counter, int target) {
+  if (threadIdx.x == 0) {
+    int v = 0;
+    while (true) {
+      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
+      if (v >= target) break;
+      __nanosleep(256);
+    }
+  }
+  __syncthreads();
+}
+
 // ---- tail split of the key sweeps whose blocks take one SM each (the opt-in fused backward and
 // fused BoB, non-causal). U = BH·cdiv(N, 128) units of 128 keys on S SMs run as U / S full waves
 // and a last one of r = U mod S units, during which S - r SMs idle (at N = 16384, H = 16: 2048
