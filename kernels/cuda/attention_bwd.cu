@@ -768,7 +768,7 @@ __global__ void __launch_bounds__(384, 1)
   using Cfg = HopperBwdWsConfig;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   key_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs>(
-      smem_raw, p, maps, key_unit<128, Cfg::kBlockN>(p.N, p.causal),
+      smem_raw, p, maps, sweep_unit<128, Cfg::kBlockN>(p.N, p.causal),
       [](const Params<T>&) { return bwd_present(); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
         dkdv_rows_pipelined<T>(sw, own, p, head, j0, q_begin, n, tid);
@@ -804,7 +804,7 @@ __global__ void __launch_bounds__(384, 1)
   using Sweep = HopperKeySweepWs<T, 64, Cfg::kBlockN, Cfg::kStages>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* extra = smem_raw + FusedBwdSmem::offset<Sweep>();
-  const KeyUnit unit = key_unit<128, Cfg::kBlockN>(p.N, p.causal, split);
+  const SweepUnit unit = sweep_unit<128, Cfg::kBlockN>(p.N, p.causal, split);
   key_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 2>(
       smem_raw, p, maps, unit, [](const Params<T>&) { return bwd_present(); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {

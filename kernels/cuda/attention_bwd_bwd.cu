@@ -948,7 +948,7 @@ __global__ void __launch_bounds__(384, 1)
   using Cfg = HopperBobPass2WsConfig;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   key_sweep_ws_block<T, Cfg::kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs>(
-      smem_raw, p, maps, key_unit<128, Cfg::kBlockN>(p.N, p.causal),
+      smem_raw, p, maps, sweep_unit<128, Cfg::kBlockN>(p.N, p.causal),
       [](const Params<T>& q) { return bob_present(q); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
         with_cotangents(p, [&](auto cot) {
@@ -1113,7 +1113,7 @@ __global__ void __launch_bounds__(384, 1)
   using Sweep = HopperKeySweepWs<T, Cfg::kD, Cfg::kBlockN, Cfg::kStages>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* const extra = reinterpret_cast<T*>(smem_raw + FusedBobSmem::offset<Sweep>());
-  const KeyUnit unit = key_unit<128, Cfg::kBlockN>(p.N, p.causal, split);
+  const SweepUnit unit = sweep_unit<128, Cfg::kBlockN>(p.N, p.causal, split);
   // launched while pass 0 may still run: its head's row scalars and buffer rows must be complete
   if (p.head_done != nullptr) wait_done(p.head_done + unit.bh, cdiv(p.N, 128));  // pass 0: blocks of 128 rows
   key_sweep_ws_block<T, Cfg::kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 4>(

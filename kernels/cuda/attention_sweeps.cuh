@@ -679,14 +679,16 @@ struct TailSplit {
   int blocks() const { return whole + split_units * pieces; }
 };
 
-// What a block of a key sweep sweeps: key block blk of head bh, query tiles [q_begin, q_end).
-struct KeyUnit {
+// What a block of a sweep sweeps: row block blk (kBlock rows) of head bh, and the other side's
+// tiles (kBN rows each) [t_begin, t_end).
+struct SweepUnit {
   int64_t bh;
-  int blk, q_begin, q_end;
+  int blk, t_begin, t_end;
 };
-// Without a split: block b sweeps unit b (reversed within a head, as block_coord).
+// Without a split: block b sweeps unit b (reversed within a head, as block_coord); causal: a key
+// sweep's first query tile (a query sweep ends its tiles itself).
 template <int kBlock, int kBN>
-__device__ __forceinline__ KeyUnit key_unit(int N, bool causal) {
+__device__ __forceinline__ SweepUnit sweep_unit(int N, bool causal) {
   const int per_head = cdiv(N, kBlock);
   const int64_t bh = blockIdx.x / per_head;
   const int blk = per_head - 1 - static_cast<int>(blockIdx.x % per_head);
@@ -694,10 +696,10 @@ __device__ __forceinline__ KeyUnit key_unit(int N, bool causal) {
 }
 // With the split ts (never causal).
 template <int kBlock, int kBN>
-__device__ __forceinline__ KeyUnit key_unit(int N, bool causal, const TailSplit& ts) {
+__device__ __forceinline__ SweepUnit sweep_unit(int N, bool causal, const TailSplit& ts) {
   const int per_head = cdiv(N, kBlock), tiles = cdiv(N, kBN);
   const int b = static_cast<int>(blockIdx.x) - ts.whole;
-  if (b < 0) return key_unit<kBlock, kBN>(N, causal);
+  if (b < 0) return sweep_unit<kBlock, kBN>(N, causal);
   const int64_t u = int64_t{ts.whole} + b / ts.pieces;
   const int piece = b % ts.pieces;
   return {u / per_head, per_head - 1 - static_cast<int>(u % per_head),
@@ -860,8 +862,8 @@ __device__ __forceinline__ void load_own_key_rows(T* s, const Params<T>& p, int6
   named_bar_sync(bar, 128);
 }
 
-// Warp-specialised, blocks of 128 key rows (384 threads) sweeping unit (key_unit: the key block and
-// its query tiles), own rows in registers (OwnKeyFrags,
+// Warp-specialised, blocks of 128 key rows (384 threads) sweeping unit (sweep_unit: the key block
+// and its query tiles), own rows in registers (OwnKeyFrags,
 // kOwnInSmem = 0), or in shared memory at own_smem (d = 64; OwnKeyTiles of K and V (kOwnInSmem =
 // 2) or K, V, Kt and Vt (4), each a tile of 128 swizzled rows, in that order, of which consumer w
 // copies rows [64·w, 64·w + 64) by load_own_key_rows, barrier 7 + w): in each consumer warpgroup,
@@ -869,11 +871,11 @@ __device__ __forceinline__ void load_own_key_rows(T* s, const Params<T>& p, int6
 template <typename T, int kD, int kBN, int kStages, int kProducerRegs, int kConsumerRegs, int kOwnInSmem = 0,
           typename PresentOf, typename Rows>
 __device__ __forceinline__ void key_sweep_ws_block(unsigned char* smem, const Params<T>& p, const SweepMaps& maps,
-                                                   const KeyUnit& unit, PresentOf present_of, Rows&& rows,
+                                                   const SweepUnit& unit, PresentOf present_of, Rows&& rows,
                                                    T* own_smem = nullptr) {
   const int j0 = unit.blk * 128;
   const int64_t head = unit.bh * p.N;
-  const int num_q_tiles = unit.q_end, q_begin = unit.q_begin;
+  const int num_q_tiles = unit.t_end, q_begin = unit.t_begin;
   HopperKeySweepWs<T, kD, kBN, kStages> sw(smem, present_of(p), q_begin);
   if (threadIdx.x == 0) sw.init_barriers();
   __syncthreads();

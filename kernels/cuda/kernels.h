@@ -58,24 +58,26 @@ enum PingPongKernels : int {
 };
 void set_attention_ping_pong(int mask);
 int attention_ping_pong_mask();
-// The tail split of the opt-in fused key sweeps (fused backward and fused BoB at d = 64, not
-// causal; attention_sweeps.cuh, TailSplitRun): where their blocks, one per SM, leave a last wave
-// that fills only part of the SMs, each unit of that wave is swept by several blocks over parts of
-// its query tiles, which add their dK, dV (grad_K, grad_V) rows atomically into an f32 scratch;
-// those rows then vary in their last bits from run to run, like dQ. sms: -1 (default) plans for
-// the device's SM count, 0 turns it off, n > 0 plans as if the device had n SMs (tests).
+// The tail split (not causal): where the blocks of a kernel, one per SM, leave a last wave that
+// fills only part of the SMs, each unit of that wave is swept by several blocks over parts of its
+// other side's tiles. In the warp-specialised forward (d = 64, 128) the pieces write unnormalised
+// rows that a merge kernel combines in a fixed order (deterministic). In the opt-in fused key
+// sweeps (fused backward and fused BoB, d = 64; attention_sweeps.cuh, TailSplitRun) they add
+// their dK, dV (grad_K, grad_V) rows atomically into an f32 scratch; those rows then vary in their
+// last bits from run to run, like dQ. sms: -1 (default) plans for the device's SM count, 0 turns
+// it off, n > 0 plans as if the device had n SMs (tests).
 // GG_ATTENTION_TAIL_SPLIT=<n> sets it at start-up.
 void set_attention_tail_split(int sms);
 int attention_tail_split();
 // The split for `units` units of `tiles` query tiles each on `sms` SMs: blocks [0, whole) sweep
 // whole units; each of the last split_units units is swept by `pieces` blocks (pieces = 1,
-// split_units = 0: no split). Pieces of at least 8 query tiles; among 2..16 pieces per unit the
+// split_units = 0: no split). Pieces of at least min_tiles tiles; among 2..16 pieces per unit the
 // count whose last round of pieces is shortest, counting about two tiles' work for each piece's
 // start (its own rows and the first stages), if at least 10% shorter than the unsplit last wave.
 struct TailSplitPlan {
   int whole, pieces, split_units;
 };
-TailSplitPlan plan_tail_split(int64_t units, int tiles, bool causal, int sms);
+TailSplitPlan plan_tail_split(int64_t units, int tiles, bool causal, int sms, int min_tiles = 8);
 // Whether every attention kernel must be bitwise reproducible (the default). Off, the Hopper
 // backward at d = 64 (warp-specialised) computes dK, dV and dQ in one sweep (5 products per tile
 // instead of 7) and adds each key block's part of dQ into an f32 buffer by atomic additions, whose

@@ -25,6 +25,8 @@
 //   TailSplitPlan          (no GPU needed) the split of the fused sweeps' last wave for known shapes.
 //   HopperFusedTailSplit   both fused sweeps with their last wave split (planned for 20 SMs):
 //                          every output within 2 x the deterministic kernels' error.
+//   HopperForwardTailSplit the warp-specialised forward with its last wave split over key tiles:
+//                          O, L against f64 as unsplit, deterministic.
 //   Hopper*                the sm_90a (wgmma) forward, backward and BoB vs the mma.sync kernels, both
 //                          against f64: error ≤ 2 x the mma.sync kernels' (or the rounding floor);
 //                          runs where the Hopper kernels are active (H100/H200 with a 90a build).
@@ -770,6 +772,7 @@ TEST(CudaAttention, TailSplitPlan) {
                     plan_tail_split(100, 512, false, 132),   // one partial wave
                     plan_tail_split(2048, 15, false, 132),   // pieces would be under 8 tiles
                     plan_tail_split(512, 128, false, 132),   // N = 4096: 9 pieces would save under 10%
+                    plan_tail_split(352, 32, false, 132, 16),  // forward at N = 4096: pieces under 16 tiles
                     plan_tail_split(2048, 512, false, 0)}) { // off
     EXPECT_EQ(none.pieces, 1);
     EXPECT_EQ(none.split_units, 0);
@@ -823,6 +826,53 @@ TEST(CudaAttention, HopperFusedTailSplit) {
         EXPECT_LE(err, std::max(2 * err_det, low_precision_floor(dtype))) << w << ": split " << err
                                                                           << ", deterministic " << err_det;
       }
+    }
+  }
+}
+
+// The warp-specialised forward with its last wave split (kernels.h, attention_tail_split): B = 2,
+// H = 3, N = 4000 are 126 units of 192 rows at d = 64 (three consumers) and 192 of 128 at d = 128,
+// planned for 25 and 30 SMs: 1 and 12 units of the last wave each swept as two pieces of 16 key
+// tiles, merged by fwd_merge_kernel (the plan is asserted; the forward plans pieces of at least 16
+// tiles). O within 2 x the unsplit forward's error against f64 (or the rounding floor), L within
+// 1e-3, two runs bitwise equal.
+TEST(CudaAttention, HopperForwardTailSplit) {
+  GG_REQUIRE_HOPPER_OR_SKIP();
+  WsMode ws(true);
+  constexpr int64_t N = 4000;
+  for (int64_t d : {64, 128}) {
+    const int sms = d == 64 ? 25 : 30;
+    const auto plan = kernels::cuda::plan_tail_split(d == 64 ? 126 : 192, 32, false, sms, 16);
+    ASSERT_EQ(plan.split_units, d == 64 ? 1 : 12) << d;
+    ASSERT_EQ(plan.pieces, 2) << d;
+    for (bool f16 : {false, true}) {
+      const DType dtype = dtype_of(f16);
+      const Inputs in = make_inputs(2, 3, N, d, 9950 + d + f16, dtype);
+      const std::string what = case_name(dtype, in, false) + " split";
+      auto t = [&](const Values& v, DType dt, Device dev) { return from_vector(v, in.shape, dt, dev); };
+      const AttentionOptions o{std::nullopt, false};
+      const AttentionForward ref = attention_forward(t(in.Q, DType::f64, kGpu), t(in.K, DType::f64, kGpu),
+                                                     t(in.V, DType::f64, kGpu), o);
+      const Tensor q = t(in.Q, dtype, kGpu), k = t(in.K, dtype, kGpu), v = t(in.V, dtype, kGpu);
+      const AttentionForward whole = attention_forward(q, k, v, o);
+      std::vector<Values> O, L;
+      for (int r = 0; r < 2; ++r) {
+        TailSplitMode split(sms);
+        const AttentionForward f = attention_forward(q, k, v, o);
+        O.push_back(f.O.to_vector<double>());
+        L.push_back(f.L.to_vector<double>());
+        ASSERT_TRUE(all_finite(O.back())) << what << " O";
+        ASSERT_TRUE(all_finite(L.back())) << what << " L";
+      }
+      EXPECT_EQ(O[0], O[1]) << what << ": O not deterministic";
+      EXPECT_EQ(L[0], L[1]) << what << ": L not deterministic";
+      const Values ref_O = ref.O.to_vector<double>(), ref_L = ref.L.to_vector<double>();
+      const double scale = family_scale({ref_O});
+      const double err = rel_err(O[0], ref_O, scale), err_whole = rel_err(whole.O.to_vector<double>(), ref_O, scale);
+      if (verbose()) std::printf("  %-50s O split %.3g whole %.3g\n", what.c_str(), err, err_whole);
+      EXPECT_LE(err, std::max(2 * err_whole, low_precision_floor(dtype))) << what << " O: split " << err << ", whole "
+                                                                          << err_whole;
+      EXPECT_LE(max_abs_diff(L[0], ref_L), 1e-3) << what << " L";
     }
   }
 }
