@@ -604,7 +604,7 @@ __device__ __forceinline__ void dkdv_rows_pipelined(Sweep& sw, const Own& own, c
       },
       [&](int qt) { dq.done(qt); }, late, fence_late);
 
-  if constexpr (kFused) {  // a piece of a split unit adds into the scratch (TailSplit)
+  if (split != nullptr) {  // a piece of a split unit puts its rows into the scratch (TailSplit)
     key_rows_out(p, *split, head, jw, dK, dV, p.scale, lane);
   } else {
     const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
@@ -763,15 +763,16 @@ __global__ void __launch_bounds__(128, HopperBwdConfig<kD>::kMinBlocks) attentio
 // as register A operands.
 template <typename T>
 __global__ void __launch_bounds__(384, 1)
-    attention_bwd_dkdv_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps) {
+    attention_bwd_dkdv_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps,
+                                 const __grid_constant__ TailSplit split) {
 #if defined(GG_WGMMA_AVAILABLE)
   using Cfg = HopperBwdWsConfig;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   key_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs>(
-      smem_raw, p, maps, sweep_unit<128, Cfg::kBlockN>(p.N, p.causal),
+      smem_raw, p, maps, sweep_unit<128, Cfg::kBlockN>(p.N, p.causal, split),
       [](const Params<T>&) { return bwd_present(); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
-        dkdv_rows_pipelined<T>(sw, own, p, head, j0, q_begin, n, tid);
+        dkdv_rows_pipelined<T>(sw, own, p, head, j0, q_begin, n, tid, NoDqPart{}, &split);
       });
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
@@ -868,8 +869,12 @@ void launch_bwd_wgmma(const Params<T>& p) {
       using Sweep = HopperKeySweepWs<T, 64, kBN, HopperBwdWsConfig::kStages>;
       auto kernel = attention_bwd_dkdv_ws_kernel<T>;
       set_smem(kernel, Sweep::kSmem);
-      kernel<<<grid, 384, Sweep::kSmem, cuda_stream()>>>(p, with_ping_pong(maps, kPingPongDkdv));
+      // its last wave split, each piece storing its own rows (deterministic)
+      const TailSplitRun tail(grid, cdiv(p.N, kBN), p.causal, /*ordered=*/true);
+      kernel<<<tail.split().blocks(), 384, Sweep::kSmem, cuda_stream()>>>(p, with_ping_pong(maps, kPingPongDkdv),
+                                                                         tail.split());
       CUDA_CHECK_LAUNCH();
+      tail.finish(p, p.scale);
     }
     {
       using Sweep = HopperQuerySweepWs<T, 64, kBN, HopperBwdWsConfig::kStages>;

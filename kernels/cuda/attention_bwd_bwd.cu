@@ -857,7 +857,7 @@ __device__ __forceinline__ void issue_key_scores(float (&S)[kBN / 8][4], float (
 // [q_begin, num_q_tiles) of the sweep; own: the own rows (OwnKeyTiles or OwnKeyFrags).
 template <typename T, int kD, int kBN, typename Cot = Cotangents, typename Sweep, typename Own>
 __device__ __forceinline__ void pass2_rows(Sweep& sw, const Own& own, const Params<T>& p, int64_t head, int j0,
-                                           int q_begin, int num_q_tiles, int tid) {
+                                           int q_begin, int num_q_tiles, int tid, const TailSplit* split = nullptr) {
   const int warp = tid / 32, lane = tid % 32;
   const int jw = j0 + 16 * warp;
   const Cot cot(p);
@@ -914,6 +914,12 @@ __device__ __forceinline__ void pass2_rows(Sweep& sw, const Own& own, const Para
     sw.end_tile(qt);
   }
 
+  if constexpr (kD == 64) {
+    if (split != nullptr) {  // warp-specialised: a piece of a split unit stores into the scratch
+      key_rows_out(p, *split, head, jw, gK, gV, p.scale, lane);
+      return;
+    }
+  }
   const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
   store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, gK, scale, jw, p.N, lane);
   store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, gV, one, jw, p.N, lane);
@@ -943,16 +949,17 @@ struct HopperBobPass2WsConfig {
 
 template <typename T>
 __global__ void __launch_bounds__(384, 1)
-    attention_bob_pass2_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps) {
+    attention_bob_pass2_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps,
+                                  const __grid_constant__ TailSplit split) {
 #if defined(GG_WGMMA_AVAILABLE)
   using Cfg = HopperBobPass2WsConfig;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   key_sweep_ws_block<T, Cfg::kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs>(
-      smem_raw, p, maps, sweep_unit<128, Cfg::kBlockN>(p.N, p.causal),
+      smem_raw, p, maps, sweep_unit<128, Cfg::kBlockN>(p.N, p.causal, split),
       [](const Params<T>& q) { return bob_present(q); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
         with_cotangents(p, [&](auto cot) {
-          pass2_rows<T, Cfg::kD, Cfg::kBlockN, decltype(cot)>(sw, own, p, head, j0, q_begin, n, tid);
+          pass2_rows<T, Cfg::kD, Cfg::kBlockN, decltype(cot)>(sw, own, p, head, j0, q_begin, n, tid, &split);
         });
       });
 #else
@@ -966,9 +973,12 @@ void launch_bob_pass2_ws(const Params<T>& p, const SweepMaps& maps) {
   constexpr size_t smem = HopperKeySweepWs<T, Cfg::kD, Cfg::kBlockN, Cfg::kStages>::kSmem;
   auto kernel = attention_bob_pass2_ws_kernel<T>;
   set_smem(kernel, smem);
-  kernel<<<grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), Cfg::kThreads, smem, cuda_stream()>>>(
-      p, with_ping_pong(maps, kPingPongBobPass2));
+  // its last wave split, each piece storing its own rows (deterministic)
+  const TailSplitRun tail(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), cdiv(p.N, Cfg::kBlockN), p.causal, /*ordered=*/true);
+  kernel<<<tail.split().blocks(), Cfg::kThreads, smem, cuda_stream()>>>(p, with_ping_pong(maps, kPingPongBobPass2),
+                                                                        tail.split());
   CUDA_CHECK_LAUNCH();
+  tail.finish(p, p.scale);
 }
 
 // ------------------------------------------------------------------------ Hopper, fused BoB

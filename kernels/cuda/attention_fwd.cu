@@ -687,7 +687,7 @@ void launch_fwd_ws(const Params<T>& p) {
   const TailSplitPlan plan = plan_tail_split(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), cdiv(p.N, Cfg::kBlockN), p.causal,
                                              knob < 0 ? sm_count() : knob, 16);
   Scratch scratch(static_cast<size_t>(plan.split_units) * plan.pieces * Cfg::kBlockM * (kD + 2) * sizeof(float));
-  const TailSplit split{plan.whole, plan.pieces, plan.split_units, scratch.as<float>()};
+  const TailSplit split{plan.whole, plan.pieces, plan.split_units, plan.pieces, scratch.as<float>()};
   kernel<<<split.blocks(), Cfg::kThreads, Cfg::kSmemBytes, cuda_stream()>>>(
       p, tmQ, tmK, tmV, (attention_ping_pong_mask() & kPingPongFwd) != 0, split);
   CUDA_CHECK_LAUNCH();

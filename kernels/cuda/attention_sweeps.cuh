@@ -675,7 +675,8 @@ struct TailSplit {
   int whole;        // blocks that sweep a whole unit (units [0, whole))
   int pieces;       // blocks per split unit (units whole, whole + 1, ...)
   int split_units;  // r (0: no split)
-  float* scratch;   // [split unit][output][128 key rows][64] f32, zeroed before the sweep
+  int slots;        // 1: pieces add atomically into one slot; pieces: each stores its own (ordered)
+  float* scratch;   // [split unit][slot][output][128 key rows][64] f32 (one slot: zeroed first)
   int blocks() const { return whole + split_units * pieces; }
 };
 
@@ -706,30 +707,43 @@ __device__ __forceinline__ SweepUnit sweep_unit(int N, bool causal, const TailSp
           static_cast<int>(int64_t{piece} * tiles / ts.pieces), static_cast<int>(int64_t{piece + 1} * tiles / ts.pieces)};
 }
 
-// Adds this warp's rows of a kCols-column accumulator (frag_row layout, rows from r0) to f32 rows
-// of kCols (float2 atomics: sm_90).
-template <int kCols>
-__device__ __forceinline__ void add_key_rows(float* rows, const float (&acc)[kCols / 8][4], int r0, int lane) {
+// Adds (kAdd: float2 atomics, sm_90) or stores this warp's rows of a kCols-column accumulator
+// (frag_row layout, rows from r0) to f32 rows of kCols.
+template <int kCols, bool kAdd>
+__device__ __forceinline__ void put_key_rows(float* rows, const float (&acc)[kCols / 8][4], int r0, int lane) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float* const o = rows + static_cast<int64_t>(r0 + frag_row(lane, 2 * h)) * kCols;
 #pragma unroll
-    for (int j = 0; j < kCols / 8; ++j)
-      atomicAdd(reinterpret_cast<float2*>(o + frag_col(lane, j, 0)), make_float2(acc[j][2 * h], acc[j][2 * h + 1]));
+    for (int j = 0; j < kCols / 8; ++j) {
+      float2* const at = reinterpret_cast<float2*>(o + frag_col(lane, j, 0));
+      const float2 v = make_float2(acc[j][2 * h], acc[j][2 * h + 1]);
+      if constexpr (kAdd)
+        atomicAdd(at, v);
+      else
+        *at = v;
+    }
   }
 }
 
 // A consumer's two key-row outputs (its warp's rows from jw): out1 = alpha1·a and out2 = b stored,
-// or, in a piece of a split unit (blocks from ts.whole on), a and b added unscaled into the unit's
-// scratch rows (row jw % 128 of the unit: units start at multiples of 128 keys).
+// or, in a piece of a split unit (blocks from ts.whole on), a and b unscaled into the unit's scratch
+// rows (row jw % 128 of the unit: units start at multiples of 128 keys), added into its one slot
+// or stored into the piece's own (ts.slots).
 template <typename T>
 __device__ __forceinline__ void key_rows_out(const Params<T>& p, const TailSplit& ts, int64_t head, int jw,
                                              const float (&a)[8][4], const float (&b)[8][4], float alpha1, int lane) {
   const int piece = static_cast<int>(blockIdx.x) - ts.whole;
   if (piece >= 0) {
-    float* const s = ts.scratch + static_cast<int64_t>(piece / ts.pieces) * 2 * 128 * 64;
-    add_key_rows<64>(s, a, jw % 128, lane);
-    add_key_rows<64>(s + 128 * 64, b, jw % 128, lane);
+    const int slot = ts.slots == 1 ? 0 : piece % ts.pieces;
+    float* const s = ts.scratch + (static_cast<int64_t>(piece / ts.pieces) * ts.slots + slot) * 2 * 128 * 64;
+    if (ts.slots == 1) {
+      put_key_rows<64, true>(s, a, jw % 128, lane);
+      put_key_rows<64, true>(s + 128 * 64, b, jw % 128, lane);
+    } else {
+      put_key_rows<64, false>(s, a, jw % 128, lane);
+      put_key_rows<64, false>(s + 128 * 64, b, jw % 128, lane);
+    }
     return;
   }
   const float one[2] = {1.f, 1.f}, scale[2] = {alpha1, alpha1};
@@ -737,31 +751,40 @@ __device__ __forceinline__ void key_rows_out(const Params<T>& p, const TailSplit
   store_acc<T, 64>(p.out2 + (head + jw) * 64, 64, b, one, jw, p.N, lane);
 }
 
-// The split units' outputs from the scratch: one block per (split unit, output).
+// The split units' outputs from the scratch (the sum of their slots, in order): one block per
+// (split unit, output).
 template <typename T>
 __global__ void __launch_bounds__(256) rows_from_scratch_kernel(const float* scratch, T* out1, T* out2, int N,
-                                                                int whole, float scale1) {
+                                                                int whole, int slots, float scale1) {
   const int su = blockIdx.x / 2, o = blockIdx.x % 2, per_head = cdiv(N, 128);
   const int64_t u = int64_t{whole} + su, bh = u / per_head;
   const int j0 = (per_head - 1 - static_cast<int>(u % per_head)) * 128;
-  const float2* s = reinterpret_cast<const float2*>(scratch + (int64_t{su} * 2 + o) * 128 * 64);
+  const float2* s = reinterpret_cast<const float2*>(scratch + (int64_t{su} * slots * 2 + o) * 128 * 64);
   T* const out = o == 0 ? out1 : out2;
   const float scale = o == 0 ? scale1 : 1.f;
   for (int f = threadIdx.x; f < 128 * 32 && j0 + f / 32 < N; f += 256) {
-    const float2 v = s[f];
+    float2 v = s[f];
+    for (int k = 1; k < slots; ++k) {
+      const float2 w = s[k * 2 * 128 * 32 + f];
+      v.x += w.x;
+      v.y += w.y;
+    }
     *reinterpret_cast<uint32_t*>(out + (bh * N + j0 + f / 32) * 64 + 2 * (f % 32)) = Elem<T>::pack(scale * v.x, scale * v.y);
   }
 }
 
 // Host side: the split of `units` units of `tiles` query tiles each (plan_tail_split, kernels.h,
-// for attention_tail_split()'s SM count), its zeroed scratch, and finish() after the sweep.
+// for attention_tail_split()'s SM count), its scratch, and finish() after the sweep. ordered: each
+// piece stores its own slot and finish() sums them in order (deterministic); else one zeroed slot
+// that the pieces add into.
 class TailSplitRun {
  public:
-  TailSplitRun(int64_t units, int tiles, bool causal)
-      : ts_(plan(units, tiles, causal)), scratch_(static_cast<size_t>(ts_.split_units) * 2 * 128 * 64 * sizeof(float)) {
+  TailSplitRun(int64_t units, int tiles, bool causal, bool ordered = false)
+      : ts_(plan(units, tiles, causal, ordered)),
+        scratch_(static_cast<size_t>(ts_.split_units) * ts_.slots * 2 * 128 * 64 * sizeof(float)) {
     if (ts_.split_units > 0) {
       ts_.scratch = scratch_.as<float>();
-      CUDA_CHECK(cudaMemsetAsync(ts_.scratch, 0, scratch_.bytes(), cuda_stream()));
+      if (ts_.slots == 1) CUDA_CHECK(cudaMemsetAsync(ts_.scratch, 0, scratch_.bytes(), cuda_stream()));
     }
   }
   const TailSplit& split() const { return ts_; }
@@ -769,15 +792,15 @@ class TailSplitRun {
   void finish(const Params<T>& p, float scale1) const {
     if (ts_.split_units == 0) return;
     rows_from_scratch_kernel<T><<<2 * ts_.split_units, 256, 0, cuda_stream()>>>(ts_.scratch, p.out1, p.out2, p.N,
-                                                                               ts_.whole, scale1);
+                                                                               ts_.whole, ts_.slots, scale1);
     CUDA_CHECK_LAUNCH();
   }
 
  private:
-  static TailSplit plan(int64_t units, int tiles, bool causal) {
+  static TailSplit plan(int64_t units, int tiles, bool causal, bool ordered) {
     const int knob = attention_tail_split();
     const TailSplitPlan t = plan_tail_split(units, tiles, causal, knob < 0 ? sm_count() : knob);
-    return {t.whole, t.pieces, t.split_units, nullptr};
+    return {t.whole, t.pieces, t.split_units, ordered ? t.pieces : 1, nullptr};
   }
   TailSplit ts_;
   Scratch scratch_;

@@ -61,10 +61,11 @@ int attention_ping_pong_mask();
 // The tail split (not causal): where the blocks of a kernel, one per SM, leave a last wave that
 // fills only part of the SMs, each unit of that wave is swept by several blocks over parts of its
 // other side's tiles. In the warp-specialised forward (d = 64, 128) the pieces write unnormalised
-// rows that a merge kernel combines in a fixed order (deterministic). In the opt-in fused key
-// sweeps (fused backward and fused BoB, d = 64; attention_sweeps.cuh, TailSplitRun) they add
-// their dK, dV (grad_K, grad_V) rows atomically into an f32 scratch; those rows then vary in their
-// last bits from run to run, like dQ. sms: -1 (default) plans for the device's SM count, 0 turns
+// rows that a merge kernel combines in a fixed order (deterministic). In the key sweeps at d = 64
+// (attention_sweeps.cuh, TailSplitRun) they put their dK, dV (grad_K, grad_V) rows into an f32
+// scratch: the deterministic dK dV sweep and BoB pass 2 store each piece's rows and sum them in
+// order; the opt-in fused backward and fused BoB add them atomically, so those rows then vary in
+// their last bits from run to run, like dQ. Split rows are not bitwise equal to unsplit ones. sms: -1 (default) plans for the device's SM count, 0 turns
 // it off, n > 0 plans as if the device had n SMs (tests).
 // GG_ATTENTION_TAIL_SPLIT=<n> sets it at start-up.
 void set_attention_tail_split(int sms);

@@ -23,8 +23,9 @@
 //   HopperFusedBob         the opt-in fused BoB (grad_Q, grad_dO added atomically): those within 2 x
 //                          the deterministic BoB's error, grad_K and grad_V bitwise equal to it.
 //   TailSplitPlan          (no GPU needed) the split of the fused sweeps' last wave for known shapes.
-//   HopperFusedTailSplit   both fused sweeps with their last wave split (planned for 20 SMs):
-//                          every output within 2 x the deterministic kernels' error.
+//   HopperFusedTailSplit   the key sweeps with their last wave split (planned for 20 SMs), fused
+//                          and deterministic: every output within 2 x the unsplit deterministic
+//                          kernels' error; the deterministic ones bitwise equal across runs.
 //   HopperForwardTailSplit the warp-specialised forward with its last wave split over key tiles:
 //                          O, L against f64 as unsplit, deterministic.
 //   Hopper*                the sm_90a (wgmma) forward, backward and BoB vs the mma.sync kernels, both
@@ -790,10 +791,12 @@ struct TailSplitMode {
   int was;
 };
 
-// Both fused sweeps with their last wave split: B = 2, H = 3, N = 1000 are 48 units of 128 keys,
+// The key sweeps with their last wave split: B = 2, H = 3, N = 1000 are 48 units of 128 keys,
 // planned for 20 SMs: two whole waves and 8 units in pieces (asserted from the plan), whose dK,
-// dV (grad_K, grad_V) go through the f32 scratch. Every output within 2 x the deterministic
-// kernels' error against f64 (or the rounding floor); with the split off, as HopperFusedBob.
+// dV (grad_K, grad_V) go through the f32 scratch: added atomically in the fused sweeps, stored
+// per piece and summed in order in the deterministic dK dV sweep and BoB pass 2. Every output
+// within 2 x the unsplit deterministic kernels' error against f64 (or the rounding floor); the
+// deterministic ones also bitwise equal across two runs.
 TEST(CudaAttention, HopperFusedTailSplit) {
   GG_REQUIRE_HOPPER_OR_SKIP();
   WsMode ws(true);
@@ -811,22 +814,29 @@ TEST(CudaAttention, HopperFusedTailSplit) {
     const Levels ref = run_fused(in, DType::f64, kGpu, false);
     const Levels det = run_fused(in, dtype, kGpu, false);
     TailSplitMode split(kSms);
+    // the deterministic dK dV sweep and BoB pass 2 split too, each piece storing its own rows:
+    // two runs bitwise equal
+    const Levels det_split = run_fused(in, dtype, kGpu, false), det_split2 = run_fused(in, dtype, kGpu, false);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(det_split.bwd[i], det_split2.bwd[i]) << what << " " << kBwdNames[i];
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(det_split.bob[i], det_split2.bob[i]) << what << " " << kBobNames[i];
     DeterministicMode nd(false);
     const Levels fused = run_fused(in, dtype, kGpu, false);
-    for (int level = 0; level < 2; ++level) {
-      const std::vector<Values>& r = level == 0 ? ref.bwd : ref.bob;
-      const std::vector<Values>& d = level == 0 ? det.bwd : det.bob;
-      const std::vector<Values>& f = level == 0 ? fused.bwd : fused.bob;
-      const double scale = family_scale(r);
-      for (size_t i = 0; i < r.size(); ++i) {
-        const std::string w = what + " " + (level == 0 ? kBwdNames[i] : kBobNames[i]);
-        ASSERT_TRUE(all_finite(f[i])) << w;
-        const double err = rel_err(f[i], r[i], scale), err_det = rel_err(d[i], r[i], scale);
-        if (verbose()) std::printf("  %-50s split %.3g deterministic %.3g\n", w.c_str(), err, err_det);
-        EXPECT_LE(err, std::max(2 * err_det, low_precision_floor(dtype))) << w << ": split " << err
-                                                                          << ", deterministic " << err_det;
+    for (const Levels* got : {&det_split, &fused})
+      for (int level = 0; level < 2; ++level) {
+        const std::vector<Values>& r = level == 0 ? ref.bwd : ref.bob;
+        const std::vector<Values>& d = level == 0 ? det.bwd : det.bob;
+        const std::vector<Values>& f = level == 0 ? got->bwd : got->bob;
+        const double scale = family_scale(r);
+        for (size_t i = 0; i < r.size(); ++i) {
+          const std::string w = what + (got == &fused ? " fused " : " deterministic ") +
+                                (level == 0 ? kBwdNames[i] : kBobNames[i]);
+          ASSERT_TRUE(all_finite(f[i])) << w;
+          const double err = rel_err(f[i], r[i], scale), err_det = rel_err(d[i], r[i], scale);
+          if (verbose()) std::printf("  %-50s split %.3g unsplit deterministic %.3g\n", w.c_str(), err, err_det);
+          EXPECT_LE(err, std::max(2 * err_det, low_precision_floor(dtype))) << w << ": split " << err
+                                                                            << ", unsplit deterministic " << err_det;
+        }
       }
-    }
   }
 }
 
