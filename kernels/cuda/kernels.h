@@ -84,7 +84,7 @@ TailSplitPlan plan_tail_split(int64_t units, int tiles, bool causal, int sms, in
 // instead of 7) and adds each key block's part of dQ into an f32 buffer by atomic additions, whose
 // order varies from run to run (dQ may differ in its last bits; dK, dV do not, except where the
 // tail split below cuts a unit into pieces); and the Hopper BoB at d = 64 with all three
-// cotangents runs its fused key sweep after pass 0 (17 products instead of 22), adding grad_Q and
+// cotangents runs its fused key sweep after pass 0 (16 products instead of 21), adding grad_Q and
 // grad_dO atomically the same way (grad_K, grad_V bitwise equal to the deterministic BoB's, with
 // the same exception). As in PyTorch, whose flash and cuDNN backwards add dQ atomically.
 // GG_ATTENTION_DETERMINISTIC=0 turns it off at start-up.
