@@ -561,7 +561,7 @@ struct NoDqPart {
 template <typename T, typename Sweep, typename Own, typename DqPart = NoDqPart>
 __device__ __forceinline__ void dkdv_rows_pipelined(Sweep& sw, const Own& own, const Params<T>& p, int64_t head,
                                                     int j0, int q_begin, int num_q_tiles, int tid,
-                                                    DqPart&& dq = {}, const TailSplit* split = nullptr) {
+                                                    DqPart&& dq, const TailSplit& split) {
   constexpr int kD = 64, kBN = HopperBwdWsConfig::kBlockN;
   constexpr bool kFused = std::decay_t<DqPart>::kFused;
   const int warp = tid / 32, lane = tid % 32;
@@ -604,13 +604,7 @@ __device__ __forceinline__ void dkdv_rows_pipelined(Sweep& sw, const Own& own, c
       },
       [&](int qt) { dq.done(qt); }, late, fence_late);
 
-  if (split != nullptr) {  // a piece of a split unit puts its rows into the scratch (TailSplit)
-    key_rows_out(p, *split, head, jw, dK, dV, p.scale, lane);
-  } else {
-    const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
-    store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, dK, scale, jw, p.N, lane);
-    store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, dV, one, jw, p.N, lane);
-  }
+  key_rows_out(p, split, head, jw, dK, dV, p.scale, lane);  // stored, or a piece's into the scratch
 }
 
 // dQ (d = 64): the queries [i0, i0 + 64) of one consumer.
@@ -772,7 +766,7 @@ __global__ void __launch_bounds__(384, 1)
       smem_raw, p, maps, sweep_unit<128, Cfg::kBlockN>(p.N, p.causal, split),
       [](const Params<T>&) { return bwd_present(); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
-        dkdv_rows_pipelined<T>(sw, own, p, head, j0, q_begin, n, tid, NoDqPart{}, &split);
+        dkdv_rows_pipelined<T>(sw, own, p, head, j0, q_begin, n, tid, NoDqPart{}, split);
       });
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
@@ -810,7 +804,7 @@ __global__ void __launch_bounds__(384, 1)
       smem_raw, p, maps, unit, [](const Params<T>&) { return bwd_present(); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
         dkdv_rows_pipelined<T>(sw, own, p, head, j0, q_begin, n, tid,
-                               FusedDqPart<T>(extra, dq_acc, p, head, q_begin, n, tid), &split);
+                               FusedDqPart<T>(extra, dq_acc, p, head, q_begin, n, tid), split);
       },
       reinterpret_cast<T*>(extra));
 #else

@@ -681,11 +681,10 @@ void launch_fwd_ws(const Params<T>& p) {
   const CUtensorMap tmV = make_tensor_map(p.V, p.BH, p.N, kD, Cfg::kBlockN);
   auto kernel = attention_fwd_ws_kernel<T, kD, kC>;
   set_smem(kernel, Cfg::kSmemBytes);
-  const int knob = attention_tail_split();
   // pieces of at least 16 tiles of 128 keys: at N = 4096 (32 tiles), 3 pieces of 10 measured
   // 0.20-0.21 ms against 0.18 unsplit (a merge kernel and a scratch for a 0.06 ms wave)
   const TailSplitPlan plan = plan_tail_split(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), cdiv(p.N, Cfg::kBlockN), p.causal,
-                                             knob < 0 ? sm_count() : knob, 16);
+                                             tail_split_sms(), 16);
   Scratch scratch(static_cast<size_t>(plan.split_units) * plan.pieces * Cfg::kBlockM * (kD + 2) * sizeof(float));
   const TailSplit split{plan.whole, plan.pieces, plan.split_units, plan.pieces, scratch.as<float>()};
   kernel<<<split.blocks(), Cfg::kThreads, Cfg::kSmemBytes, cuda_stream()>>>(

@@ -773,6 +773,12 @@ __global__ void __launch_bounds__(256) rows_from_scratch_kernel(const float* scr
   }
 }
 
+// The SM count a tail split is planned for: attention_tail_split() (kernels.h), or the device's.
+inline int tail_split_sms() {
+  const int knob = attention_tail_split();
+  return knob < 0 ? sm_count() : knob;
+}
+
 // Host side: the split of `units` units of `tiles` query tiles each (plan_tail_split, kernels.h,
 // for attention_tail_split()'s SM count), its scratch, and finish() after the sweep. ordered: each
 // piece stores its own slot and finish() sums them in order (deterministic); else one zeroed slot
@@ -798,8 +804,7 @@ class TailSplitRun {
 
  private:
   static TailSplit plan(int64_t units, int tiles, bool causal, bool ordered) {
-    const int knob = attention_tail_split();
-    const TailSplitPlan t = plan_tail_split(units, tiles, causal, knob < 0 ? sm_count() : knob);
+    const TailSplitPlan t = plan_tail_split(units, tiles, causal, tail_split_sms());
     return {t.whole, t.pieces, t.split_units, ordered ? t.pieces : 1, nullptr};
   }
   TailSplit ts_;
