@@ -28,7 +28,8 @@
 //   own rows) per block; the four (dK dV) and three (dQ) products are warpgroup MMAs reading the
 //   tiles from shared memory (128-byte swizzled, attention_common.cuh): score products with both
 //   operands in shared memory, coefficient products with the coefficient tile (Pᵀ, dSᵀ, dS) as
-//   register A operands. Query (key) tiles of 64 rows, double-buffered by cp.async.
+//   register A operands. Query (key) tiles of 64 rows, double-buffered by cp.async; or, by default,
+//   warp-specialised (a TMA producer warpgroup and two consumers, blocks of 128 rows; below).
 // Tiles: TcConfig<d> (tensor cores, bf16/f16, d in {32, 64, 128}: 4 warps x 16 own rows, other
 // side double-buffered by cp.async) or GenConfig (everything else), attention_common.cuh.
 #include "kernels/cuda/attention_common.cuh"
@@ -367,9 +368,9 @@ __global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_bwd_dq_tc
 //
 // The two sweeps of the backward as row loops over the sweeps of attention_sweeps.cuh: dK dV on a
 // key sweep (own K, V; query tiles Q, dO with L, D), dQ on a query sweep (own Q, dO; key tiles K,
-// V). Each runs on the cp.async sweep (one warpgroup per block of 64 rows) or, at d = 64 with the
-// warp-specialised kernels on, on the warp-specialised sweep (blocks of 128 rows, a producer
-// warpgroup and two consumer warpgroups).
+// V). Each runs on the cp.async sweep (one warpgroup per block of 64 rows) or, with the
+// warp-specialised kernels on (the default), on the warp-specialised sweep (blocks of 128 rows, a
+// producer warpgroup and two consumer warpgroups; d = 64 and 128).
 
 template <int kD>
 struct HopperBwdConfig {
@@ -377,7 +378,7 @@ struct HopperBwdConfig {
   static constexpr int kBlockN = 64;  // other rows per tile
   static constexpr int kMinBlocks = 2;
 };
-// The warp-specialised kernels (d = 64).
+// The warp-specialised kernels (d = 64 and 128).
 struct HopperBwdWsConfig {
   static constexpr int kBlockN = HopperBwdConfig<64>::kBlockN, kStages = 3;
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
@@ -452,7 +453,7 @@ __device__ __forceinline__ void issue_dq_outputs(float (&dQ)[kD / 8][4], const u
 // [q_begin, num_q_tiles) of the sweep; own: the own rows (OwnKeyTiles or OwnKeyFrags).
 template <typename T, int kD, typename Sweep, typename Own>
 __device__ __forceinline__ void dkdv_rows(Sweep& sw, const Own& own, const Params<T>& p, int64_t head, int j0,
-                                          int q_begin, int num_q_tiles, int tid) {
+                                          int q_begin, int num_q_tiles, int tid, const TailSplit& split) {
   constexpr int kBN = HopperBwdConfig<kD>::kBlockN;
   const int warp = tid / 32, lane = tid % 32;
   const int jw = j0 + 16 * warp;
@@ -495,9 +496,7 @@ __device__ __forceinline__ void dkdv_rows(Sweep& sw, const Own& own, const Param
     sw.end_tile(qt);
   }
 
-  const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
-  store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, dK, scale, jw, p.N, lane);
-  store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, dV, one, jw, p.N, lane);
+  key_rows_out(p, split, head, jw, dK, dV, p.scale, lane);  // stored, or a piece's into the scratch
 }
 
 // dQ of one warpgroup owning query rows [i0, i0 + 64), over the key tiles [0, num_k_tiles).
@@ -556,13 +555,14 @@ struct NoDqPart {
   __device__ void done(int) {}
 };
 
-// dK, dV (d = 64): the keys [j0, j0 + 64) of one consumer (own K and V: register A operands, or
-// shared memory for the fused backward), and whatever dq adds (NoDqPart or FusedDqPart).
-template <typename T, typename Sweep, typename Own, typename DqPart = NoDqPart>
+// dK, dV (d = 64, 128): the keys [j0, j0 + 64) of one consumer (own K and V: register A operands
+// at d = 64, or shared memory for the fused backward and at d = 128), and whatever dq adds
+// (NoDqPart or FusedDqPart, d = 64).
+template <typename T, int kD, typename Sweep, typename Own, typename DqPart = NoDqPart>
 __device__ __forceinline__ void dkdv_rows_pipelined(Sweep& sw, const Own& own, const Params<T>& p, int64_t head,
                                                     int j0, int q_begin, int num_q_tiles, int tid,
                                                     DqPart&& dq, const TailSplit& split) {
-  constexpr int kD = 64, kBN = HopperBwdWsConfig::kBlockN;
+  constexpr int kBN = HopperBwdWsConfig::kBlockN;
   constexpr bool kFused = std::decay_t<DqPart>::kFused;
   const int warp = tid / 32, lane = tid % 32;
   const int jw = j0 + 16 * warp;
@@ -607,11 +607,11 @@ __device__ __forceinline__ void dkdv_rows_pipelined(Sweep& sw, const Own& own, c
   key_rows_out(p, split, head, jw, dK, dV, p.scale, lane);  // stored, or a piece's into the scratch
 }
 
-// dQ (d = 64): the queries [i0, i0 + 64) of one consumer.
-template <typename T, typename Sweep>
+// dQ (d = 64, 128): the queries [i0, i0 + 64) of one consumer.
+template <typename T, int kD, typename Sweep>
 __device__ __forceinline__ void dq_rows_pipelined(Sweep& sw, const Params<T>& p, int64_t head, int i0,
                                                   int num_k_tiles, int tid) {
-  constexpr int kD = 64, kBN = HopperBwdWsConfig::kBlockN;
+  constexpr int kBN = HopperBwdWsConfig::kBlockN;
   const int warp = tid / 32, lane = tid % 32;
   const int iw = i0 + 16 * warp;
   const float sl2 = p.scale * kLog2e;
@@ -733,7 +733,7 @@ __global__ void __launch_bounds__(128, HopperBwdConfig<kD>::kMinBlocks) attentio
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   key_sweep_block<T, kD, HopperBwdConfig<kD>::kBlockN>(
       smem_raw, p, [](const Params<T>&) { return bwd_present(); }, [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
-        dkdv_rows<T, kD>(sw, own, p, head, j0, q_begin, n, tid);
+        dkdv_rows<T, kD>(sw, own, p, head, j0, q_begin, n, tid, no_tail_split());
       });
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
@@ -753,36 +753,61 @@ __global__ void __launch_bounds__(128, HopperBwdConfig<kD>::kMinBlocks) attentio
 #endif
 }
 
-// Warp-specialised dK dV (d = 64): blocks of 128 keys; the consumers keep their own K and V rows
-// as register A operands.
-template <typename T>
+// The warp-specialised dK dV sweep: HopperKeySweepWs with Q and dO only (no Qt), and at d = 128
+// the consumers' own K and V rows after it (KeyOwnSmem128: their fragments would not fit beside
+// the d = 128 accumulators; d = 64 keeps them as register A operands).
+template <typename T, int kD>
+using DkdvSweepWs = HopperKeySweepWs<T, kD, HopperBwdWsConfig::kBlockN, HopperBwdWsConfig::kStages, 2>;
+struct KeyOwnSmem128 : SmemAfterSweep<KeyOwnSmem128> {
+  static constexpr size_t kBytes = 2 * 2 * 64 * 128 * 2;  // [consumer][K, V][64 x 128] (bf16/f16)
+};
+template <typename T, int kD>
+constexpr size_t dkdv_ws_smem() {
+  if constexpr (kD == 64) return DkdvSweepWs<T, 64>::kSmem;
+  else return KeyOwnSmem128::total<DkdvSweepWs<T, 128>>();
+}
+// The dQ sweep: HopperQuerySweepWs with own Q, dO and K, V tiles only.
+template <typename T, int kD>
+using DqSweepWs = HopperQuerySweepWs<T, kD, HopperBwdWsConfig::kBlockN, HopperBwdWsConfig::kStages, 2, 2>;
+
+// Warp-specialised dK dV (d = 64, 128): blocks of 128 keys. At d = 128 the row loop is not
+// pipelined (dkdv_rows): a second set of score tiles beside the 64 x 128 accumulators dK, dV
+// would not fit in the consumers' 240 registers (ptxas serialises the wgmma), so the consumers'
+// turns (ping-pong) are what overlaps one's tensor-core products with the other's elementwise work.
+template <typename T, int kD>
 __global__ void __launch_bounds__(384, 1)
     attention_bwd_dkdv_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps,
                                  const __grid_constant__ TailSplit split) {
 #if defined(GG_WGMMA_AVAILABLE)
   using Cfg = HopperBwdWsConfig;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  key_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs>(
+  constexpr int kOwnInSmem = kD == 64 ? 0 : 2;
+  T* const own_smem = kD == 64 ? nullptr : reinterpret_cast<T*>(smem_raw + KeyOwnSmem128::offset<DkdvSweepWs<T, kD>>());
+  key_sweep_ws_block<T, kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, kOwnInSmem, 2>(
       smem_raw, p, maps, sweep_unit<128, Cfg::kBlockN>(p.N, p.causal, split),
       [](const Params<T>&) { return bwd_present(); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
-        dkdv_rows_pipelined<T>(sw, own, p, head, j0, q_begin, n, tid, NoDqPart{}, split);
-      });
+        if constexpr (kD == 64)
+          dkdv_rows_pipelined<T, 64>(sw, own, p, head, j0, q_begin, n, tid, NoDqPart{}, split);
+        else
+          dkdv_rows<T, kD>(sw, own, p, head, j0, q_begin, n, tid, split);
+      },
+      own_smem);
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
 #endif
 }
 
-// Warp-specialised dQ (d = 64): blocks of 128 queries, own rows copied once by the producer.
-template <typename T>
+// Warp-specialised dQ (d = 64, 128): blocks of 128 queries, own rows copied once by the producer.
+template <typename T, int kD>
 __global__ void __launch_bounds__(384, 1)
     attention_bwd_dq_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps) {
 #if defined(GG_WGMMA_AVAILABLE)
   using Cfg = HopperBwdWsConfig;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  query_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs>(
+  query_sweep_ws_block<T, kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 2, 2>(
       smem_raw, p, maps, [](const Params<T>&) { return bwd_present(); },
-      [&](auto& sw, int64_t head, int i0, int n, int tid) { dq_rows_pipelined<T>(sw, p, head, i0, n, tid); });
+      [&](auto& sw, int64_t head, int i0, int n, int tid) { dq_rows_pipelined<T, kD>(sw, p, head, i0, n, tid); });
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
 #endif
@@ -803,8 +828,8 @@ __global__ void __launch_bounds__(384, 1)
   key_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 2>(
       smem_raw, p, maps, unit, [](const Params<T>&) { return bwd_present(); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
-        dkdv_rows_pipelined<T>(sw, own, p, head, j0, q_begin, n, tid,
-                               FusedDqPart<T>(extra, dq_acc, p, head, q_begin, n, tid), split);
+        dkdv_rows_pipelined<T, 64>(sw, own, p, head, j0, q_begin, n, tid,
+                                   FusedDqPart<T>(extra, dq_acc, p, head, q_begin, n, tid), split);
       },
       reinterpret_cast<T*>(extra));
 #else
@@ -856,25 +881,25 @@ void launch_bwd_wgmma(const Params<T>& p) {
     CUDA_CHECK_LAUNCH();
     return;
   }
-  if (kD == 64 && attention_ws_enabled()) {
+  if (attention_ws_enabled()) {
     const SweepMaps maps = make_sweep_maps(p, kD, kBN, kBN);  // dK dV: query tiles; dQ: key tiles
     const unsigned grid = grid_x(p.BH, cdiv(p.N, 128));
     {
-      using Sweep = HopperKeySweepWs<T, 64, kBN, HopperBwdWsConfig::kStages>;
-      auto kernel = attention_bwd_dkdv_ws_kernel<T>;
-      set_smem(kernel, Sweep::kSmem);
+      constexpr size_t smem = dkdv_ws_smem<T, kD>();
+      auto kernel = attention_bwd_dkdv_ws_kernel<T, kD>;
+      set_smem(kernel, smem);
       // its last wave split, each piece storing its own rows (deterministic)
-      const TailSplitRun tail(grid, cdiv(p.N, kBN), p.causal, /*ordered=*/true);
-      kernel<<<tail.split().blocks(), 384, Sweep::kSmem, cuda_stream()>>>(p, with_ping_pong(maps, kPingPongDkdv),
-                                                                         tail.split());
+      const TailSplitRun tail(grid, cdiv(p.N, kBN), p.causal, /*ordered=*/true, kD);
+      kernel<<<tail.split().blocks(), 384, smem, cuda_stream()>>>(p, with_ping_pong(maps, kPingPongDkdv),
+                                                                 tail.split());
       CUDA_CHECK_LAUNCH();
       tail.finish(p, p.scale);
     }
     {
-      using Sweep = HopperQuerySweepWs<T, 64, kBN, HopperBwdWsConfig::kStages>;
-      auto kernel = attention_bwd_dq_ws_kernel<T>;
-      set_smem(kernel, Sweep::kSmem);
-      kernel<<<grid, 384, Sweep::kSmem, cuda_stream()>>>(p, with_ping_pong(maps, kPingPongDq));
+      constexpr size_t smem = DqSweepWs<T, kD>::kSmem;
+      auto kernel = attention_bwd_dq_ws_kernel<T, kD>;
+      set_smem(kernel, smem);
+      kernel<<<grid, 384, smem, cuda_stream()>>>(p, with_ping_pong(maps, kPingPongDq));
       CUDA_CHECK_LAUNCH();
     }
     return;

@@ -19,6 +19,8 @@
 //                                warpgroup skips still takes its turns
 // Which optional tensors a sweep copies is a Present value chosen by the caller.
 #pragma once
+#include <climits>
+
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_hopper.cuh"
 #include "kernels/cuda/kernels.h"
@@ -231,27 +233,31 @@ inline SweepMaps with_ping_pong(SweepMaps maps, int kernel) {
 // of kStages stages, refilling a stage once both consumers have released it ("empty" barrier,
 // 256 arrivals); warpgroups 1 and 2 each own 64 of the rows. Both consumers read the same key
 // tiles (half the loads per product of two 64-row blocks), and no consumer instruction is a load
-// or a block barrier.
-template <typename T, int kD, int kBN, int kStages>
+// or a block barrier. Shared memory holds kOwnN own tensors (2: Q, dO; 3: and Qt) and kTileN
+// tensors per stage (2: K, V; 4: and Kt, Vt): a Present with more traps.
+template <typename T, int kD, int kBN, int kStages, int kOwnN = 3, int kTileN = 4>
 struct HopperQuerySweepWs : PingPong {
+  static_assert((kOwnN == 2 || kOwnN == 3) && (kTileN == 2 || kTileN == 4), "carved tensors");
   static constexpr int kOwnElems = 64 * kD, kTileElems = kBN * kD;
-  // Q, dO, Qt of both consumers; K, V, Kt, Vt x kStages; 1 + 2·kStages barriers
-  static constexpr size_t kSmem = (6 * kOwnElems + 4 * kStages * kTileElems) * sizeof(T) + 8 * (1 + 2 * kStages);
+  // Q, dO (, Qt) of both consumers; K, V (, Kt, Vt) x kStages; 1 + 2·kStages barriers
+  static constexpr size_t kSmem =
+      (2 * kOwnN * kOwnElems + kTileN * kStages * kTileElems) * sizeof(T) + 8 * (1 + 2 * kStages);
   static_assert(kSmem <= 227 * 1024, "shared memory");
   const Present c;
   OwnTiles own;
-  T *sQ, *sdO, *sQt, *sK, *sV, *sKt, *sVt;
+  T *sQ, *sdO, *sQt, *sK, *sV, *sKt, *sVt;  // an uncarved tensor's pointer aliases sQ or sK
   uint64_t *own_bar, *full, *empty;
 
   __device__ HopperQuerySweepWs(unsigned char* smem, const Present& c_) : c(c_) {
+    if ((c.Qt && kOwnN < 3) || ((c.Kt || c.Vt) && kTileN < 4)) __trap();
     Carve cv{smem};
     sQ = cv.take<T>(2 * kOwnElems);  // [2 consumers][64 x kD] each of sQ, sdO, sQt
     sdO = cv.take<T>(2 * kOwnElems);
-    sQt = cv.take<T>(2 * kOwnElems);
+    sQt = kOwnN == 3 ? cv.take<T>(2 * kOwnElems) : sQ;
     sK = cv.take<T>(kStages * kTileElems);  // [kStages][kBN x kD] each of sK, sV, sKt, sVt
     sV = cv.take<T>(kStages * kTileElems);
-    sKt = cv.take<T>(kStages * kTileElems);
-    sVt = cv.take<T>(kStages * kTileElems);
+    sKt = kTileN == 4 ? cv.take<T>(kStages * kTileElems) : sK;
+    sVt = kTileN == 4 ? cv.take<T>(kStages * kTileElems) : sK;
     own_bar = cv.take<uint64_t>(1);
     full = cv.take<uint64_t>(kStages);
     empty = cv.take<uint64_t>(kStages);
@@ -397,29 +403,33 @@ struct HopperKeySweep : NoTurns {
 };
 
 // Warp-specialised key sweep: blocks of 128 key rows [j0, j0 + 128); warpgroup 0 produces,
-// warpgroups 1 and 2 own 64 keys each and keep them in registers (no own rows in shared memory).
+// warpgroups 1 and 2 own 64 keys each (their own rows: key_sweep_ws_block).
 // In the producer, one thread copies the query tiles into a ring of kStages stages by bulk tensor
 // copies, and one warp copies their row scalars (plain loads and stores: a row's scalars are 4
 // bytes and need not be 16-byte aligned); a stage is full after the copy engine's bytes and the
-// warp's 32 arrivals, empty after the consumers' 256 arrivals.
-template <typename T, int kD, int kBN, int kStages>
+// warp's 32 arrivals, empty after the consumers' 256 arrivals. A stage holds kTileN tensors (2: Q,
+// dO; 3: and Qt): a Present with Qt where kTileN = 2 traps.
+template <typename T, int kD, int kBN, int kStages, int kTileN = 3>
 struct HopperKeySweepWs : PingPong {
   static_assert(kBN % 32 == 0, "whole rounds of the scalar warp");
+  static_assert(kTileN == 2 || kTileN == 3, "carved tensors");
   static constexpr int kTileElems = kBN * kD;
-  // Q, dO, Qt x kStages; L, D, E, F x kStages; 2·kStages barriers
-  static constexpr size_t kSmem = 3 * kStages * kTileElems * sizeof(T) + 4 * kStages * kBN * sizeof(float) + 16 * kStages;
+  // Q, dO (, Qt) x kStages; L, D, E, F x kStages; 2·kStages barriers
+  static constexpr size_t kSmem =
+      kTileN * kStages * kTileElems * sizeof(T) + 4 * kStages * kBN * sizeof(float) + 16 * kStages;
   static_assert(kSmem <= 227 * 1024, "shared memory");
   const Present c;
   const int q_begin;
-  T *sQ, *sdO, *sQt;
+  T *sQ, *sdO, *sQt;  // sQt aliases sQ where not carved
   float* sS;  // [kStages][4][kBN]: L, D, E, F
   uint64_t *full, *empty;
 
   __device__ HopperKeySweepWs(unsigned char* smem, const Present& c_, int q_begin_) : c(c_), q_begin(q_begin_) {
+    if (c.Qt && kTileN < 3) __trap();
     Carve cv{smem};
     sQ = cv.take<T>(kStages * kTileElems);
     sdO = cv.take<T>(kStages * kTileElems);
-    sQt = cv.take<T>(kStages * kTileElems);
+    sQt = kTileN == 3 ? cv.take<T>(kStages * kTileElems) : sQ;
     sS = cv.take<float>(4 * kStages * kBN);
     full = cv.take<uint64_t>(kStages);
     empty = cv.take<uint64_t>(kStages);
@@ -676,9 +686,12 @@ struct TailSplit {
   int pieces;       // blocks per split unit (units whole, whole + 1, ...)
   int split_units;  // r (0: no split)
   int slots;        // 1: pieces add atomically into one slot; pieces: each stores its own (ordered)
-  float* scratch;   // [split unit][slot][output][128 key rows][64] f32 (one slot: zeroed first)
+  float* scratch;   // [split unit][slot][output][128 key rows][d] f32 (one slot: zeroed first)
   int blocks() const { return whole + split_units * pieces; }
 };
+
+// No split: every block sweeps a whole unit (the one-warpgroup sweeps).
+__host__ __device__ constexpr TailSplit no_tail_split() { return {INT_MAX, 1, 0, 1, nullptr}; }
 
 // What a block of a sweep sweeps: row block blk (kBlock rows) of head bh, and the other side's
 // tiles (kBN rows each) [t_begin, t_end).
@@ -730,46 +743,51 @@ __device__ __forceinline__ void put_key_rows(float* rows, const float (&acc)[kCo
 // or, in a piece of a split unit (blocks from ts.whole on), a and b unscaled into the unit's scratch
 // rows (row jw % 128 of the unit: units start at multiples of 128 keys), added into its one slot
 // or stored into the piece's own (ts.slots).
-template <typename T>
+// kN8: d / 8 (the accumulators' first extent, deduced).
+template <typename T, int kN8>
 __device__ __forceinline__ void key_rows_out(const Params<T>& p, const TailSplit& ts, int64_t head, int jw,
-                                             const float (&a)[8][4], const float (&b)[8][4], float alpha1, int lane) {
+                                             const float (&a)[kN8][4], const float (&b)[kN8][4], float alpha1,
+                                             int lane) {
+  constexpr int kD = 8 * kN8;
   const int piece = static_cast<int>(blockIdx.x) - ts.whole;
   if (piece >= 0) {
     const int slot = ts.slots == 1 ? 0 : piece % ts.pieces;
-    float* const s = ts.scratch + (static_cast<int64_t>(piece / ts.pieces) * ts.slots + slot) * 2 * 128 * 64;
+    float* const s = ts.scratch + (static_cast<int64_t>(piece / ts.pieces) * ts.slots + slot) * 2 * 128 * kD;
     if (ts.slots == 1) {
-      put_key_rows<64, true>(s, a, jw % 128, lane);
-      put_key_rows<64, true>(s + 128 * 64, b, jw % 128, lane);
+      put_key_rows<kD, true>(s, a, jw % 128, lane);
+      put_key_rows<kD, true>(s + 128 * kD, b, jw % 128, lane);
     } else {
-      put_key_rows<64, false>(s, a, jw % 128, lane);
-      put_key_rows<64, false>(s + 128 * 64, b, jw % 128, lane);
+      put_key_rows<kD, false>(s, a, jw % 128, lane);
+      put_key_rows<kD, false>(s + 128 * kD, b, jw % 128, lane);
     }
     return;
   }
   const float one[2] = {1.f, 1.f}, scale[2] = {alpha1, alpha1};
-  store_acc<T, 64>(p.out1 + (head + jw) * 64, 64, a, scale, jw, p.N, lane);
-  store_acc<T, 64>(p.out2 + (head + jw) * 64, 64, b, one, jw, p.N, lane);
+  store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, a, scale, jw, p.N, lane);
+  store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, b, one, jw, p.N, lane);
 }
 
 // The split units' outputs from the scratch (the sum of their slots, in order): one block per
 // (split unit, output).
-template <typename T>
+template <typename T, int kD>
 __global__ void __launch_bounds__(256) rows_from_scratch_kernel(const float* scratch, T* out1, T* out2, int N,
                                                                 int whole, int slots, float scale1) {
+  constexpr int kPairs = kD / 2;  // float2 per row
   const int su = blockIdx.x / 2, o = blockIdx.x % 2, per_head = cdiv(N, 128);
   const int64_t u = int64_t{whole} + su, bh = u / per_head;
   const int j0 = (per_head - 1 - static_cast<int>(u % per_head)) * 128;
-  const float2* s = reinterpret_cast<const float2*>(scratch + (int64_t{su} * slots * 2 + o) * 128 * 64);
+  const float2* s = reinterpret_cast<const float2*>(scratch + (int64_t{su} * slots * 2 + o) * 128 * kD);
   T* const out = o == 0 ? out1 : out2;
   const float scale = o == 0 ? scale1 : 1.f;
-  for (int f = threadIdx.x; f < 128 * 32 && j0 + f / 32 < N; f += 256) {
+  for (int f = threadIdx.x; f < 128 * kPairs && j0 + f / kPairs < N; f += 256) {
     float2 v = s[f];
     for (int k = 1; k < slots; ++k) {
-      const float2 w = s[k * 2 * 128 * 32 + f];
+      const float2 w = s[k * 2 * 128 * kPairs + f];
       v.x += w.x;
       v.y += w.y;
     }
-    *reinterpret_cast<uint32_t*>(out + (bh * N + j0 + f / 32) * 64 + 2 * (f % 32)) = Elem<T>::pack(scale * v.x, scale * v.y);
+    *reinterpret_cast<uint32_t*>(out + (bh * N + j0 + f / kPairs) * kD + 2 * (f % kPairs)) =
+        Elem<T>::pack(scale * v.x, scale * v.y);
   }
 }
 
@@ -780,14 +798,15 @@ inline int tail_split_sms() {
 }
 
 // Host side: the split of `units` units of `tiles` query tiles each (plan_tail_split, kernels.h,
-// for attention_tail_split()'s SM count), its scratch, and finish() after the sweep. ordered: each
-// piece stores its own slot and finish() sums them in order (deterministic); else one zeroed slot
-// that the pieces add into.
+// for attention_tail_split()'s SM count), its scratch for key rows of d (64 or 128) columns, and
+// finish() after the sweep. ordered: each piece stores its own slot and finish() sums them in order
+// (deterministic); else one zeroed slot that the pieces add into.
 class TailSplitRun {
  public:
-  TailSplitRun(int64_t units, int tiles, bool causal, bool ordered = false)
+  TailSplitRun(int64_t units, int tiles, bool causal, bool ordered = false, int d = 64)
       : ts_(plan(units, tiles, causal, ordered)),
-        scratch_(static_cast<size_t>(ts_.split_units) * ts_.slots * 2 * 128 * 64 * sizeof(float)) {
+        d_(d),
+        scratch_(static_cast<size_t>(ts_.split_units) * ts_.slots * 2 * 128 * d * sizeof(float)) {
     if (ts_.split_units > 0) {
       ts_.scratch = scratch_.as<float>();
       if (ts_.slots == 1) CUDA_CHECK(cudaMemsetAsync(ts_.scratch, 0, scratch_.bytes(), cuda_stream()));
@@ -797,8 +816,9 @@ class TailSplitRun {
   template <typename T>
   void finish(const Params<T>& p, float scale1) const {
     if (ts_.split_units == 0) return;
-    rows_from_scratch_kernel<T><<<2 * ts_.split_units, 256, 0, cuda_stream()>>>(ts_.scratch, p.out1, p.out2, p.N,
-                                                                               ts_.whole, ts_.slots, scale1);
+    auto kernel = d_ == 128 ? rows_from_scratch_kernel<T, 128> : rows_from_scratch_kernel<T, 64>;
+    kernel<<<2 * ts_.split_units, 256, 0, cuda_stream()>>>(ts_.scratch, p.out1, p.out2, p.N, ts_.whole, ts_.slots,
+                                                            scale1);
     CUDA_CHECK_LAUNCH();
   }
 
@@ -808,6 +828,7 @@ class TailSplitRun {
     return {t.whole, t.pieces, t.split_units, ordered ? t.pieces : 1, nullptr};
   }
   TailSplit ts_;
+  int d_;
   Scratch scratch_;
 };
 
@@ -831,11 +852,12 @@ __device__ __forceinline__ void query_sweep_block(unsigned char* smem, const Par
 }
 
 // Warp-specialised, blocks of 128 query rows (384 threads): in each consumer warpgroup,
-// rows(sw, head, its first row, num_k_tiles, tid of 128).
-template <typename T, int kD, int kBN, int kStages, int kProducerRegs, int kConsumerRegs, typename PresentOf, typename Rows>
+// rows(sw, head, its first row, num_k_tiles, tid of 128). kOwnN, kTileN: HopperQuerySweepWs.
+template <typename T, int kD, int kBN, int kStages, int kProducerRegs, int kConsumerRegs, int kOwnN = 3,
+          int kTileN = 4, typename PresentOf, typename Rows>
 __device__ __forceinline__ void query_sweep_ws_block(unsigned char* smem, const Params<T>& p, const SweepMaps& maps,
                                                      PresentOf present_of, Rows&& rows) {
-  HopperQuerySweepWs<T, kD, kBN, kStages> sw(smem, present_of(p));
+  HopperQuerySweepWs<T, kD, kBN, kStages, kOwnN, kTileN> sw(smem, present_of(p));
   const BlockCoord bc = block_coord(cdiv(p.N, 128));
   const int i0 = bc.blk * 128;
   const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + 128), kBN) : cdiv(p.N, kBN);
@@ -868,20 +890,23 @@ __device__ __forceinline__ void key_sweep_block(unsigned char* smem, const Param
   rows(sw, sw.own, head, j0, q_begin, num_q_tiles, static_cast<int>(threadIdx.x));
 }
 
-// Rows [j0, j0 + 64) of K, V (kN = 2) and Kt, Vt (kN = 4) (d = 64) into the 64-row swizzled tiles
-// at s + i·128·64 (i = 0 .. kN - 1, in that order), by the 128 threads of one warpgroup (tid), made
-// visible to wgmma for this warpgroup (barrier `bar`, 128 threads); rows at or past N are zero.
-template <typename T, int kN>
+// Rows [j0, j0 + 64) of K, V (kN = 2) and Kt, Vt (kN = 4) into swizzled tiles of 64 rows (d = 128:
+// two 64-column halves, 64·64 elements apart) at s + i·kStride (i = 0 .. kN - 1, in that order), by
+// the 128 threads of one warpgroup (tid), made visible to wgmma for this warpgroup (barrier `bar`,
+// 128 threads); rows at or past N are zero.
+template <typename T, int kD, int kN, int kStride>
 __device__ __forceinline__ void load_own_key_rows(T* s, const Params<T>& p, int64_t hd, int j0, int tid, int bar) {
-  for (int v = tid; v < 64 * 8; v += 128) {
-    const int r = v / 8, c = (v % 8) * 8;
+  constexpr int kVecs = kD / 8;  // 16-byte vectors per row
+  for (int v = tid; v < 64 * kVecs; v += 128) {
+    const int r = v / kVecs, c = (v % kVecs) * 8;
     const bool ok = j0 + r < p.N;
-    const int64_t g = hd + static_cast<int64_t>(ok ? j0 + r : 0) * 64 + c;
-    cp_async16(s + swz_offset<64>(r, c), p.K + g, ok);
-    cp_async16(s + 128 * 64 + swz_offset<64>(r, c), p.V + g, ok);
+    const int64_t g = hd + static_cast<int64_t>(ok ? j0 + r : 0) * kD + c;
+    const int o = swz_offset<64>(r, c);
+    cp_async16(s + o, p.K + g, ok);
+    cp_async16(s + kStride + o, p.V + g, ok);
     if constexpr (kN == 4) {
-      cp_async16(s + 2 * 128 * 64 + swz_offset<64>(r, c), p.Kt + g, ok);
-      cp_async16(s + 3 * 128 * 64 + swz_offset<64>(r, c), p.Vt + g, ok);
+      cp_async16(s + 2 * kStride + o, p.Kt + g, ok);
+      cp_async16(s + 3 * kStride + o, p.Vt + g, ok);
     }
   }
   cp_async_commit();
@@ -891,20 +916,22 @@ __device__ __forceinline__ void load_own_key_rows(T* s, const Params<T>& p, int6
 }
 
 // Warp-specialised, blocks of 128 key rows (384 threads) sweeping unit (sweep_unit: the key block
-// and its query tiles), own rows in registers (OwnKeyFrags,
-// kOwnInSmem = 0), or in shared memory at own_smem (d = 64; OwnKeyTiles of K and V (kOwnInSmem =
-// 2) or K, V, Kt and Vt (4), each a tile of 128 swizzled rows, in that order, of which consumer w
-// copies rows [64·w, 64·w + 64) by load_own_key_rows, barrier 7 + w): in each consumer warpgroup,
-// rows(sw, own, head, its first key, q_begin, num_q_tiles, tid of 128).
+// and its query tiles), own rows in registers (OwnKeyFrags, kOwnInSmem = 0), or in shared memory
+// at own_smem: OwnKeyTiles of K and V (kOwnInSmem = 2) or K, V, Kt and Vt (4), copied by each
+// consumer w for its rows [64·w, 64·w + 64) (load_own_key_rows, barrier 7 + w). At d = 64 each
+// tensor is a tile of 128 swizzled rows (the consumers' rows one after the other), in that order;
+// at d = 128 consumer w's tensors are 64-row tiles from own_smem + w·kOwnInSmem·64·128. In each
+// consumer warpgroup, rows(sw, own, head, its first key, q_begin, num_q_tiles, tid of 128).
+// kTileN: HopperKeySweepWs.
 template <typename T, int kD, int kBN, int kStages, int kProducerRegs, int kConsumerRegs, int kOwnInSmem = 0,
-          typename PresentOf, typename Rows>
+          int kTileN = 3, typename PresentOf, typename Rows>
 __device__ __forceinline__ void key_sweep_ws_block(unsigned char* smem, const Params<T>& p, const SweepMaps& maps,
                                                    const SweepUnit& unit, PresentOf present_of, Rows&& rows,
                                                    T* own_smem = nullptr) {
   const int j0 = unit.blk * 128;
   const int64_t head = unit.bh * p.N;
   const int num_q_tiles = unit.t_end, q_begin = unit.t_begin;
-  HopperKeySweepWs<T, kD, kBN, kStages> sw(smem, present_of(p), q_begin);
+  HopperKeySweepWs<T, kD, kBN, kStages, kTileN> sw(smem, present_of(p), q_begin);
   if (threadIdx.x == 0) sw.init_barriers();
   __syncthreads();
   const int wg = warpgroup_index();
@@ -917,12 +944,14 @@ __device__ __forceinline__ void key_sweep_ws_block(unsigned char* smem, const Pa
     const int tid = threadIdx.x % 128, jc = j0 + 64 * (wg - 1);
     sw.ping_pong_open(wg - 1, maps.ping_pong != 0);
     if constexpr (kOwnInSmem > 0) {
-      static_assert(kD == 64 && (kOwnInSmem == 2 || kOwnInSmem == 4), "own rows in shared memory: d = 64");
-      T* const sK = own_smem + (wg - 1) * 64 * 64;  // tile i at sK + i·128·64
-      load_own_key_rows<T, kOwnInSmem>(sK, p, head * kD, jc, tid, 7 + (wg - 1));
-      const OwnKeyTiles own{make_desc_sw128(sK), make_desc_sw128(sK + 128 * 64),
-                            kOwnInSmem == 4 ? make_desc_sw128(sK + 2 * 128 * 64) : 0,
-                            kOwnInSmem == 4 ? make_desc_sw128(sK + 3 * 128 * 64) : 0};
+      static_assert((kD == 64 || kD == 128) && (kOwnInSmem == 2 || kOwnInSmem == 4), "own rows in shared memory");
+      // tensor i at sK + i·kStride
+      constexpr int kStride = kD == 64 ? 128 * 64 : 64 * kD;
+      T* const sK = own_smem + (wg - 1) * (kD == 64 ? 64 * 64 : kOwnInSmem * 64 * kD);
+      load_own_key_rows<T, kD, kOwnInSmem, kStride>(sK, p, head * kD, jc, tid, 7 + (wg - 1));
+      const OwnKeyTiles own{make_desc_sw128(sK), make_desc_sw128(sK + kStride),
+                            kOwnInSmem == 4 ? make_desc_sw128(sK + 2 * kStride) : 0,
+                            kOwnInSmem == 4 ? make_desc_sw128(sK + 3 * kStride) : 0};
       rows(sw, own, head, jc, q_begin, num_q_tiles, tid);
     } else {
       OwnKeyFrags<kD> own;

@@ -794,9 +794,10 @@ struct TailSplitMode {
 // The key sweeps with their last wave split: B = 2, H = 3, N = 1000 are 48 units of 128 keys,
 // planned for 20 SMs: two whole waves and 8 units in pieces (asserted from the plan), whose dK,
 // dV (grad_K, grad_V) go through the f32 scratch: added atomically in the fused sweeps, stored
-// per piece and summed in order in the deterministic dK dV sweep and BoB pass 2. Every output
-// within 2 x the unsplit deterministic kernels' error against f64 (or the rounding floor); the
-// deterministic ones also bitwise equal across two runs.
+// per piece and summed in order in the deterministic dK dV sweep and BoB pass 2 (d = 64; at
+// d = 128 the dK dV sweep alone splits). Every output within 2 x the unsplit deterministic
+// kernels' error against f64 (or the rounding floor); the deterministic ones also bitwise equal
+// across two runs.
 TEST(CudaAttention, HopperFusedTailSplit) {
   GG_REQUIRE_HOPPER_OR_SKIP();
   WsMode ws(true);
@@ -807,37 +808,38 @@ TEST(CudaAttention, HopperFusedTailSplit) {
     ASSERT_EQ(plan.split_units, 8) << tiles;
     ASSERT_GT(plan.pieces, 1) << tiles;
   }
-  for (bool f16 : {false, true}) {
-    const DType dtype = dtype_of(f16);
-    const Inputs in = make_inputs(2, 3, N, 64, 9900 + f16, dtype);
-    const std::string what = case_name(dtype, in, false);
-    const Levels ref = run_fused(in, DType::f64, kGpu, false);
-    const Levels det = run_fused(in, dtype, kGpu, false);
-    TailSplitMode split(kSms);
-    // the deterministic dK dV sweep and BoB pass 2 split too, each piece storing its own rows:
-    // two runs bitwise equal
-    const Levels det_split = run_fused(in, dtype, kGpu, false), det_split2 = run_fused(in, dtype, kGpu, false);
-    for (int i = 0; i < 3; ++i) EXPECT_EQ(det_split.bwd[i], det_split2.bwd[i]) << what << " " << kBwdNames[i];
-    for (int i = 0; i < 4; ++i) EXPECT_EQ(det_split.bob[i], det_split2.bob[i]) << what << " " << kBobNames[i];
-    DeterministicMode nd(false);
-    const Levels fused = run_fused(in, dtype, kGpu, false);
-    for (const Levels* got : {&det_split, &fused})
-      for (int level = 0; level < 2; ++level) {
-        const std::vector<Values>& r = level == 0 ? ref.bwd : ref.bob;
-        const std::vector<Values>& d = level == 0 ? det.bwd : det.bob;
-        const std::vector<Values>& f = level == 0 ? got->bwd : got->bob;
-        const double scale = family_scale(r);
-        for (size_t i = 0; i < r.size(); ++i) {
-          const std::string w = what + (got == &fused ? " fused " : " deterministic ") +
-                                (level == 0 ? kBwdNames[i] : kBobNames[i]);
-          ASSERT_TRUE(all_finite(f[i])) << w;
-          const double err = rel_err(f[i], r[i], scale), err_det = rel_err(d[i], r[i], scale);
-          if (verbose()) std::printf("  %-50s split %.3g unsplit deterministic %.3g\n", w.c_str(), err, err_det);
-          EXPECT_LE(err, std::max(2 * err_det, low_precision_floor(dtype))) << w << ": split " << err
-                                                                            << ", unsplit deterministic " << err_det;
+  for (int64_t dim : {64, 128})  // d = 128: the dK dV sweep splits (BoB pass 2 there does not)
+    for (bool f16 : {false, true}) {
+      const DType dtype = dtype_of(f16);
+      const Inputs in = make_inputs(2, 3, N, dim, 9900 + f16 + dim, dtype);
+      const std::string what = case_name(dtype, in, false);
+      const Levels ref = run_fused(in, DType::f64, kGpu, false);
+      const Levels det = run_fused(in, dtype, kGpu, false);
+      TailSplitMode split(kSms);
+      // the deterministic dK dV sweep and BoB pass 2 split too, each piece storing its own rows:
+      // two runs bitwise equal
+      const Levels det_split = run_fused(in, dtype, kGpu, false), det_split2 = run_fused(in, dtype, kGpu, false);
+      for (int i = 0; i < 3; ++i) EXPECT_EQ(det_split.bwd[i], det_split2.bwd[i]) << what << " " << kBwdNames[i];
+      for (int i = 0; i < 4; ++i) EXPECT_EQ(det_split.bob[i], det_split2.bob[i]) << what << " " << kBobNames[i];
+      DeterministicMode nd(false);
+      const Levels fused = run_fused(in, dtype, kGpu, false);
+      for (const Levels* got : {&det_split, &fused})
+        for (int level = 0; level < 2; ++level) {
+          const std::vector<Values>& r = level == 0 ? ref.bwd : ref.bob;
+          const std::vector<Values>& d = level == 0 ? det.bwd : det.bob;
+          const std::vector<Values>& f = level == 0 ? got->bwd : got->bob;
+          const double scale = family_scale(r);
+          for (size_t i = 0; i < r.size(); ++i) {
+            const std::string w =
+                what + (got == &fused ? " fused " : " deterministic ") + (level == 0 ? kBwdNames[i] : kBobNames[i]);
+            ASSERT_TRUE(all_finite(f[i])) << w;
+            const double err = rel_err(f[i], r[i], scale), err_det = rel_err(d[i], r[i], scale);
+            if (verbose()) std::printf("  %-50s split %.3g unsplit deterministic %.3g\n", w.c_str(), err, err_det);
+            EXPECT_LE(err, std::max(2 * err_det, low_precision_floor(dtype)))
+                << w << ": split " << err << ", unsplit deterministic " << err_det;
+          }
         }
-      }
-  }
+    }
 }
 
 // The warp-specialised forward with its last wave split (kernels.h, attention_tail_split): B = 2,
