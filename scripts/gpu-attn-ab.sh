@@ -12,6 +12,7 @@
 #                    duration and clock, from ncu, into ncu-chain.csv; "" (default) skips it
 #   GG_AB_SIZES      "N,N d;N d" (default "4096,16384 64;16384 128"): the benchmark's sizes
 #   GG_NCU_CHAIN_ENV NAME=VALUE[,...]: each chain of GG_NCU_CHAIN once more with these set
+#   GG_NCU_CHAIN_D   head dimension of those chains (default 64)
 #   GG_SMI=1         samples the SM clock, power and throttle reasons every 50 ms during the A/B
 #                    runs (nvidia-smi, into smi.csv)
 set -uo pipefail
@@ -55,7 +56,7 @@ if command -v ncu >/dev/null && [ -n "${GG_NCU_CHAIN:-}" ]; then
     for e in "" ${GG_NCU_CHAIN_ENV:+"$GG_NCU_CHAIN_ENV"}; do
       env ${e//,/ } GG_ATTENTION_DETERMINISTIC=0 ncu --clock-control none --csv \
         --metrics gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second "$B/bench/bench_attention_gpu" --n "$n" \
-        --chain-only >"$OUT/ncu-chain-$n${e:+-env}.csv" 2>>"$L/ncu-chain.log"
+        --d "${GG_NCU_CHAIN_D:-64}" --chain-only >"$OUT/ncu-chain-$n${e:+-env}.csv" 2>>"$L/ncu-chain.log"
     done
   done
 fi

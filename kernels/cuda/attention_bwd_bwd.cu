@@ -819,7 +819,8 @@ __global__ void __launch_bounds__(128, 2) attention_bob_pass1_wgmma_kernel(const
 // (64 keys x kBN queries), coefficient tiles S̄ᵀ, dSᵀ, dP̄ᵀ in place, then grad_K += S̄ᵀ·Q + dSᵀ·Qt
 // and grad_V += dP̄ᵀ·dO. As for pass 1, a sweep gives the row loop its tiles:
 // HopperKeySweep (cp.async, own rows in shared memory, one warpgroup per block) or
-// HopperKeySweepWs (a producer warpgroup for two consumer warpgroups; own rows in registers).
+// HopperKeySweepWs (a producer warpgroup for two consumer warpgroups; own rows in registers at
+// d = 64, in shared memory at d = 128).
 
 template <int kD>
 struct HopperBobConfig {
@@ -914,11 +915,9 @@ __device__ __forceinline__ void pass2_rows(Sweep& sw, const Own& own, const Para
     sw.end_tile(qt);
   }
 
-  if constexpr (kD == 64) {
-    if (split != nullptr) {  // warp-specialised: a piece of a split unit stores into the scratch
-      key_rows_out(p, *split, head, jw, gK, gV, p.scale, lane);
-      return;
-    }
+  if (split != nullptr) {  // warp-specialised: a piece of a split unit stores into the scratch
+    key_rows_out(p, *split, head, jw, gK, gV, p.scale, lane);
+    return;
   }
   const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
   store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, gK, scale, jw, p.N, lane);
@@ -939,42 +938,59 @@ __global__ void __launch_bounds__(128, HopperBobConfig<kD>::kMinBlocks) attentio
 #endif
 }
 
-// Pass 2, warp-specialised (d = 64: the own rows of both consumers fit in registers beside the
-// accumulators): blocks of 128 keys, a producer and two consumer warpgroups (HopperKeySweepWs).
+// Pass 2, warp-specialised: blocks of 128 keys, a producer and two consumer warpgroups
+// (HopperKeySweepWs). At d = 64 the own rows of both consumers fit in registers beside the
+// accumulators; at d = 128 they are 64-row tiles in shared memory after the sweep's (K, V, Kt, Vt
+// of each consumer: Pass2OwnSmem128), and the ring has three stages instead of four to fit.
+template <int kD_>
 struct HopperBobPass2WsConfig {
-  static constexpr int kD = 64;
-  static constexpr int kThreads = 384, kBlockM = 128, kBlockN = 32, kStages = 4;
+  static constexpr int kD = kD_;
+  static constexpr int kThreads = 384, kBlockM = 128, kBlockN = 32, kStages = kD_ == 64 ? 4 : 3;
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
 };
+struct Pass2OwnSmem128 : SmemAfterSweep<Pass2OwnSmem128> {
+  static constexpr size_t kBytes = 2 * 4 * 64 * 128 * 2;  // [consumer][K, V, Kt, Vt][64 x 128]
+};
+template <typename T, int kD>
+using Pass2SweepWs = HopperKeySweepWs<T, kD, HopperBobPass2WsConfig<kD>::kBlockN, HopperBobPass2WsConfig<kD>::kStages>;
+template <typename T, int kD>
+constexpr size_t pass2_ws_smem() {
+  if constexpr (kD == 64) return Pass2SweepWs<T, 64>::kSmem;
+  else return Pass2OwnSmem128::total<Pass2SweepWs<T, 128>>();
+}
 
-template <typename T>
+template <typename T, int kD>
 __global__ void __launch_bounds__(384, 1)
     attention_bob_pass2_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps,
                                   const __grid_constant__ TailSplit split) {
 #if defined(GG_WGMMA_AVAILABLE)
-  using Cfg = HopperBobPass2WsConfig;
+  using Cfg = HopperBobPass2WsConfig<kD>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  key_sweep_ws_block<T, Cfg::kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs>(
+  constexpr int kOwnInSmem = kD == 64 ? 0 : 4;
+  T* const own_smem = kD == 64 ? nullptr : reinterpret_cast<T*>(smem_raw + Pass2OwnSmem128::offset<Pass2SweepWs<T, kD>>());
+  key_sweep_ws_block<T, kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, kOwnInSmem>(
       smem_raw, p, maps, sweep_unit<128, Cfg::kBlockN>(p.N, p.causal, split),
       [](const Params<T>& q) { return bob_present(q); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
         with_cotangents(p, [&](auto cot) {
-          pass2_rows<T, Cfg::kD, Cfg::kBlockN, decltype(cot)>(sw, own, p, head, j0, q_begin, n, tid, &split);
+          pass2_rows<T, kD, Cfg::kBlockN, decltype(cot)>(sw, own, p, head, j0, q_begin, n, tid, &split);
         });
-      });
+      },
+      own_smem);
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
 #endif
 }
 
-template <typename T>
+template <typename T, int kD>
 void launch_bob_pass2_ws(const Params<T>& p, const SweepMaps& maps) {
-  using Cfg = HopperBobPass2WsConfig;
-  constexpr size_t smem = HopperKeySweepWs<T, Cfg::kD, Cfg::kBlockN, Cfg::kStages>::kSmem;
-  auto kernel = attention_bob_pass2_ws_kernel<T>;
+  using Cfg = HopperBobPass2WsConfig<kD>;
+  constexpr size_t smem = pass2_ws_smem<T, kD>();
+  auto kernel = attention_bob_pass2_ws_kernel<T, kD>;
   set_smem(kernel, smem);
   // its last wave split, each piece storing its own rows (deterministic)
-  const TailSplitRun tail(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), cdiv(p.N, Cfg::kBlockN), p.causal, /*ordered=*/true);
+  const TailSplitRun tail(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), cdiv(p.N, Cfg::kBlockN), p.causal, /*ordered=*/true,
+                          kD);
   kernel<<<tail.split().blocks(), Cfg::kThreads, smem, cuda_stream()>>>(p, with_ping_pong(maps, kPingPongBobPass2),
                                                                         tail.split());
   CUDA_CHECK_LAUNCH();
@@ -1119,7 +1135,7 @@ __global__ void __launch_bounds__(384, 1)
     attention_bob_fused_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps, float* acc,
                                   const __grid_constant__ TailSplit split) {
 #if defined(GG_WGMMA_AVAILABLE)
-  using Cfg = HopperBobPass2WsConfig;
+  using Cfg = HopperBobPass2WsConfig<64>;
   using Sweep = HopperKeySweepWs<T, Cfg::kD, Cfg::kBlockN, Cfg::kStages>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* const extra = reinterpret_cast<T*>(smem_raw + FusedBobSmem::offset<Sweep>());
@@ -1169,7 +1185,7 @@ struct HopperBobEFConfig {
 template <typename T>
 __device__ __forceinline__ void fill_fused_bob_acc(const Params<T>& p, int64_t head, int iw, int lane,
                                                    const float (&gQ)[8][4], const float (&gdO)[8][4]) {
-  constexpr int kRows = HopperBobPass2WsConfig::kBlockN, kTile = kRows * 64;
+  constexpr int kRows = HopperBobPass2WsConfig<64>::kBlockN, kTile = kRows * 64;
   static_assert(kRows == 32, "acc_index_of: tiles of 32 rows");
   const int tiles = cdiv(p.N, kRows);
   float* const gq = p.fused_acc + (head / p.N) * 2 * tiles * kTile;  // this head's grad_Q buffer
@@ -1501,7 +1517,7 @@ void launch_bob_query_ws(const Params<T>& p, const SweepMaps& maps) {
 // sweep, then grad_Q and grad_dO from their buffers.
 template <typename T>
 void launch_bob_fused_ws(const Params<T>& p) {
-  using Cfg = HopperBobPass2WsConfig;
+  using Cfg = HopperBobPass2WsConfig<64>;
   using Sweep = HopperKeySweepWs<T, Cfg::kD, Cfg::kBlockN, Cfg::kStages>;
   constexpr int kBN = Cfg::kBlockN;
   const int tiles = cdiv(p.N, kBN);
@@ -1609,9 +1625,9 @@ void launch_bob_tc(const Params<T>& p) {
         pass1<<<dim3(grid_x(p.BH, cdiv(p.N, 64)), kD / H1::kCols), Sweep::kThreads, smem, cuda_stream()>>>(p);
         CUDA_CHECK_LAUNCH();
       }
-      if (kD == 64 && attention_ws_enabled()) {
-        const SweepMaps maps = make_sweep_maps(p, kD, HopperBobPass2WsConfig::kBlockN, 0);
-        launch_bob_pass2_ws<T>(p, maps);
+      if (attention_ws_enabled()) {
+        const SweepMaps maps = make_sweep_maps(p, kD, HopperBobPass2WsConfig<kD>::kBlockN, 0);
+        launch_bob_pass2_ws<T, kD>(p, maps);
       } else {
         using Sweep = HopperKeySweep<T, kD, HopperBobConfig<kD>::kBlockN>;
         auto pass2 = attention_bob_pass2_wgmma_kernel<T, kD>;

@@ -893,7 +893,7 @@ __device__ __forceinline__ void key_sweep_block(unsigned char* smem, const Param
 // Rows [j0, j0 + 64) of K, V (kN = 2) and Kt, Vt (kN = 4) into swizzled tiles of 64 rows (d = 128:
 // two 64-column halves, 64·64 elements apart) at s + i·kStride (i = 0 .. kN - 1, in that order), by
 // the 128 threads of one warpgroup (tid), made visible to wgmma for this warpgroup (barrier `bar`,
-// 128 threads); rows at or past N are zero.
+// 128 threads); rows at or past N are zero; Kt, Vt only where present.
 template <typename T, int kD, int kN, int kStride>
 __device__ __forceinline__ void load_own_key_rows(T* s, const Params<T>& p, int64_t hd, int j0, int tid, int bar) {
   constexpr int kVecs = kD / 8;  // 16-byte vectors per row
@@ -904,9 +904,9 @@ __device__ __forceinline__ void load_own_key_rows(T* s, const Params<T>& p, int6
     const int o = swz_offset<64>(r, c);
     cp_async16(s + o, p.K + g, ok);
     cp_async16(s + kStride + o, p.V + g, ok);
-    if constexpr (kN == 4) {
-      cp_async16(s + 2 * kStride + o, p.Kt + g, ok);
-      cp_async16(s + 3 * kStride + o, p.Vt + g, ok);
+    if constexpr (kN == 4) {  // an absent cotangent's tile is left as it is (never read)
+      if (p.Kt != nullptr) cp_async16(s + 2 * kStride + o, p.Kt + g, ok);
+      if (p.Vt != nullptr) cp_async16(s + 3 * kStride + o, p.Vt + g, ok);
     }
   }
   cp_async_commit();

@@ -34,8 +34,8 @@ bool attention_wgmma_built();   // sm_90a code is in this build (CMAKE_CUDA_ARCH
 bool attention_wgmma_active();  // built, enabled, and the current device is compute capability 9.x
 int compute_capability_major();  // of the current device
 // The warp-specialised Hopper kernels (TMA producer warpgroup, two consumer warpgroups), where the
-// Hopper kernels apply: the forward, the backward and the BoB's query-parallel passes at d in
-// {64, 128}, BoB pass 2 at d = 64. On by default; off, the one-warpgroup Hopper kernels run
+// Hopper kernels apply: the forward, the backward, the BoB's query-parallel passes and BoB pass 2,
+// at d in {64, 128}. On by default; off, the one-warpgroup Hopper kernels run
 // (for tests and A/B benchmarks).
 // GG_ATTENTION_WS=0 turns them off at start-up.
 void set_attention_ws(bool enabled);
@@ -63,8 +63,8 @@ int attention_ping_pong_mask();
 // other side's tiles. In the warp-specialised forward (d = 64, 128) the pieces write unnormalised
 // rows that a merge kernel combines in a fixed order (deterministic). In the warp-specialised key
 // sweeps (attention_sweeps.cuh, TailSplitRun) they put their dK, dV (grad_K, grad_V) rows into an
-// f32 scratch: the deterministic dK dV sweep (d = 64, 128) and BoB pass 2 (d = 64) store each
-// piece's rows and sum them in order; the opt-in fused backward and fused BoB add them atomically,
+// f32 scratch: the deterministic dK dV sweep and BoB pass 2 (d = 64, 128) store each piece's
+// rows and sum them in order; the opt-in fused backward and fused BoB add them atomically,
 // so those rows then vary in their last bits from run to run, like dQ. Split rows are not bitwise
 // equal to unsplit ones. sms: -1 (default) plans for the device's SM count, 0 turns it off, n > 0
 // plans as if the device had n SMs (tests).

@@ -794,10 +794,10 @@ struct TailSplitMode {
 // The key sweeps with their last wave split: B = 2, H = 3, N = 1000 are 48 units of 128 keys,
 // planned for 20 SMs: two whole waves and 8 units in pieces (asserted from the plan), whose dK,
 // dV (grad_K, grad_V) go through the f32 scratch: added atomically in the fused sweeps, stored
-// per piece and summed in order in the deterministic dK dV sweep and BoB pass 2 (d = 64; at
-// d = 128 the dK dV sweep alone splits). Every output within 2 x the unsplit deterministic
-// kernels' error against f64 (or the rounding floor); the deterministic ones also bitwise equal
-// across two runs.
+// per piece and summed in order in the deterministic dK dV sweep and BoB pass 2 (d = 64 and 128;
+// the fused sweeps are d = 64 only). Every output within 2 x the unsplit deterministic kernels'
+// error against f64 (or the rounding floor); the deterministic ones also bitwise equal across two
+// runs.
 TEST(CudaAttention, HopperFusedTailSplit) {
   GG_REQUIRE_HOPPER_OR_SKIP();
   WsMode ws(true);
@@ -808,7 +808,7 @@ TEST(CudaAttention, HopperFusedTailSplit) {
     ASSERT_EQ(plan.split_units, 8) << tiles;
     ASSERT_GT(plan.pieces, 1) << tiles;
   }
-  for (int64_t dim : {64, 128})  // d = 128: the dK dV sweep splits (BoB pass 2 there does not)
+  for (int64_t dim : {64, 128})
     for (bool f16 : {false, true}) {
       const DType dtype = dtype_of(f16);
       const Inputs in = make_inputs(2, 3, N, dim, 9900 + f16 + dim, dtype);
