@@ -13,6 +13,9 @@
 #   GG_AB_SIZES      "N,N d;N d" (default "4096,16384 64;16384 128"): the benchmark's sizes
 #   GG_NCU_CHAIN_ENV NAME=VALUE[,...]: each chain of GG_NCU_CHAIN once more with these set
 #   GG_NCU_CHAIN_D   head dimension of those chains (default 64)
+#   GG_AB_BASE       a source tree of another version (e.g. from `git archive REV`, untracked in
+#                    this checkout): its benchmark is built too, and each configuration runs on
+#                    both builds, one after the other (lines marked "base" in x)
 #   GG_SMI=1         samples the SM clock, power and throttle reasons every 50 ms during the A/B
 #                    runs (nvidia-smi, into smi.csv)
 set -uo pipefail
@@ -23,6 +26,13 @@ L="$OUT/logs"; mkdir -p "$L"
 cmake -S . -B "$B" -G Ninja -DGG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DGG_BUILD_EXAMPLES=OFF >"$L/build.log" 2>&1 &&
   cmake --build "$B" -j "$(nproc)" --target gg_gpu_tests bench_attention_gpu >>"$L/build.log" 2>&1 ||
   { tail -30 "$L/build.log"; exit 1; }
+BINS="$B/bench/bench_attention_gpu"
+if [ -n "${GG_AB_BASE:-}" ]; then
+  cmake -S "$GG_AB_BASE" -B "$B-base" -G Ninja -DGG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DGG_BUILD_EXAMPLES=OFF \
+    >"$L/build-base.log" 2>&1 && cmake --build "$B-base" -j "$(nproc)" --target bench_attention_gpu >>"$L/build-base.log" 2>&1 ||
+    { tail -30 "$L/build-base.log"; exit 1; }
+  BINS="$BINS $B-base/bench/bench_attention_gpu"
+fi
 GG_REQUIRE_GPU=1 "$B/tests/gg_gpu_tests" --gtest_filter="${GG_TEST_FILTER:-*CudaAttentionHopper*:CudaAttention.*:*CudaAttentionLowPrecision*}" \
   >"$L/tests.log" 2>&1
 echo "tests: $(grep -E '^\[  PASSED|^\[  FAILED' "$L/tests.log" | head -2 | tr '\n' ' ')"
@@ -44,9 +54,12 @@ for cfg in ${GG_AB_CONFIGS:-1:- 1:0 1:1 1:-:0 0:-}; do
   IFS=';' read -ra sizes <<<"${GG_AB_SIZES:-4096,16384 64;16384 128}"
   for nd in "${sizes[@]}"; do
     set -- $nd
-    env ${x//,/ } GG_ATTENTION_WGMMA=$w GG_ATTENTION_BOB_EF=$ef GG_ATTENTION_WS=$ws GG_ATTENTION_PINGPONG=$pp \
-      GG_ATTENTION_DETERMINISTIC=$det "$B/bench/bench_attention_gpu" --n "$1" --d "$2" |
-      sed "s/^{/{\"x\":\"${x}\",\"bob_ef\":\"${ef:--}\",\"ws\":\"${ws:--}\",\"pp\":\"${pp:--}\",\"det\":\"${det:--}\",/"
+    for bin in $BINS; do
+      xb="$x"; [ "$bin" != "$B/bench/bench_attention_gpu" ] && xb="base,$x"
+      env ${x//,/ } GG_ATTENTION_WGMMA=$w GG_ATTENTION_BOB_EF=$ef GG_ATTENTION_WS=$ws GG_ATTENTION_PINGPONG=$pp \
+        GG_ATTENTION_DETERMINISTIC=$det "$bin" --n "$1" --d "$2" |
+        sed "s/^{/{\"x\":\"${xb}\",\"bob_ef\":\"${ef:--}\",\"ws\":\"${ws:--}\",\"pp\":\"${pp:--}\",\"det\":\"${det:--}\",/"
+    done
   done
 done >"$OUT/ab.jsonl" 2>>"$L/build.log"
 [ -n "${SMI_PID:-}" ] && kill "$SMI_PID"

@@ -638,11 +638,13 @@ __device__ __forceinline__ void dq_rows_pipelined(Sweep& sw, const Params<T>& p,
   store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, dQ, scale, iw, p.N, lane);
 }
 
-// ---- the fused backward (d = 64; set_attention_deterministic(false)): dK, dV and dQ in one key
-// sweep, 5 products per tile instead of the 4 + 3 of the two sweeps (the dQ sweep recomputes S and
-// dP). The dQ of a query tile is a sum over every key block, so the blocks add their parts into an
-// f32 buffer by atomic additions, in an order that is not fixed: dQ is not bitwise reproducible
-// (dK and dV are, and equal those of the two-sweep backward).
+// ---- the fused backward (d = 64, set_attention_fused): dK, dV and dQ in one key sweep, 5
+// products per tile instead of the 4 + 3 of the two sweeps (the dQ sweep recomputes S and dP).
+// The dQ of a query tile is a sum over every key block, so the blocks add their parts into an f32
+// buffer by atomic additions: deterministic (the default), in turns, in a fixed order
+// (order_additions, attention_sweeps.cuh; a warp of the producer waits for each turn), so that dQ
+// is bitwise reproducible; with set_attention_deterministic(false) in any order, with no waiting.
+// dK and dV equal those of the two-sweep backward.
 //
 // Per query tile t of 64 queries, one consumer of the block (the owner, t's parity) computes the
 // block's part of dQ as dQᵀ (64 x 64) = Kᵀ (64 x 128 keys) · dSᵀ (128 keys x 64 queries), both
@@ -650,7 +652,7 @@ __device__ __forceinline__ void dq_rows_pipelined(Sweep& sw, const Params<T>& p,
 // dSᵀ tile, the owner issues the product as a late group (pipelined_tiles) and adds the result to
 // the buffer (16-byte atomic additions, 16 KB per tile and block: half of what each consumer
 // adding its own 64 keys sends, which measured no faster with the L2 twice as busy). Named
-// barriers (1, 2: ping-pong; 7 + w: the own rows' copy):
+// barriers (1, 2: ping-pong; 7 + w: the own rows' copy; 9 + w, 11 + w: ordered additions):
 //   3 + o  the dSᵀ tile of owner o is complete (owner syncs, the other arrives; 256 threads)
 //   5 + o  owner o's product of tile t - 2 is done, its dSᵀ tile may be rewritten (the reverse)
 // The f32 buffer holds each tile's 64 x 64 values in the accumulator's register order
@@ -673,6 +675,7 @@ struct FusedDqPart {
   T *sK, *ds;  // [128 keys x 64], swizzled (V follows); [owner][128 keys x 64 queries], swizzled
   float* dq_head;
   int w, warp, lane, q_begin, num_q_tiles;
+  bool ordered;  // p.add_order set: the additions take turns (order_additions)
   float dQt[8][4];
   __device__ FusedDqPart(unsigned char* extra, float* dq_acc, const Params<T>& p, int64_t head, int q_begin_,
                          int num_q_tiles_, int tid)
@@ -683,7 +686,8 @@ struct FusedDqPart {
         warp(tid / 32),
         lane(tid % 32),
         q_begin(q_begin_),
-        num_q_tiles(num_q_tiles_) {
+        num_q_tiles(num_q_tiles_),
+        ordered(p.add_order != nullptr) {
     zero(dQt);
   }
   __device__ int owner(int qt) const { return (qt - q_begin) & 1; }
@@ -720,7 +724,9 @@ struct FusedDqPart {
   __device__ void done(int qt) {
     if (owner(qt) != w) return;
     float* dst = dq_head + static_cast<int64_t>(qt) * 4096;
+    ordered_add_begin(ordered, w);
     add_acc_tile<64>(dst, dQt, warp, lane);
+    ordered_add_end(ordered, w);
     zero(dQt);
     if (qt + 2 < num_q_tiles) named_bar_arrive(5 + w, 256);
   }
@@ -831,7 +837,12 @@ __global__ void __launch_bounds__(384, 1)
         dkdv_rows_pipelined<T, 64>(sw, own, p, head, j0, q_begin, n, tid,
                                    FusedDqPart<T>(extra, dq_acc, p, head, q_begin, n, tid), split);
       },
-      reinterpret_cast<T*>(extra));
+      reinterpret_cast<T*>(extra), [&](int warp, int lane) {
+        // deterministic: the owners' additions of each tile of dQ in turn (owner: the tile's parity)
+        if (warp == 2 && p.add_order != nullptr)
+          order_additions<Cfg::kBlockN>(p.add_order + unit.bh * cdiv(p.N, 64), unit.blk, cdiv(p.N, 128), p.causal,
+                                        unit.t_begin, unit.t_end, [&](int t) { return (t - unit.t_begin) & 1; }, lane);
+      });
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
 #endif
@@ -863,17 +874,25 @@ template <typename T, int kD>
 void launch_bwd_wgmma(const Params<T>& p) {
   using Cfg = HopperBwdConfig<kD>;
   constexpr int kBN = Cfg::kBlockN;
-  if (kD == 64 && attention_ws_enabled() && !attention_deterministic()) {
+  const bool det = attention_deterministic();
+  if (kD == 64 && attention_ws_enabled() && attention_fused_enabled()) {
     using Sweep = HopperKeySweepWs<T, 64, kBN, HopperBwdWsConfig::kStages>;
     const int tiles = cdiv(p.N, 64);
     Scratch acc(static_cast<size_t>(p.BH) * tiles * 4096 * sizeof(float));
     CUDA_CHECK(cudaMemsetAsync(acc.as<float>(), 0, acc.bytes(), cuda_stream()));
+    // deterministic: dQ's additions in a fixed order (a counter per tile), the split's rows per piece
+    Scratch order(det ? static_cast<size_t>(p.BH) * tiles * sizeof(int) : 0);
+    Params<T> q = p;
+    if (det) {
+      q.add_order = order.as<int>();
+      CUDA_CHECK(cudaMemsetAsync(q.add_order, 0, order.bytes(), cuda_stream()));
+    }
     const size_t smem = FusedBwdSmem::total<Sweep>();
     auto kernel = attention_bwd_fused_ws_kernel<T>;
     set_smem(kernel, smem);
-    const TailSplitRun tail(grid_x(p.BH, cdiv(p.N, 128)), cdiv(p.N, kBN), p.causal);
+    const TailSplitRun tail(grid_x(p.BH, cdiv(p.N, 128)), cdiv(p.N, kBN), p.causal, /*ordered=*/det);
     kernel<<<tail.split().blocks(), 384, smem, cuda_stream()>>>(
-        p, with_ping_pong(make_sweep_maps(p, kD, kBN, 0), kPingPongBwdFused), acc.as<float>(), tail.split());
+        q, with_ping_pong(make_sweep_maps(p, kD, kBN, 0), kPingPongBwdFused), acc.as<float>(), tail.split());
     CUDA_CHECK_LAUNCH();
     tail.finish(p, p.scale);
     rows_from_acc_kernel<T, 64, 1>

@@ -999,13 +999,14 @@ void launch_bob_pass2_ws(const Params<T>& p, const SweepMaps& maps) {
 
 // ------------------------------------------------------------------------ Hopper, fused BoB
 //
-// The fused BoB (d = 64, all three cotangents; opt-in with set_attention_deterministic(false), as
-// the fused backward): after pass 0 (E and F, P·Vt, and dS·Kt), one key-parallel sweep computes
-// all four outputs, the attention-bob.md schedule with atomics. Per query tile the consumers form
-// the score and coefficient tiles exactly as pass 2 does (grad_K, grad_V bitwise equal to pass 2's
-// after the same E and F), and also the block's parts of grad_Q = s·(S̄·K + dS·Kt) and of
-// grad_dO = dP̄·V + P·Vt for the tile's queries, which the blocks of a head add into f32 buffers
-// by atomic additions (not bitwise reproducible). Of those, P·Vt and dS·Kt need no E or F, so the
+// The fused BoB (d = 64, all three cotangents; set_attention_fused, as the fused backward): after
+// pass 0 (E and F, P·Vt, and dS·Kt), one key-parallel sweep computes all four outputs, the
+// attention-bob.md schedule with atomics. Per query tile the consumers form the score and
+// coefficient tiles exactly as pass 2 does (grad_K, grad_V bitwise equal to pass 2's after the same
+// E and F), and also the block's parts of grad_Q = s·(S̄·K + dS·Kt) and of grad_dO = dP̄·V + P·Vt
+// for the tile's queries, which the blocks of a head add into f32 buffers by atomic additions, in
+// turns in a fixed order by default (order_additions: bitwise reproducible), in any order with
+// set_attention_deterministic(false). Of those, P·Vt and dS·Kt need no E or F, so the
 // query-parallel pass 0 (kEF0Fused, 6 products per tile, at a higher rate than this sweep's) puts
 // them into the buffers as their starting values: 5 + 3 + 2 = 10 products per tile here, 16 in
 // all with pass 0 (the deterministic BoB: 21).
@@ -1061,6 +1062,7 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
   const uint64_t a0 = make_desc_sw128(extra + w * kOwn);
   const int tiles = cdiv(p.N, kBN);
   float* const acc_out = acc + ((head / p.N) * 2 + w) * static_cast<int64_t>(tiles) * kBN * 64;
+  const bool ordered = p.add_order != nullptr;  // the additions take turns (order_additions)
   auto buffer = [&](int qt) {
     return coef + ((qt - q_begin) % FusedBobSmem::kBuffers) * FusedBobSmem::kCoefTiles * kCoef;
   };
@@ -1110,7 +1112,9 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
     // after the fence above, so that its MEMBAR cannot be held up by these reductions
     if (qt > q_begin) {
       wgmma_fence_regs(part);
+      ordered_add_begin(ordered, w);
       add_acc_tile<kBN>(acc_out + static_cast<int64_t>(qt - 1) * kBN * 64, part, warp, lane);
+      ordered_add_end(ordered, w);
     }
     named_bar_sync(3, 256);  // both consumers' rows of tile qt are stored
     const uint64_t b0 = make_desc_sw128(b + w * kCoef);
@@ -1125,7 +1129,11 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
   }
   wgmma_wait<0>();
   wgmma_fence_regs(part);
-  if (num_q_tiles > q_begin) add_acc_tile<kBN>(acc_out + static_cast<int64_t>(num_q_tiles - 1) * kBN * 64, part, warp, lane);
+  if (num_q_tiles > q_begin) {
+    ordered_add_begin(ordered, w);
+    add_acc_tile<kBN>(acc_out + static_cast<int64_t>(num_q_tiles - 1) * kBN * 64, part, warp, lane);
+    ordered_add_end(ordered, w);
+  }
 
   key_rows_out(p, split, head, jw, gK, gV, p.scale, lane);
 }
@@ -1147,7 +1155,13 @@ __global__ void __launch_bounds__(384, 1)
       [&](auto& sw, const auto&, int64_t head, int j0, int q_begin, int n, int tid) {
         bob_fused_rows<T>(sw, p, head, j0, q_begin, n, tid, extra, acc, split);
       },
-      extra);
+      extra, [&](int warp, int lane) {
+        // deterministic: consumer w's additions to output w (grad_Q, grad_dO), tile by tile in turn
+        if (p.add_order == nullptr) return;
+        const int w = warp - 2, tiles = cdiv(p.N, Cfg::kBlockN);
+        order_additions<Cfg::kBlockN>(p.add_order + (unit.bh * 2 + w) * tiles, unit.blk, cdiv(p.N, 128), p.causal,
+                                      unit.t_begin, unit.t_end, [w](int) { return w; }, lane);
+      });
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
 #endif
@@ -1530,9 +1544,13 @@ void launch_bob_fused_ws(const Params<T>& p) {
   // SMs pass 0's last wave leaves free, and each of its blocks waits until pass 0's blocks of its
   // head are done (q.head_done: a counter per head, zeroed here). Stream work between the two
   // launches would void the overlap, so the tail split's memset comes first.
-  Scratch done(static_cast<size_t>(p.BH) * sizeof(int));
-  const TailSplitRun tail(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), tiles, p.causal);
+  // Deterministic (ordered): a counter per (head, output, tile) for the ordered additions
+  // (order_additions), zeroed with the per-head counters; the tail split's pieces store their rows.
+  const bool ordered = attention_deterministic();
+  Scratch done(static_cast<size_t>(p.BH) * (1 + (ordered ? 2 * tiles : 0)) * sizeof(int));
+  const TailSplitRun tail(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), tiles, p.causal, /*ordered=*/ordered);
   q.head_done = done.as<int>();
+  if (ordered) q.add_order = q.head_done + p.BH;
   CUDA_CHECK(cudaMemsetAsync(q.head_done, 0, done.bytes(), cuda_stream()));
   launch_bob_query_ws<T, 64, QueryPass::kEF0Fused>(q, make_sweep_maps(q, 64, 64, HopperBobEFConfig<64>::kBlockN));
   constexpr size_t smem = FusedBobSmem::total<Sweep>();
@@ -1593,7 +1611,7 @@ template <typename T, int kD>
 void launch_bob_tc(const Params<T>& p) {
   if constexpr (kD == 64 || kD == 128) {
     if (attention_wgmma_active()) {
-      if (kD == 64 && attention_ws_enabled() && !attention_deterministic() && Cotangents(p).all()) {
+      if (kD == 64 && attention_ws_enabled() && attention_fused_enabled() && Cotangents(p).all()) {
         // opt-in: pass 0, then the fused BoB (grad_Q and grad_dO added atomically)
         launch_bob_fused_ws<T>(p);
         return;

@@ -109,6 +109,8 @@ struct Params {
   Acc* PV;                // (BH, N, d) deterministic BoB: P·Vt, from its pass 0 to its pass 1
   float* fused_acc;       // fused BoB: its f32 buffers (attention_sweeps.cuh), which pass 0 fills
   int* head_done;         // fused BoB: per head, pass 0's finished blocks (launch_bob_fused_ws)
+  int* add_order;         // fused sweeps: counters of ordered additions (attention_sweeps.cuh), or
+                          // nullptr: atomic additions in any order
   int64_t BH;
   int N, d;
   Acc scale;

@@ -767,6 +767,10 @@ bool g_deterministic = [] {
   const char* env = std::getenv("GG_ATTENTION_DETERMINISTIC");
   return env == nullptr || std::string(env) != "0";
 }();
+bool g_fused = [] {
+  const char* env = std::getenv("GG_ATTENTION_FUSED");
+  return env == nullptr || std::string(env) != "0";
+}();
 int g_bob_ef_mode = [] {
   const char* env = std::getenv("GG_ATTENTION_BOB_EF");
   if (env == nullptr) return -1;
@@ -804,6 +808,8 @@ void set_attention_bob_ef_mode(int mode) { g_bob_ef_mode = mode < 0 ? -1 : mode 
 int attention_bob_ef_mode() { return g_bob_ef_mode; }
 void set_attention_deterministic(bool deterministic) { g_deterministic = deterministic; }
 bool attention_deterministic() { return g_deterministic; }
+void set_attention_fused(bool enabled) { g_fused = enabled; }
+bool attention_fused_enabled() { return g_fused; }
 bool attention_wgmma_enabled() { return g_wgmma_enabled; }
 
 int compute_capability_major() {

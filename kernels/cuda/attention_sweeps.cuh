@@ -615,6 +615,51 @@ __device__ __forceinline__ void add_acc_tile(float* dst, const float (&d)[kRows 
     atomicAdd(reinterpret_cast<float4*>(dst + acc_index(j, warp, lane, 0)), make_float4(d[j][0], d[j][1], d[j][2], d[j][3]));
 }
 
+// ---- ordered additions (the fused sweeps in deterministic mode, p.add_order set): the blocks that
+// add parts to one buffer tile take turns, in the order their key units are launched within the
+// head (rank = per_head - 1 - blk, sweep_unit; causal: counted from the first unit that reaches the
+// tile), so that each tile's sum is formed in the same order in every run. A counter per (head,
+// output, tile) holds how many parts are in. For each tile, one warp of the producer warpgroup
+// waits until the counter reaches its block's position, lets the adding consumer c go (named
+// barrier kOrderReady + c), waits for its additions (kOrderAdded + c) and counts them in by an
+// increment with release semantics (as a split-K semaphore releases after a block barrier). The waiting happens in the producer,
+// off the consumers' path: in steady state each block runs a tile or so behind the one before.
+// Blocks of lower index start first, so a block never waits on one that has not started.
+constexpr int kOrderReady = 9, kOrderAdded = 11;  // + consumer: named barriers of 160 threads
+
+// The consumer side, around its additions to one tile (no-ops when unordered).
+__device__ __forceinline__ void ordered_add_begin(bool ordered, int c) {
+  if (ordered) named_bar_sync(kOrderReady + c, 160);
+}
+__device__ __forceinline__ void ordered_add_end(bool ordered, int c) {
+  if (ordered) named_bar_arrive(kOrderAdded + c, 160);
+}
+// The producer side: a whole warp; tiles [lo, hi) of the unit blk of a head of per_head units, each
+// with kBN rows; counters: this head's and output's (one per tile); consumer(t) adds tile t's part.
+template <int kBN, typename Consumer>
+__device__ __forceinline__ void order_additions(int* counters, int blk, int per_head, bool causal, int lo, int hi,
+                                                Consumer&& consumer, int lane) {
+  const int rank = per_head - 1 - blk;
+  for (int t = lo; t < hi; ++t) {
+    const int c = consumer(t);
+    if (lane == 0) {
+      // units blk' <= t·kBN / 128 reach tile t (causal); their ranks start at per_head - 1 - that
+      const int pos = causal ? rank - (per_head - 1 - min(per_head - 1, t * kBN / 128)) : rank;
+      int v;
+      while (true) {
+        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(counters + t) : "memory");
+        if (v >= pos) break;
+        __nanosleep(32);
+      }
+    }
+    __syncwarp();
+    named_bar_arrive(kOrderReady + c, 160);
+    named_bar_sync(kOrderAdded + c, 160);
+    if (lane == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(counters + t) : "memory");
+    __syncwarp();
+  }
+}
+
 // out_o = scale_o · the f32 buffer of output o < kOutputs (per head, the cdiv(N, kRows) tiles of
 // output 0, then those of output 1), one block per (head, output, tile): the tile's values in
 // register order are put back into rows in shared memory, then written row by row.
@@ -923,11 +968,15 @@ __device__ __forceinline__ void load_own_key_rows(T* s, const Params<T>& p, int6
 // at d = 128 consumer w's tensors are 64-row tiles from own_smem + w·kOwnInSmem·64·128. In each
 // consumer warpgroup, rows(sw, own, head, its first key, q_begin, num_q_tiles, tid of 128).
 // kTileN: HopperKeySweepWs.
+// producer_extra(warp, lane) runs in the producer's warps 2 and 3 (idle otherwise).
+struct NoProducerExtra {
+  __device__ void operator()(int, int) const {}
+};
 template <typename T, int kD, int kBN, int kStages, int kProducerRegs, int kConsumerRegs, int kOwnInSmem = 0,
-          int kTileN = 3, typename PresentOf, typename Rows>
+          int kTileN = 3, typename PresentOf, typename Rows, typename Extra = NoProducerExtra>
 __device__ __forceinline__ void key_sweep_ws_block(unsigned char* smem, const Params<T>& p, const SweepMaps& maps,
                                                    const SweepUnit& unit, PresentOf present_of, Rows&& rows,
-                                                   T* own_smem = nullptr) {
+                                                   T* own_smem = nullptr, Extra&& producer_extra = {}) {
   const int j0 = unit.blk * 128;
   const int64_t head = unit.bh * p.N;
   const int num_q_tiles = unit.t_end, q_begin = unit.t_begin;
@@ -939,6 +988,7 @@ __device__ __forceinline__ void key_sweep_ws_block(unsigned char* smem, const Pa
     setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == 0) sw.produce_tiles(maps, static_cast<int>(unit.bh), num_q_tiles);
     if (threadIdx.x / 32 == 1) sw.produce_scalars(p, head, num_q_tiles, threadIdx.x % 32);
+    if (threadIdx.x / 32 >= 2) producer_extra(static_cast<int>(threadIdx.x) / 32, threadIdx.x % 32);
   } else {
     setmaxnreg_inc<kConsumerRegs>();
     const int tid = threadIdx.x % 128, jc = j0 + 64 * (wg - 1);

@@ -53,7 +53,7 @@ enum PingPongKernels : int {
   kPingPongBobPass1 = 8,   // BoB split pass 1, or E/F pass 0
   kPingPongBobEF1 = 16,    // BoB E/F pass 1
   kPingPongBobPass2 = 32,  // BoB pass 2
-  kPingPongBwdFused = 64,  // the fused backward (set_attention_deterministic(false))
+  kPingPongBwdFused = 64,  // the fused backward (set_attention_fused)
   kPingPongAll = 127,
 };
 void set_attention_ping_pong(int mask);
@@ -80,14 +80,21 @@ struct TailSplitPlan {
   int whole, pieces, split_units;
 };
 TailSplitPlan plan_tail_split(int64_t units, int tiles, bool causal, int sms, int min_tiles = 8);
-// Whether every attention kernel must be bitwise reproducible (the default). Off, the Hopper
+// The fused sweeps (on by default; GG_ATTENTION_FUSED=0 turns them off at start-up): the Hopper
 // backward at d = 64 (warp-specialised) computes dK, dV and dQ in one sweep (5 products per tile
-// instead of 7) and adds each key block's part of dQ into an f32 buffer by atomic additions, whose
-// order varies from run to run (dQ may differ in its last bits; dK, dV do not, except where the
-// tail split below cuts a unit into pieces); and the Hopper BoB at d = 64 with all three
-// cotangents runs its fused key sweep after pass 0 (16 products instead of 21), adding grad_Q and
-// grad_dO atomically the same way (grad_K, grad_V bitwise equal to the deterministic BoB's, with
-// the same exception). As in PyTorch, whose flash and cuDNN backwards add dQ atomically.
+// instead of the two sweeps' 7), each key block adding its part of dQ into an f32 buffer; the
+// Hopper BoB at d = 64 with all three cotangents runs one fused key sweep after pass 0 (16
+// products instead of 21), adding grad_Q and grad_dO the same way (grad_K, grad_V are the three-
+// pass BoB's, as dK, dV are the two sweeps'). Off, the two-sweep backward and the three-pass BoB
+// run (for tests and A/B benchmarks). How the parts are added: set_attention_deterministic.
+void set_attention_fused(bool enabled);
+bool attention_fused_enabled();
+// Whether every attention kernel must be bitwise reproducible (the default). On, the fused sweeps'
+// blocks add their parts of a tile one after another, in the order they were launched in (a
+// counter per tile; attention_sweeps.cuh, order_additions), and the tail split's pieces store
+// their rows separately, so every sum has the same order in every run. Off, they add atomically
+// as they finish, with no waiting: dQ (grad_Q, grad_dO) may then differ in their last bits from
+// run to run, as in PyTorch, whose flash and cuDNN backwards add dQ atomically.
 // GG_ATTENTION_DETERMINISTIC=0 turns it off at start-up.
 void set_attention_deterministic(bool deterministic);
 bool attention_deterministic();

@@ -18,10 +18,12 @@
 //                          specialisation, cotangent subsets 7, 1, 2, 4 and N = 1: every output
 //                          within 2 x the mma.sync kernels' error, deterministic (with all
 //                          cotangents, the backward's outputs too).
-//   HopperFusedBackward    the opt-in fused backward (dQ added atomically): dQ within 2 x the
-//                          two-sweep backward's error against f64, dK and dV bitwise equal to it.
-//   HopperFusedBob         the opt-in fused BoB (grad_Q, grad_dO added atomically): those within 2 x
-//                          the deterministic BoB's error, grad_K and grad_V bitwise equal to it.
+//   HopperFusedBackward    the fused backward (dQ added in a fixed order, the default, or in any
+//                          order): dQ within 2 x the two-sweep backward's error against f64, dK
+//                          and dV bitwise equal to it; the ordered dQ bitwise equal across runs.
+//   HopperFusedBob         the fused BoB (grad_Q, grad_dO added in order or not): those within 2 x
+//                          the three-pass BoB's error, grad_K and grad_V bitwise equal to it; the
+//                          ordered ones bitwise equal across runs.
 //   TailSplitPlan          (no GPU needed) the split of the fused sweeps' last wave for known shapes.
 //   HopperFusedTailSplit   the key sweeps with their last wave split (planned for 20 SMs), fused
 //                          and deterministic: every output within 2 x the unsplit deterministic
@@ -420,6 +422,13 @@ struct DeterministicMode {
   bool was;
 };
 
+// Turns the fused backward and fused BoB (kernels.h: set_attention_fused) on or off for one scope.
+struct FusedMode {
+  explicit FusedMode(bool on) : was(kernels::cuda::attention_fused_enabled()) { kernels::cuda::set_attention_fused(on); }
+  ~FusedMode() { kernels::cuda::set_attention_fused(was); }
+  bool was;
+};
+
 // Forces a pass-1 schedule of the Hopper BoB (kernels.h: -1 default, 0 split, 1 E/F first).
 struct BobEfMode {
   explicit BobEfMode(int mode) { kernels::cuda::set_attention_bob_ef_mode(mode); }
@@ -678,10 +687,11 @@ TEST(CudaAttention, HopperForwardPoisonedAndDeterministic) {
     }
 }
 
-// The fused backward (kernels.h: set_attention_deterministic(false); Hopper, d = 64, warp-
-// specialised): dK and dV bitwise equal to the two-sweep backward's, dQ against the CPU f64
-// reference within 2 x the two-sweep backward's error (or the rounding floor), with ping-pong off
-// (the default) and on, causal and not, N from one tile to past several blocks.
+// The fused backward (kernels.h: set_attention_fused; Hopper, d = 64, warp-specialised), its
+// additions to dQ ordered (the default) and not (set_attention_deterministic(false)): dK and dV
+// bitwise equal to the two-sweep backward's, dQ against the CPU f64 reference within 2 x the
+// two-sweep backward's error (or the rounding floor), with ping-pong off (the default) and on,
+// causal and not, N from one tile to past several blocks; ordered, two runs bitwise equal.
 
 
 // O, L and the backward's (dQ, dK, dV) of the fused ops.
@@ -705,29 +715,35 @@ TEST(CudaAttention, HopperFusedBackward) {
         const Inputs in = make_inputs(2, 3, N, 64, 9700 + N + causal, dtype);
         const std::string what = case_name(dtype, in, causal);
         const std::vector<Values> ref = run_backward(in, DType::f64, Device::cpu(), causal);
-        const std::vector<Values> two = run_backward(in, dtype, kGpu, causal);
+        const std::vector<Values> two = [&] {
+          FusedMode off(false);
+          return run_backward(in, dtype, kGpu, causal);
+        }();
         const double scale = family_scale(ref);
         const double err_two = rel_err(two[0], ref[0], scale);
-        for (int mask : {0, int(kernels::cuda::kPingPongBwdFused)}) {
-          PingPongMode pp(mask);
-          DeterministicMode nd(false);
-          const std::vector<Values> fused = run_backward(in, dtype, kGpu, causal);
-          const std::string w = what + " pp=" + std::to_string(mask);
-          ASSERT_TRUE(all_finite(fused[0])) << w << " dQ";
-          const double err = rel_err(fused[0], ref[0], scale);
-          if (verbose()) std::printf("  %-50s dQ fused %.3g two sweeps %.3g\n", w.c_str(), err, err_two);
-          EXPECT_LE(err, std::max(2 * err_two, low_precision_floor(dtype))) << w << " dQ: fused " << err
-                                                                           << ", two sweeps " << err_two;
-          EXPECT_EQ(fused[1], two[1]) << w << " dK";
-          EXPECT_EQ(fused[2], two[2]) << w << " dV";
-        }
+        for (int mask : {0, int(kernels::cuda::kPingPongBwdFused)})
+          for (bool ordered : {true, false}) {
+            PingPongMode pp(mask);
+            DeterministicMode det(ordered);
+            const std::vector<Values> fused = run_backward(in, dtype, kGpu, causal);
+            const std::string w = what + " pp=" + std::to_string(mask) + (ordered ? " ordered" : " atomic");
+            if (ordered) EXPECT_EQ(fused[0], run_backward(in, dtype, kGpu, causal)[0]) << w << " dQ, two runs";
+            ASSERT_TRUE(all_finite(fused[0])) << w << " dQ";
+            const double err = rel_err(fused[0], ref[0], scale);
+            if (verbose()) std::printf("  %-50s dQ fused %.3g two sweeps %.3g\n", w.c_str(), err, err_two);
+            EXPECT_LE(err, std::max(2 * err_two, low_precision_floor(dtype)))
+                << w << " dQ: fused " << err << ", two sweeps " << err_two;
+            EXPECT_EQ(fused[1], two[1]) << w << " dK";
+            EXPECT_EQ(fused[2], two[2]) << w << " dV";
+          }
       }
 }
 
-// The opt-in fused BoB (grad_Q and grad_dO added atomically; Hopper, d = 64, all three
-// cotangents): grad_Q and grad_dO within 2 x the deterministic BoB's error against f64 (or the
-// rounding floor), grad_K and grad_V bitwise equal to it (the same products in the same order).
-// With a cotangent missing the deterministic kernels run: every output bitwise equal.
+// The fused BoB (Hopper, d = 64, all three cotangents), grad_Q and grad_dO added in a fixed order
+// (the default) and in any order: those within 2 x the three-pass BoB's error against f64 (or the
+// rounding floor), grad_K and grad_V bitwise equal to it (the same products in the same order);
+// ordered, two runs bitwise equal. With a cotangent missing the three-pass BoB runs: every output
+// bitwise equal.
 TEST(CudaAttention, HopperFusedBob) {
   GG_REQUIRE_HOPPER_OR_SKIP();
   WsMode ws(true);
@@ -740,20 +756,33 @@ TEST(CudaAttention, HopperFusedBob) {
           const Inputs in = make_inputs(2, 3, N, 64, 9800 + N + causal + 10 * mask, dtype);
           const std::string what = case_name(dtype, in, causal, mask);
           const Levels ref = run_fused(in, DType::f64, N > 256 ? kGpu : Device::cpu(), causal, mask);
-          const Levels det = run_fused(in, dtype, kGpu, causal, mask);
-          DeterministicMode nd(false);
-          const Levels fused = run_fused(in, dtype, kGpu, causal, mask);
-          const double scale = family_scale(ref.bob);
-          for (int i = 0; i < 4; ++i) {
-            ASSERT_TRUE(all_finite(fused.bob[i])) << what << " " << kBobNames[i];
-            if (i == 1 || i == 2 || mask != 7) {
-              EXPECT_EQ(fused.bob[i], det.bob[i]) << what << " " << kBobNames[i];
-              continue;
+          const Levels det = [&] {
+            FusedMode off(false);
+            return run_fused(in, dtype, kGpu, causal, mask);
+          }();
+          for (bool ordered : {true, false}) {
+            DeterministicMode mode(ordered);
+            const Levels fused = run_fused(in, dtype, kGpu, causal, mask);
+            const std::string w = what + (ordered ? " ordered" : " atomic");
+            const double scale = family_scale(ref.bob);
+            if (ordered) {
+              const Levels again = run_fused(in, dtype, kGpu, causal, mask);
+              for (int i = 0; i < 4; ++i)
+                EXPECT_EQ(fused.bob[i], again.bob[i]) << w << " " << kBobNames[i] << ", two runs";
             }
-            const double err = rel_err(fused.bob[i], ref.bob[i], scale), err_det = rel_err(det.bob[i], ref.bob[i], scale);
-            if (verbose()) std::printf("  %-50s %-3s fused %.3g deterministic %.3g\n", what.c_str(), kBobNames[i], err, err_det);
-            EXPECT_LE(err, std::max(2 * err_det, low_precision_floor(dtype)))
-                << what << " " << kBobNames[i] << ": fused " << err << ", deterministic " << err_det;
+            for (int i = 0; i < 4; ++i) {
+              ASSERT_TRUE(all_finite(fused.bob[i])) << w << " " << kBobNames[i];
+              if (i == 1 || i == 2 || mask != 7) {
+                EXPECT_EQ(fused.bob[i], det.bob[i]) << w << " " << kBobNames[i];
+                continue;
+              }
+              const double err = rel_err(fused.bob[i], ref.bob[i], scale),
+                           err_det = rel_err(det.bob[i], ref.bob[i], scale);
+              if (verbose())
+                std::printf("  %-50s %-3s fused %.3g three-pass %.3g\n", w.c_str(), kBobNames[i], err, err_det);
+              EXPECT_LE(err, std::max(2 * err_det, low_precision_floor(dtype)))
+                  << w << " " << kBobNames[i] << ": fused " << err << ", three-pass " << err_det;
+            }
           }
         }
 }
