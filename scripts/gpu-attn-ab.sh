@@ -13,9 +13,11 @@
 #   GG_AB_SIZES      "N,N d;N d" (default "4096,16384 64;16384 128"): the benchmark's sizes
 #   GG_NCU_CHAIN_ENV NAME=VALUE[,...]: each chain of GG_NCU_CHAIN once more with these set
 #   GG_NCU_CHAIN_D   head dimension of those chains (default 64)
-#   GG_AB_BASE       a source tree of another version (e.g. from `git archive REV`, untracked in
-#                    this checkout): its benchmark is built too, and each configuration runs on
-#                    both builds, one after the other (lines marked "base" in x)
+#   GG_AB_BASE       a source tree of another version (e.g. ab-base/, ignored by git: `git archive
+#                    REV -- CMakeLists.txt cmake core autograd ops kernels bench tests examples
+#                    gradgrad.h docs/tutorial.md | tar -x -C ab-base`, sent with the device tool's
+#                    carry): its benchmark is built too, and each configuration runs on both
+#                    builds, one after the other (lines marked "base" in x)
 #   GG_SMI=1         samples the SM clock, power and throttle reasons every 50 ms during the A/B
 #                    runs (nvidia-smi, into smi.csv)
 set -uo pipefail
