@@ -669,13 +669,12 @@ struct FusedBwdSmem : SmemAfterSweep<FusedBwdSmem> {
 // f32 buffer, cdiv(N, 64) tiles per head): dkdv_rows_pipelined calls frags(t) with the consumer's
 // dSᵀ A fragments of tile t, issues late(t) after its output products, and calls done(t) once
 // they are complete.
-template <typename T>
+template <typename T, bool kOrdered>
 struct FusedDqPart {
   static constexpr bool kFused = true;
   T *sK, *ds;  // [128 keys x 64], swizzled (V follows); [owner][128 keys x 64 queries], swizzled
   float* dq_head;
   int w, warp, lane, q_begin, num_q_tiles;
-  bool ordered;  // p.add_order set: the additions take turns (order_additions)
   float dQt[8][4];
   __device__ FusedDqPart(unsigned char* extra, float* dq_acc, const Params<T>& p, int64_t head, int q_begin_,
                          int num_q_tiles_, int tid)
@@ -686,8 +685,7 @@ struct FusedDqPart {
         warp(tid / 32),
         lane(tid % 32),
         q_begin(q_begin_),
-        num_q_tiles(num_q_tiles_),
-        ordered(p.add_order != nullptr) {
+        num_q_tiles(num_q_tiles_) {
     zero(dQt);
   }
   __device__ int owner(int qt) const { return (qt - q_begin) & 1; }
@@ -724,9 +722,9 @@ struct FusedDqPart {
   __device__ void done(int qt) {
     if (owner(qt) != w) return;
     float* dst = dq_head + static_cast<int64_t>(qt) * 4096;
-    ordered_add_begin(ordered, w);
+    ordered_add_begin(kOrdered, w);  // kOrdered: the additions take turns (order_additions)
     add_acc_tile<64>(dst, dQt, warp, lane);
-    ordered_add_end(ordered, w);
+    ordered_add_end(kOrdered, w);
     zero(dQt);
     if (qt + 2 < num_q_tiles) named_bar_arrive(5 + w, 256);
   }
@@ -820,8 +818,8 @@ __global__ void __launch_bounds__(384, 1)
 }
 
 // The fused backward (d = 64), warp-specialised like attention_bwd_dkdv_ws_kernel, with the shared
-// memory of FusedBwdSmem after the key sweep's.
-template <typename T>
+// memory of FusedBwdSmem after the key sweep's; kOrdered: deterministic (p.add_order set).
+template <typename T, bool kOrdered>
 __global__ void __launch_bounds__(384, 1)
     attention_bwd_fused_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps, float* dq_acc,
                                   const __grid_constant__ TailSplit split) {
@@ -835,13 +833,16 @@ __global__ void __launch_bounds__(384, 1)
       smem_raw, p, maps, unit, [](const Params<T>&) { return bwd_present(); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
         dkdv_rows_pipelined<T, 64>(sw, own, p, head, j0, q_begin, n, tid,
-                                   FusedDqPart<T>(extra, dq_acc, p, head, q_begin, n, tid), split);
+                                   FusedDqPart<T, kOrdered>(extra, dq_acc, p, head, q_begin, n, tid), split);
       },
       reinterpret_cast<T*>(extra), [&](int warp, int lane) {
         // deterministic: the owners' additions of each tile of dQ in turn (owner: the tile's parity)
-        if (warp == 2 && p.add_order != nullptr)
-          order_additions<Cfg::kBlockN>(p.add_order + unit.bh * cdiv(p.N, 64), unit.blk, cdiv(p.N, 128), p.causal,
-                                        unit.t_begin, unit.t_end, [&](int t) { return (t - unit.t_begin) & 1; }, lane);
+        if constexpr (kOrdered) {
+          if (warp == 2)
+            order_additions<Cfg::kBlockN>(p.add_order + unit.bh * cdiv(p.N, 64), unit.blk, cdiv(p.N, 128), p.causal,
+                                          unit.t_begin, unit.t_end, [&](int t) { return (t - unit.t_begin) & 1; },
+                                          lane);
+        }
       });
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
@@ -888,7 +889,7 @@ void launch_bwd_wgmma(const Params<T>& p) {
       CUDA_CHECK(cudaMemsetAsync(q.add_order, 0, order.bytes(), cuda_stream()));
     }
     const size_t smem = FusedBwdSmem::total<Sweep>();
-    auto kernel = attention_bwd_fused_ws_kernel<T>;
+    auto kernel = det ? attention_bwd_fused_ws_kernel<T, true> : attention_bwd_fused_ws_kernel<T, false>;
     set_smem(kernel, smem);
     const TailSplitRun tail(grid_x(p.BH, cdiv(p.N, 128)), cdiv(p.N, kBN), p.causal, /*ordered=*/det);
     kernel<<<tail.split().blocks(), 384, smem, cuda_stream()>>>(

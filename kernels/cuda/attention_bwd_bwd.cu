@@ -1040,7 +1040,7 @@ __device__ __forceinline__ void store_coef_rows(T* dst, const uint32_t (&a)[2][4
   for (int q = 0; q < 2; ++q) stmatrix_x4_trans(dst + swz_offset<32>(16 * q + 8 * (m >> 1) + i, key), a[q]);
 }
 
-template <typename T, typename Sweep>
+template <typename T, bool kOrdered, typename Sweep>
 __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, int64_t head, int j0, int q_begin,
                                                int num_q_tiles, int tid, T* extra, float* acc,
                                                const TailSplit& split) {
@@ -1062,7 +1062,6 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
   const uint64_t a0 = make_desc_sw128(extra + w * kOwn);
   const int tiles = cdiv(p.N, kBN);
   float* const acc_out = acc + ((head / p.N) * 2 + w) * static_cast<int64_t>(tiles) * kBN * 64;
-  const bool ordered = p.add_order != nullptr;  // the additions take turns (order_additions)
   auto buffer = [&](int qt) {
     return coef + ((qt - q_begin) % FusedBobSmem::kBuffers) * FusedBobSmem::kCoefTiles * kCoef;
   };
@@ -1112,9 +1111,9 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
     // after the fence above, so that its MEMBAR cannot be held up by these reductions
     if (qt > q_begin) {
       wgmma_fence_regs(part);
-      ordered_add_begin(ordered, w);
+      ordered_add_begin(kOrdered, w);  // kOrdered: the additions take turns (order_additions)
       add_acc_tile<kBN>(acc_out + static_cast<int64_t>(qt - 1) * kBN * 64, part, warp, lane);
-      ordered_add_end(ordered, w);
+      ordered_add_end(kOrdered, w);
     }
     named_bar_sync(3, 256);  // both consumers' rows of tile qt are stored
     const uint64_t b0 = make_desc_sw128(b + w * kCoef);
@@ -1130,15 +1129,15 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
   wgmma_wait<0>();
   wgmma_fence_regs(part);
   if (num_q_tiles > q_begin) {
-    ordered_add_begin(ordered, w);
+    ordered_add_begin(kOrdered, w);
     add_acc_tile<kBN>(acc_out + static_cast<int64_t>(num_q_tiles - 1) * kBN * 64, part, warp, lane);
-    ordered_add_end(ordered, w);
+    ordered_add_end(kOrdered, w);
   }
 
   key_rows_out(p, split, head, jw, gK, gV, p.scale, lane);
 }
 
-template <typename T>
+template <typename T, bool kOrdered>  // kOrdered: deterministic (p.add_order set)
 __global__ void __launch_bounds__(384, 1)
     attention_bob_fused_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps, float* acc,
                                   const __grid_constant__ TailSplit split) {
@@ -1153,14 +1152,15 @@ __global__ void __launch_bounds__(384, 1)
   key_sweep_ws_block<T, Cfg::kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 4>(
       smem_raw, p, maps, unit, [](const Params<T>& q) { return bob_present(q); },
       [&](auto& sw, const auto&, int64_t head, int j0, int q_begin, int n, int tid) {
-        bob_fused_rows<T>(sw, p, head, j0, q_begin, n, tid, extra, acc, split);
+        bob_fused_rows<T, kOrdered>(sw, p, head, j0, q_begin, n, tid, extra, acc, split);
       },
       extra, [&](int warp, int lane) {
         // deterministic: consumer w's additions to output w (grad_Q, grad_dO), tile by tile in turn
-        if (p.add_order == nullptr) return;
-        const int w = warp - 2, tiles = cdiv(p.N, Cfg::kBlockN);
-        order_additions<Cfg::kBlockN>(p.add_order + (unit.bh * 2 + w) * tiles, unit.blk, cdiv(p.N, 128), p.causal,
-                                      unit.t_begin, unit.t_end, [w](int) { return w; }, lane);
+        if constexpr (kOrdered) {
+          const int w = warp - 2, tiles = cdiv(p.N, Cfg::kBlockN);
+          order_additions<Cfg::kBlockN>(p.add_order + (unit.bh * 2 + w) * tiles, unit.blk, cdiv(p.N, 128), p.causal,
+                                        unit.t_begin, unit.t_end, [w](int) { return w; }, lane);
+        }
       });
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
@@ -1555,7 +1555,7 @@ void launch_bob_fused_ws(const Params<T>& p) {
   launch_bob_query_ws<T, 64, QueryPass::kEF0Fused>(q, make_sweep_maps(q, 64, 64, HopperBobEFConfig<64>::kBlockN));
   constexpr size_t smem = FusedBobSmem::total<Sweep>();
   static_assert(smem <= 227 * 1024, "shared memory");
-  auto kernel = attention_bob_fused_ws_kernel<T>;
+  auto kernel = ordered ? attention_bob_fused_ws_kernel<T, true> : attention_bob_fused_ws_kernel<T, false>;
   set_smem(kernel, smem);
   const SweepMaps maps = make_sweep_maps(q, Cfg::kD, kBN, 0);
   cudaLaunchConfig_t cfg{};
