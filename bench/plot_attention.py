@@ -12,7 +12,7 @@ src, png = sys.argv[1], sys.argv[2]
 lines, nondet, torch_lines = load(src)
 ours = {n: (r["fwd_ms"], r["fwdbwd_ms"], r["chain_ms"]) for (d, c, n), r in lines.items() if d == 64 and not c}
 sdpa = {n: (r["sdpa_fwd_ms"], r["sdpa_fwdbwd_ms"]) for (d, c, n), r in torch_lines.items() if d == 64 and not c}
-# GG_ATTENTION_DETERMINISTIC=0: the fused backward and fused BoB
+# GG_ATTENTION_DETERMINISTIC=0: the fused sweeps' additions in any order
 fused = {n: r["fwdbwd_ms"] for (d, c, n), r in nondet.items() if d == 64 and not c}
 fused_chain = {n: r["chain_ms"] for (d, c, n), r in nondet.items() if d == 64 and not c}
 torch_chain = {n: r["chain_ms"] for (d, c, n), r in torch_lines.items() if d == 64 and not c and "chain_ms" in r}
@@ -33,12 +33,12 @@ set xlabel 'sequence length N'
 set ylabel 'time (ms)'
 set grid
 set key top left
-plot 'd.dat' u 1:2 w lp lw 2 pt 7 lc rgb '#1f77b4' t 'gradgrad chain (fwd + bwd(create\\_graph) + BoB)', \\
+plot 'd.dat' u 1:2 w lp lw 2 pt 7 lc rgb '#1f77b4' t 'gradgrad chain (fwd + bwd(create\\_graph) + BoB), deterministic', \\
      '' u 1:3 w lp lw 2 pt 5 lc rgb '#d62728' t 'PyTorch composite chain (OOM beyond 8K)', \\
      '' u 1:4 w lp lw 2 dt 2 pt 7 lc rgb '#1f77b4' t 'gradgrad fwd + bwd', \\
      '' u 1:5 w lp lw 2 dt 2 pt 5 lc rgb '#ff7f0e' t 'PyTorch SDPA (cuDNN) fwd + bwd', \\
-     '' u 1:6 w lp lw 1 dt 3 pt 6 lc rgb '#1f77b4' t 'gradgrad fwd + bwd, fused backward (dQ atomic)', \\
-     '' u 1:7 w lp lw 1 dt 3 pt 6 lc rgb '#9467bd' t 'gradgrad chain, fused backward and BoB (atomic, opt-in)', \\
+     '' u 1:6 w lp lw 1 dt 3 pt 6 lc rgb '#1f77b4' t 'gradgrad fwd + bwd, additions in any order (opt-in)', \\
+     '' u 1:7 w lp lw 1 dt 3 pt 6 lc rgb '#9467bd' t 'gradgrad chain, additions in any order (opt-in)', \\
      't.dat' u 1:2 w lp lw 1 pt 9 lc rgb '#2ca02c' t 'Triton BoB chain (figures quoted in the issue, not this run)', \\
      '' u 1:3 w l lw 1 dt 3 lc rgb '#2ca02c' t 'target: 0.67 x Triton'
 """
