@@ -339,6 +339,31 @@ TEST(CudaAttention, ExplicitScale) {
 
 // ------------------------------------------------------------------------ every element written
 
+// A kernels::cuda setting (kernels.h) changed for one scope and restored after it.
+template <typename V, V (*Get)(), void (*Set)(V)>
+struct ScopedKnob {
+  explicit ScopedKnob(V v) : was(Get()) { Set(v); }
+  ~ScopedKnob() { Set(was); }
+  ScopedKnob(const ScopedKnob&) = delete;
+  ScopedKnob& operator=(const ScopedKnob&) = delete;
+  V was;
+};
+namespace knob = kernels::cuda;
+// the Hopper (wgmma) kernels; off, the mma.sync kernels run
+using WgmmaMode = ScopedKnob<bool, knob::attention_wgmma_enabled, knob::set_attention_wgmma>;
+// the warp-specialised Hopper kernels (on by default)
+using WsMode = ScopedKnob<bool, knob::attention_ws_enabled, knob::set_attention_ws>;
+// bitwise reproducibility (on by default; off, the fused sweeps add in any order)
+using DeterministicMode = ScopedKnob<bool, knob::attention_deterministic, knob::set_attention_deterministic>;
+// the fused backward and fused BoB (on by default; off, two sweeps and three passes)
+using FusedMode = ScopedKnob<bool, knob::attention_fused_enabled, knob::set_attention_fused>;
+// the Hopper BoB's pass-1 schedule (-1 default, 0 split, 1 E/F first)
+using BobEfMode = ScopedKnob<int, knob::attention_bob_ef_mode, knob::set_attention_bob_ef_mode>;
+// the ping-pong mask (kernels.h, PingPongKernels)
+using PingPongMode = ScopedKnob<int, knob::attention_ping_pong_mask, knob::set_attention_ping_pong>;
+// the tail split planned for a pretended SM count (-1: the device's, 0: off)
+using TailSplitMode = ScopedKnob<int, knob::attention_tail_split, knob::set_attention_tail_split>;
+
 // Calls the kernels directly with output buffers pre-filled with NaN: every element must be
 // overwritten, and with the values the ops return.
 void check_poisoned(DType dtype, int64_t N, int64_t d, bool causal) {
@@ -406,34 +431,9 @@ void check_poisoned(DType dtype, int64_t N, int64_t d, bool causal) {
   }
 }
 
-// Forces the warp-specialised Hopper forward on or off for one scope (on by default).
-struct WsMode {
-  explicit WsMode(bool on) : was(kernels::cuda::attention_ws_enabled()) { kernels::cuda::set_attention_ws(on); }
-  ~WsMode() { kernels::cuda::set_attention_ws(was); }
-  bool was;
-};
 
-// Whether bitwise reproducibility is required, for one scope (off, the fused backward may run; kernels.h).
-struct DeterministicMode {
-  explicit DeterministicMode(bool on) : was(kernels::cuda::attention_deterministic()) {
-    kernels::cuda::set_attention_deterministic(on);
-  }
-  ~DeterministicMode() { kernels::cuda::set_attention_deterministic(was); }
-  bool was;
-};
 
-// Turns the fused backward and fused BoB (kernels.h: set_attention_fused) on or off for one scope.
-struct FusedMode {
-  explicit FusedMode(bool on) : was(kernels::cuda::attention_fused_enabled()) { kernels::cuda::set_attention_fused(on); }
-  ~FusedMode() { kernels::cuda::set_attention_fused(was); }
-  bool was;
-};
 
-// Forces a pass-1 schedule of the Hopper BoB (kernels.h: -1 default, 0 split, 1 E/F first).
-struct BobEfMode {
-  explicit BobEfMode(int mode) { kernels::cuda::set_attention_bob_ef_mode(mode); }
-  ~BobEfMode() { kernels::cuda::set_attention_bob_ef_mode(-1); }
-};
 
 TEST(CudaAttention, PoisonedOutputs) {
   GG_REQUIRE_GPU_OR_SKIP();
@@ -462,11 +462,6 @@ TEST(CudaAttention, PoisonedOutputs) {
 
 // ------------------------------------------------------------------------ Hopper kernels
 
-// The Hopper path is on by default; this turns it off for one scope (the mma.sync kernels run).
-struct WgmmaOff {
-  WgmmaOff() { kernels::cuda::set_attention_wgmma(false); }
-  ~WgmmaOff() { kernels::cuda::set_attention_wgmma(true); }
-};
 
 #define GG_REQUIRE_HOPPER_OR_SKIP()                                                                   \
   do {                                                                                                \
@@ -490,7 +485,7 @@ TEST_P(CudaAttentionHopper, WithinTwiceMmaSync) {
   const Levels hopper = run_fused(in, dtype, kGpu, causal);
   Levels mma;
   {
-    WgmmaOff off;
+    WgmmaMode off(false);
     mma = run_fused(in, dtype, kGpu, causal);
   }
   auto expect_close = [&](const Values& h, const Values& m, const Values& r, double scale, const std::string& out) {
@@ -584,7 +579,7 @@ TEST(CudaAttention, HopperBobCotangentSubsets) {
             const std::string what = case_name(dtype, in, causal, mask) + " ef=" + std::to_string(ef);
             const Levels ref = run_fused(in, DType::f64, Device::cpu(), causal, mask);
             const Levels mma = [&] {
-              WgmmaOff off;
+              WgmmaMode off(false);
               return run_fused(in, dtype, kGpu, causal, mask);
             }();
             BobEfMode mode(ef);
@@ -621,14 +616,6 @@ TEST(CudaAttention, HopperBobCotangentSubsets) {
 // not what it computes: every level with it on equals, bitwise, the same level with it off, for
 // both BoB schedules, causal and not (in the causal case the first consumer skips the last key or
 // query tiles of a block and must still take its turns, else the block hangs), N past two blocks.
-struct PingPongMode {
-  explicit PingPongMode(int mask) : was(kernels::cuda::attention_ping_pong_mask()) {
-    kernels::cuda::set_attention_ping_pong(mask);
-  }
-  ~PingPongMode() { kernels::cuda::set_attention_ping_pong(was); }
-  int was;
-};
-
 TEST(CudaAttention, HopperPingPongChangesNoBit) {
   GG_REQUIRE_HOPPER_OR_SKIP();
   WsMode ws(true);
@@ -811,14 +798,6 @@ TEST(CudaAttention, TailSplitPlan) {
   EXPECT_EQ(all.whole + all.split_units, 2048);
 }
 
-// Plans the tail split for a pretended SM count for one scope (kernels.h; -1: the device's).
-struct TailSplitMode {
-  explicit TailSplitMode(int sms) : was(kernels::cuda::attention_tail_split()) {
-    kernels::cuda::set_attention_tail_split(sms);
-  }
-  ~TailSplitMode() { kernels::cuda::set_attention_tail_split(was); }
-  int was;
-};
 
 // The key sweeps with their last wave split: B = 2, H = 3, N = 1000 are 48 units of 128 keys,
 // planned for 20 SMs: two whole waves and 8 units in pieces (asserted from the plan), whose dK,
