@@ -967,7 +967,8 @@ __global__ void __launch_bounds__(384, 1)
   using Cfg = HopperBobPass2WsConfig<kD>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   constexpr int kOwnInSmem = kD == 64 ? 0 : 4;
-  T* const own_smem = kD == 64 ? nullptr : reinterpret_cast<T*>(smem_raw + Pass2OwnSmem128::offset<Pass2SweepWs<T, kD>>());
+  T* const own_smem =
+      kD == 64 ? nullptr : reinterpret_cast<T*>(smem_raw + Pass2OwnSmem128::offset<Pass2SweepWs<T, kD>>());
   key_sweep_ws_block<T, kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, kOwnInSmem>(
       smem_raw, p, maps, sweep_unit<128, Cfg::kBlockN>(p.N, p.causal, split),
       [](const Params<T>& q) { return bob_present(q); },

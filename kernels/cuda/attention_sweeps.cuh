@@ -622,9 +622,10 @@ __device__ __forceinline__ void add_acc_tile(float* dst, const float (&d)[kRows 
 // output, tile) holds how many parts are in. For each tile, one warp of the producer warpgroup
 // waits until the counter reaches its block's position, lets the adding consumer c go (named
 // barrier kOrderReady + c), waits for its additions (kOrderAdded + c) and counts them in by an
-// increment with release semantics (as a split-K semaphore releases after a block barrier). The waiting happens in the producer,
-// off the consumers' path: in steady state each block runs a tile or so behind the one before.
-// Blocks of lower index start first, so a block never waits on one that has not started.
+// increment with release semantics (as a split-K semaphore releases after a block barrier). The
+// waiting happens in the producer, off the consumers' path: in steady state each block runs a
+// tile or so behind the one before. Blocks of lower index start first (the hardware scheduler
+// starts them in index order), so a block never waits on one that has not started.
 constexpr int kOrderReady = 9, kOrderAdded = 11;  // + consumer: named barriers of 160 threads
 
 // The consumer side, around its additions to one tile (no-ops when unordered).
