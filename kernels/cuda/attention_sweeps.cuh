@@ -640,12 +640,10 @@ __device__ __forceinline__ void ordered_add_end(bool ordered, int c) {
 template <int kBN, typename Consumer>
 __device__ __forceinline__ void order_additions(int* counters, int blk, int per_head, bool causal, int lo, int hi,
                                                 Consumer&& consumer, int lane) {
-  const int rank = per_head - 1 - blk;
   for (int t = lo; t < hi; ++t) {
     const int c = consumer(t);
     if (lane == 0) {
-      // units blk' <= t·kBN / 128 reach tile t (causal); their ranks start at per_head - 1 - that
-      const int pos = causal ? rank - (per_head - 1 - min(per_head - 1, t * kBN / 128)) : rank;
+      const int pos = ordered_add_position(blk, per_head, t, kBN, causal);
       int v;
       while (true) {
         asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(counters + t) : "memory");

@@ -89,6 +89,21 @@ TailSplitPlan plan_tail_split(int64_t units, int tiles, bool causal, int sms, in
 // run (for tests and A/B benchmarks). How the parts are added: set_attention_deterministic.
 void set_attention_fused(bool enabled);
 bool attention_fused_enabled();
+// The position of key unit blk (of per_head units of 128 keys in its head, launched in the order
+// blk = per_head - 1, ..., 0) among the units that add a part to the buffer tile t (rows
+// [t·tile_rows, (t + 1)·tile_rows)) when the fused sweeps' additions are ordered: its launch rank
+// per_head - 1 - blk, counted (causal) from the first unit that reaches the tile, the units blk <=
+// t·tile_rows / 128 (those whose keys start at or before the tile's last query). Each tile's units
+// take the positions 0, 1, ... in launch order (tests: OrderedAddPositions).
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+constexpr int ordered_add_position(int blk, int per_head, int t, int tile_rows, bool causal) {
+  const int rank = per_head - 1 - blk;
+  if (!causal) return rank;
+  const int last = t * tile_rows / 128 < per_head - 1 ? t * tile_rows / 128 : per_head - 1;
+  return rank - (per_head - 1 - last);
+}
 // Whether every attention kernel must be bitwise reproducible (the default). On, the fused sweeps'
 // blocks add their parts of a tile one after another, in the order they were launched in (a
 // counter per tile; attention_sweeps.cuh, order_additions), and the tail split's pieces store

@@ -25,6 +25,7 @@
 //                          the three-pass BoB's error, grad_K and grad_V bitwise equal to it; the
 //                          ordered ones bitwise equal across runs.
 //   TailSplitPlan          (no GPU needed) the split of the fused sweeps' last wave for known shapes.
+//   OrderedAddPositions    (no GPU needed) the fused sweeps' units take turns 0, 1, ... per tile.
 //   HopperFusedTailSplit   the key sweeps with their last wave split (planned for 20 SMs), fused
 //                          and deterministic: every output within 2 x the unsplit deterministic
 //                          kernels' error; the deterministic ones bitwise equal across runs.
@@ -798,6 +799,31 @@ TEST(CudaAttention, TailSplitPlan) {
   EXPECT_EQ(all.whole + all.split_units, 2048);
 }
 
+
+// The order of the fused sweeps' ordered additions (kernels.h: ordered_add_position), no GPU
+// needed: for every buffer tile, the key units that add a part to it (all of a head's, or, causal,
+// those whose first query tile, as sweep_unit starts it, is at or before the tile) take the
+// positions 0, 1, ... in the order they are launched in (blk from per_head - 1 down to 0): each
+// waits only for units launched before it, and no two share a position.
+TEST(CudaAttention, OrderedAddPositions) {
+  using kernels::cuda::ordered_add_position;
+  for (int N : {1, 77, 128, 333, 1000, 4096})
+    for (int tile_rows : {32, 64})
+      for (bool causal : {false, true}) {
+        const int per_head = (N + 127) / 128, tiles = (N + tile_rows - 1) / tile_rows;
+        for (int t = 0; t < tiles; ++t) {
+          int next = 0;
+          for (int blk = per_head - 1; blk >= 0; --blk) {  // launch order within the head
+            const int first_tile = causal ? blk * 128 / tile_rows : 0;
+            if (first_tile > t) continue;  // the unit's sweep starts after tile t
+            EXPECT_EQ(ordered_add_position(blk, per_head, t, tile_rows, causal), next)
+                << "N=" << N << " tile_rows=" << tile_rows << " causal=" << causal << " t=" << t << " blk=" << blk;
+            ++next;
+          }
+          EXPECT_GT(next, 0) << "N=" << N << " t=" << t << ": no unit reaches the tile";
+        }
+      }
+}
 
 // The key sweeps with their last wave split: B = 2, H = 3, N = 1000 are 48 units of 128 keys,
 // planned for 20 SMs: two whole waves and 8 units in pieces (asserted from the plan), whose dK,
