@@ -615,6 +615,17 @@ __device__ __forceinline__ void add_acc_tile(float* dst, const float (&d)[kRows 
     atomicAdd(reinterpret_cast<float4*>(dst + acc_index(j, warp, lane, 0)), make_float4(d[j][0], d[j][1], d[j][2], d[j][3]));
 }
 
+// Spins (one thread) until *counter >= target, by acquire loads with a pause of kSleepNs between.
+template <int kSleepNs>
+__device__ __forceinline__ void spin_until_at_least(const int* counter, int target) {
+  int v;
+  while (true) {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
+    if (v >= target) break;
+    __nanosleep(kSleepNs);
+  }
+}
+
 // ---- ordered additions (the fused sweeps in deterministic mode, p.add_order set): the blocks that
 // add parts to one buffer tile take turns, in the order their key units are launched within the
 // head (rank = per_head - 1 - blk, sweep_unit; causal: counted from the first unit that reaches the
@@ -642,15 +653,7 @@ __device__ __forceinline__ void order_additions(int* counters, int blk, int per_
                                                 Consumer&& consumer, int lane) {
   for (int t = lo; t < hi; ++t) {
     const int c = consumer(t);
-    if (lane == 0) {
-      const int pos = ordered_add_position(blk, per_head, t, kBN, causal);
-      int v;
-      while (true) {
-        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(counters + t) : "memory");
-        if (v >= pos) break;
-        __nanosleep(32);
-      }
-    }
+    if (lane == 0) spin_until_at_least<32>(counters + t, ordered_add_position(blk, per_head, t, kBN, causal));
     __syncwarp();
     named_bar_arrive(kOrderReady + c, 160);
     named_bar_sync(kOrderAdded + c, 160);
@@ -707,14 +710,7 @@ __device__ __forceinline__ void signal_done(int* counter) {
 }
 // At the start of a block: all its threads wait until *counter reaches target (acquire).
 __device__ __forceinline__ void wait_done(const int* counter, int target) {
-  if (threadIdx.x == 0) {
-    int v = 0;
-    while (true) {
-      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
-      if (v >= target) break;
-      __nanosleep(256);
-    }
-  }
+  if (threadIdx.x == 0) spin_until_at_least<256>(counter, target);
   __syncthreads();
 }
 
