@@ -714,12 +714,13 @@ __device__ __forceinline__ void wait_done(const int* counter, int target) {
   __syncthreads();
 }
 
-// ---- tail split of the key sweeps whose blocks take one SM each (the opt-in fused backward and
-// fused BoB, non-causal). U = BH·cdiv(N, 128) units of 128 keys on S SMs run as U / S full waves
-// and a last one of r = U mod S units, during which S - r SMs idle (at N = 16384, H = 16: 2048
-// units on 132 SMs, a last wave of 68). With the split, each of those r units is swept by
-// `pieces` blocks, each over its own run of consecutive query tiles; a piece adds its key rows'
-// two outputs into an f32 scratch (key_rows_out), which rows_from_scratch_kernel then writes out.
+// ---- tail split of the warp-specialised key sweeps, whose blocks take one SM each (non-causal).
+// U = BH·cdiv(N, 128) units of 128 keys on S SMs run as U / S full waves and a last one of
+// r = U mod S units, during which S - r SMs idle (at N = 16384, H = 16: 2048 units on 132 SMs, a
+// last wave of 68). With the split, each of those r units is swept by `pieces` blocks, each over
+// its own run of consecutive query tiles; a piece stores its key rows' two outputs into its own
+// slot of an f32 scratch (ordered), or adds them into one shared slot (the fused sweeps with
+// unordered additions) (key_rows_out), and rows_from_scratch_kernel then writes them out.
 // Blocks [0, whole) sweep the whole units [0, whole), as without the split.
 struct TailSplit {
   int whole;        // blocks that sweep a whole unit (units [0, whole))

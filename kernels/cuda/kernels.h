@@ -63,10 +63,11 @@ int attention_ping_pong_mask();
 // other side's tiles. In the warp-specialised forward (d = 64, 128) the pieces write unnormalised
 // rows that a merge kernel combines in a fixed order (deterministic). In the warp-specialised key
 // sweeps (attention_sweeps.cuh, TailSplitRun) they put their dK, dV (grad_K, grad_V) rows into an
-// f32 scratch: the deterministic dK dV sweep and BoB pass 2 (d = 64, 128) store each piece's
-// rows and sum them in order; the opt-in fused backward and fused BoB add them atomically,
-// so those rows then vary in their last bits from run to run, like dQ. Split rows are not bitwise
-// equal to unsplit ones. sms: -1 (default) plans for the device's SM count, 0 turns it off, n > 0
+// f32 scratch: the dK dV sweep and BoB pass 2 (d = 64, 128), and the fused backward and fused BoB
+// in deterministic mode, store each piece's rows and sum them in order; with
+// set_attention_deterministic(false) the fused sweeps' pieces add them atomically, so those rows
+// then vary in their last bits from run to run, like dQ. Split rows are not bitwise equal to
+// unsplit ones. sms: -1 (default) plans for the device's SM count, 0 turns it off, n > 0
 // plans as if the device had n SMs (tests).
 // GG_ATTENTION_TAIL_SPLIT=<n> sets it at start-up.
 void set_attention_tail_split(int sms);
