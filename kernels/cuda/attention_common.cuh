@@ -167,6 +167,10 @@ __device__ __forceinline__ BlockCoord block_coord(int blocks_per_head) {
   c.blk = blocks_per_head - 1 - static_cast<int>(blockIdx.x % blocks_per_head);
   return c;
 }
+// The same for a unit index u past 32 bits' reach of blockIdx (the tail split's units).
+__device__ __forceinline__ BlockCoord unit_coord(int64_t u, int blocks_per_head) {
+  return {u / blocks_per_head, blocks_per_head - 1 - static_cast<int>(u % blocks_per_head)};
+}
 
 // Scratch memory (row scalars, the fused backward's f32 dQ buffer) from the stream-ordered
 // allocator; freed (stream-ordered) on scope exit.

@@ -504,9 +504,9 @@ __device__ __forceinline__ void fwd_partial_epilogue(float* piece, const float (
 template <typename T, int kBlockM, int kD>
 __global__ void __launch_bounds__(256) fwd_merge_kernel(const Params<T> p, const float* scratch, int whole,
                                                         int pieces) {
-  const int per_head = cdiv(p.N, kBlockM);
-  const int64_t u = int64_t{whole} + blockIdx.x, bh = u / per_head;
-  const int i0 = (per_head - 1 - static_cast<int>(u % per_head)) * kBlockM;
+  const BlockCoord uc = unit_coord(int64_t{whole} + blockIdx.x, cdiv(p.N, kBlockM));
+  const int64_t bh = uc.bh;
+  const int i0 = uc.blk * kBlockM;
   const float* unit = scratch + static_cast<int64_t>(blockIdx.x) * pieces * kBlockM * (kD + 2);
   for (int f = threadIdx.x; f < kBlockM * kD / 2; f += 256) {
     const int r = f / (kD / 2), c = 2 * (f % (kD / 2)), row = i0 + r;

@@ -744,10 +744,8 @@ struct SweepUnit {
 // sweep's first query tile (a query sweep ends its tiles itself).
 template <int kBlock, int kBN>
 __device__ __forceinline__ SweepUnit sweep_unit(int N, bool causal) {
-  const int per_head = cdiv(N, kBlock);
-  const int64_t bh = blockIdx.x / per_head;
-  const int blk = per_head - 1 - static_cast<int>(blockIdx.x % per_head);
-  return {bh, blk, causal ? blk * kBlock / kBN : 0, cdiv(N, kBN)};
+  const BlockCoord bc = block_coord(cdiv(N, kBlock));
+  return {bc.bh, bc.blk, causal ? bc.blk * kBlock / kBN : 0, cdiv(N, kBN)};
 }
 // With the split ts (never causal).
 template <int kBlock, int kBN>
@@ -755,10 +753,10 @@ __device__ __forceinline__ SweepUnit sweep_unit(int N, bool causal, const TailSp
   const int per_head = cdiv(N, kBlock), tiles = cdiv(N, kBN);
   const int b = static_cast<int>(blockIdx.x) - ts.whole;
   if (b < 0) return sweep_unit<kBlock, kBN>(N, causal);
-  const int64_t u = int64_t{ts.whole} + b / ts.pieces;
+  const BlockCoord uc = unit_coord(int64_t{ts.whole} + b / ts.pieces, per_head);
   const int piece = b % ts.pieces;
-  return {u / per_head, per_head - 1 - static_cast<int>(u % per_head),
-          static_cast<int>(int64_t{piece} * tiles / ts.pieces), static_cast<int>(int64_t{piece + 1} * tiles / ts.pieces)};
+  return {uc.bh, uc.blk, static_cast<int>(int64_t{piece} * tiles / ts.pieces),
+          static_cast<int>(int64_t{piece + 1} * tiles / ts.pieces)};
 }
 
 // Adds (kAdd: float2 atomics, sm_90) or stores this warp's rows of a kCols-column accumulator
@@ -815,8 +813,9 @@ __global__ void __launch_bounds__(256) rows_from_scratch_kernel(const float* scr
                                                                 int whole, int slots, float scale1) {
   constexpr int kPairs = kD / 2;  // float2 per row
   const int su = blockIdx.x / 2, o = blockIdx.x % 2, per_head = cdiv(N, 128);
-  const int64_t u = int64_t{whole} + su, bh = u / per_head;
-  const int j0 = (per_head - 1 - static_cast<int>(u % per_head)) * 128;
+  const BlockCoord uc = unit_coord(int64_t{whole} + su, per_head);
+  const int64_t bh = uc.bh;
+  const int j0 = uc.blk * 128;
   const float2* s = reinterpret_cast<const float2*>(scratch + (int64_t{su} * slots * 2 + o) * 128 * kD);
   T* const out = o == 0 ? out1 : out2;
   const float scale = o == 0 ? scale1 : 1.f;
