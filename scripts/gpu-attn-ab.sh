@@ -13,6 +13,8 @@
 #   GG_AB_SIZES      "N,N d;N d" (default "4096,16384 64;16384 128"): the benchmark's sizes
 #   GG_NCU_CHAIN_ENV NAME=VALUE[,...]: each chain of GG_NCU_CHAIN once more with these set
 #   GG_NCU_CHAIN_D   head dimension of those chains (default 64)
+#   GG_NCU_CHAIN_DET GG_ATTENTION_DETERMINISTIC for those chains (default 0: the opt-in mode; 1:
+#                    the default, ordered mode); GG_NCU_CHAIN_ENV can still override it
 #   GG_AB_BASE       a source tree of another version (e.g. ab-base/, ignored by git: `git archive
 #                    REV -- CMakeLists.txt cmake core autograd ops kernels bench tests examples
 #                    gradgrad.h docs/tutorial.md | tar -x -C ab-base`, sent with the device tool's
@@ -69,7 +71,7 @@ if command -v ncu >/dev/null && [ -n "${GG_NCU_CHAIN:-}" ]; then
   # each size as is, then (GG_NCU_CHAIN_ENV: NAME=VALUE[,...]) once more with those variables set
   for n in $GG_NCU_CHAIN; do
     for e in "" ${GG_NCU_CHAIN_ENV:+"$GG_NCU_CHAIN_ENV"}; do
-      env ${e//,/ } GG_ATTENTION_DETERMINISTIC=0 ncu --clock-control none --csv \
+      env GG_ATTENTION_DETERMINISTIC="${GG_NCU_CHAIN_DET:-0}" ${e//,/ } ncu --clock-control none --csv \
         --metrics gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second "$B/bench/bench_attention_gpu" --n "$n" \
         --d "${GG_NCU_CHAIN_D:-64}" --chain-only >"$OUT/ncu-chain-$n${e:+-env}.csv" 2>>"$L/ncu-chain.log"
     done
