@@ -615,15 +615,20 @@ __device__ __forceinline__ void add_acc_tile(float* dst, const float (&d)[kRows 
     atomicAdd(reinterpret_cast<float4*>(dst + acc_index(j, warp, lane, 0)), make_float4(d[j][0], d[j][1], d[j][2], d[j][3]));
 }
 
+// A counter between blocks: one load with acquire semantics, one increment with release semantics
+// (GPU scope).
+__device__ __forceinline__ int load_acquire(const int* counter) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
+  return v;
+}
+__device__ __forceinline__ void release_increment(int* counter) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(counter) : "memory");
+}
 // Spins (one thread) until *counter >= target, by acquire loads with a pause of kSleepNs between.
 template <int kSleepNs>
 __device__ __forceinline__ void spin_until_at_least(const int* counter, int target) {
-  int v;
-  while (true) {
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
-    if (v >= target) break;
-    __nanosleep(kSleepNs);
-  }
+  while (load_acquire(counter) < target) __nanosleep(kSleepNs);
 }
 
 // ---- ordered additions (the fused sweeps in deterministic mode, p.add_order set): the blocks that
@@ -659,35 +664,34 @@ __device__ __forceinline__ void ordered_add_end(bool ordered, int c) {
 template <int kBN, bool kEarly, typename Consumer>
 __device__ __forceinline__ void order_additions(int* counters, int blk, int per_head, bool causal, int lo, int hi,
                                                 Consumer&& consumer, int lane) {
+  auto position = [&](int t) { return ordered_add_position(blk, per_head, t, kBN, causal); };
   if constexpr (!kEarly) {
     for (int t = lo; t < hi; ++t) {
       const int c = consumer(t);
-      if (lane == 0) spin_until_at_least<32>(counters + t, ordered_add_position(blk, per_head, t, kBN, causal));
+      if (lane == 0) spin_until_at_least<32>(counters + t, position(t));
       __syncwarp();
       named_bar_arrive(kOrderReady + c, 160);
       named_bar_sync(kOrderAdded + c, 160);
-      if (lane == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(counters + t) : "memory");
+      if (lane == 0) release_increment(counters + t);
       __syncwarp();
     }
     return;
   }
   if (lo >= hi) return;
-  auto position = [&](int t) { return ordered_add_position(blk, per_head, t, kBN, causal); };
   if (lane == 0) spin_until_at_least<32>(counters + lo, position(lo));
   __syncwarp();
   named_bar_arrive(kOrderReady + consumer(lo), 160);
   int seen = 0;  // lane 0: tile t + 1's counter, loaded while tile t's additions run
   for (int t = lo; t < hi; ++t) {
     const bool next = t + 1 < hi;
-    if (lane == 0 && next)
-      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(counters + t + 1) : "memory");
+    if (lane == 0 && next) seen = load_acquire(counters + t + 1);
     named_bar_sync(kOrderAdded + consumer(t), 160);
     if (next) {
       if (lane == 0 && seen < position(t + 1)) spin_until_at_least<32>(counters + t + 1, position(t + 1));
       __syncwarp();
       named_bar_arrive(kOrderReady + consumer(t + 1), 160);
     }
-    if (lane == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(counters + t) : "memory");
+    if (lane == 0) release_increment(counters + t);
     __syncwarp();
   }
 }
