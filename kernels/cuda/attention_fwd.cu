@@ -500,30 +500,50 @@ __device__ __forceinline__ void fwd_partial_epilogue(float* piece, const float (
   }
 }
 
-// One block per split unit: its rows (below N) from its pieces' partial rows.
+// kFwdMergeRows rows of a split unit per block (fwd_merge_blocks blocks per unit), 16 threads per
+// row, each with kD / 32 column pairs: one row per thread and every piece's loads issued together,
+// so that the merge waits for about two memory round trips (one block per unit, each thread going
+// round its rows one after another, waited for about fifty).
+constexpr int kFwdMergeRows = 16;
+template <int kBlockM>
+constexpr int fwd_merge_blocks(int split_units) {
+  return split_units * (kBlockM / kFwdMergeRows);
+}
+// Rows of the split units (below N) from their pieces' partial rows, summed over the pieces in
+// order (k = 0, 1, ...).
 template <typename T, int kBlockM, int kD>
 __global__ void __launch_bounds__(256) fwd_merge_kernel(const Params<T> p, const float* scratch, int whole,
                                                         int pieces) {
-  const BlockCoord uc = unit_coord(int64_t{whole} + blockIdx.x, cdiv(p.N, kBlockM));
-  const int64_t bh = uc.bh;
-  const int i0 = uc.blk * kBlockM;
-  const float* unit = scratch + static_cast<int64_t>(blockIdx.x) * pieces * kBlockM * (kD + 2);
-  for (int f = threadIdx.x; f < kBlockM * kD / 2; f += 256) {
-    const int r = f / (kD / 2), c = 2 * (f % (kD / 2)), row = i0 + r;
-    if (row >= p.N) break;  // rows grow with f
-    float M = -INFINITY;
-    for (int k = 0; k < pieces; ++k) M = fmaxf(M, unit[k * kBlockM * (kD + 2) + kBlockM * kD + r]);
-    float lsum = 0.f, o0 = 0.f, o1 = 0.f;
-    for (int k = 0; k < pieces; ++k) {
-      const float* pc = unit + k * kBlockM * (kD + 2);
-      const float w = exp2f(pc[kBlockM * kD + r] - M);
-      lsum += w * pc[kBlockM * (kD + 1) + r];
-      o0 += w * pc[r * kD + c];
-      o1 += w * pc[r * kD + c + 1];
+  static_assert(kBlockM % kFwdMergeRows == 0 && kD % 32 == 0, "16 rows per block, 16 threads per row");
+  constexpr int kPairs = kD / 32;  // column pairs per thread: pair q·16 + t of its row
+  constexpr int64_t kPiece = int64_t{kBlockM} * (kD + 2);
+  const int su = blockIdx.x / (kBlockM / kFwdMergeRows), t = threadIdx.x % 16;
+  const int r = (blockIdx.x % (kBlockM / kFwdMergeRows)) * kFwdMergeRows + threadIdx.x / 16;  // row in the unit
+  const BlockCoord uc = unit_coord(int64_t{whole} + su, cdiv(p.N, kBlockM));
+  const int row = uc.blk * kBlockM + r;
+  if (row >= p.N) return;
+  const float* unit = scratch + su * pieces * kPiece;
+  float M = -INFINITY;
+#pragma unroll 4
+  for (int k = 0; k < pieces; ++k) M = fmaxf(M, unit[k * kPiece + kBlockM * kD + r]);
+  float lsum = 0.f, o[kPairs][2] = {};
+#pragma unroll 4
+  for (int k = 0; k < pieces; ++k) {
+    const float* pc = unit + k * kPiece;
+    const float w = exp2f(pc[kBlockM * kD + r] - M);
+    lsum += w * pc[kBlockM * (kD + 1) + r];
+#pragma unroll
+    for (int q = 0; q < kPairs; ++q) {
+      const float2 v = *reinterpret_cast<const float2*>(pc + r * kD + 2 * (q * 16 + t));
+      o[q][0] += w * v.x;
+      o[q][1] += w * v.y;
     }
-    *reinterpret_cast<uint32_t*>(p.out0 + (bh * p.N + row) * kD + c) = Elem<T>::pack(o0 / lsum, o1 / lsum);
-    if (c == 0) p.L_out[bh * p.N + row] = (M + log2f(lsum)) * kLn2;
   }
+  const int64_t out = (uc.bh * p.N + row) * kD;
+#pragma unroll
+  for (int q = 0; q < kPairs; ++q)
+    *reinterpret_cast<uint32_t*>(p.out0 + out + 2 * (q * 16 + t)) = Elem<T>::pack(o[q][0] / lsum, o[q][1] / lsum);
+  if (t == 0) p.L_out[uc.bh * p.N + row] = (M + log2f(lsum)) * kLn2;
 }
 
 template <typename T, int kD, int kC>
@@ -691,8 +711,8 @@ void launch_fwd_ws(const Params<T>& p) {
       p, tmQ, tmK, tmV, (attention_ping_pong_mask() & kPingPongFwd) != 0, split);
   CUDA_CHECK_LAUNCH();
   if (plan.split_units > 0) {
-    fwd_merge_kernel<T, Cfg::kBlockM, kD><<<plan.split_units, 256, 0, cuda_stream()>>>(p, scratch.as<float>(), plan.whole,
-                                                                                      plan.pieces);
+    fwd_merge_kernel<T, Cfg::kBlockM, kD><<<fwd_merge_blocks<Cfg::kBlockM>(plan.split_units), 256, 0, cuda_stream()>>>(
+        p, scratch.as<float>(), plan.whole, plan.pieces);
     CUDA_CHECK_LAUNCH();
   }
 }

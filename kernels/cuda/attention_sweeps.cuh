@@ -840,29 +840,42 @@ __device__ __forceinline__ void key_rows_out(const Params<T>& p, const TailSplit
   store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, b, one, jw, p.N, lane);
 }
 
-// The split units' outputs from the scratch (the sum of their slots, in order): one block per
-// (split unit, output).
+// The split units' outputs from the scratch (the sum of their slots, in order k = 0, 1, ...):
+// kScratchRows rows of one output of one split unit per block (kScratchBlocks blocks per unit), 16
+// threads per row, each with kD / 32 column pairs and every slot's loads issued together. (One
+// block per (unit, output), each thread going round its rows one after another, waited for a
+// memory round trip per slot and row: twice as long.)
+constexpr int kScratchRows = 16;
+constexpr int kScratchBlocks = 2 * (128 / kScratchRows);  // two outputs of 128 rows
 template <typename T, int kD>
 __global__ void __launch_bounds__(256) rows_from_scratch_kernel(const float* scratch, T* out1, T* out2, int N,
                                                                 int whole, int slots, float scale1) {
-  constexpr int kPairs = kD / 2;  // float2 per row
-  const int su = blockIdx.x / 2, o = blockIdx.x % 2, per_head = cdiv(N, 128);
-  const BlockCoord uc = unit_coord(int64_t{whole} + su, per_head);
-  const int64_t bh = uc.bh;
-  const int j0 = uc.blk * 128;
-  const float2* s = reinterpret_cast<const float2*>(scratch + (int64_t{su} * slots * 2 + o) * 128 * kD);
-  T* const out = o == 0 ? out1 : out2;
-  const float scale = o == 0 ? scale1 : 1.f;
-  for (int f = threadIdx.x; f < 128 * kPairs && j0 + f / kPairs < N; f += 256) {
-    float2 v = s[f];
-    for (int k = 1; k < slots; ++k) {
-      const float2 w = s[k * 2 * 128 * kPairs + f];
-      v.x += w.x;
-      v.y += w.y;
+  static_assert(kD % 32 == 0 && kScratchRows * 16 == 256, "16 threads per row, 256 per block");
+  constexpr int kPairs = kD / 32;  // column pairs per thread: pair q·16 + t of its row
+  constexpr int kPerOutput = kScratchBlocks / 2;
+  const int su = blockIdx.x / kScratchBlocks, o = (blockIdx.x / kPerOutput) % 2, t = threadIdx.x % 16;
+  const int r = (blockIdx.x % kPerOutput) * kScratchRows + threadIdx.x / 16;  // row in the unit
+  const BlockCoord uc = unit_coord(int64_t{whole} + su, cdiv(N, 128));
+  const int row = uc.blk * 128 + r;
+  if (row >= N) return;
+  const float* s = scratch + (int64_t{su} * slots * 2 + o) * 128 * kD + r * kD;
+  float2 v[kPairs];
+#pragma unroll
+  for (int q = 0; q < kPairs; ++q) v[q] = *reinterpret_cast<const float2*>(s + 2 * (q * 16 + t));
+#pragma unroll 4
+  for (int k = 1; k < slots; ++k) {
+#pragma unroll
+    for (int q = 0; q < kPairs; ++q) {
+      const float2 w = *reinterpret_cast<const float2*>(s + int64_t{k} * 2 * 128 * kD + 2 * (q * 16 + t));
+      v[q].x += w.x;
+      v[q].y += w.y;
     }
-    *reinterpret_cast<uint32_t*>(out + (bh * N + j0 + f / kPairs) * kD + 2 * (f % kPairs)) =
-        Elem<T>::pack(scale * v.x, scale * v.y);
   }
+  T* const out = (o == 0 ? out1 : out2) + (uc.bh * N + row) * kD;
+  const float scale = o == 0 ? scale1 : 1.f;
+#pragma unroll
+  for (int q = 0; q < kPairs; ++q)
+    *reinterpret_cast<uint32_t*>(out + 2 * (q * 16 + t)) = Elem<T>::pack(scale * v[q].x, scale * v[q].y);
 }
 
 // The SM count a tail split is planned for: attention_tail_split() (kernels.h), or the device's.
@@ -891,7 +904,7 @@ class TailSplitRun {
   void finish(const Params<T>& p, float scale1) const {
     if (ts_.split_units == 0) return;
     auto kernel = d_ == 128 ? rows_from_scratch_kernel<T, 128> : rows_from_scratch_kernel<T, 64>;
-    kernel<<<2 * ts_.split_units, 256, 0, cuda_stream()>>>(ts_.scratch, p.out1, p.out2, p.N, ts_.whole, ts_.slots,
+    kernel<<<kScratchBlocks * ts_.split_units, 256, 0, cuda_stream()>>>(ts_.scratch, p.out1, p.out2, p.N, ts_.whole, ts_.slots,
                                                             scale1);
     CUDA_CHECK_LAUNCH();
   }
