@@ -734,13 +734,11 @@ __global__ void __launch_bounds__(256) rows_from_acc_kernel(const float* acc, T*
 __device__ __forceinline__ void griddep_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
-// At the end of a block: once all its threads are done, one release increment of *counter.
+// At the end of a block: once all its threads are done, one release increment of *counter (the
+// barrier orders the block's writes before thread 0's release).
 __device__ __forceinline__ void signal_done(int* counter) {
   __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    atomicAdd(counter, 1);
-  }
+  if (threadIdx.x == 0) release_increment(counter);
 }
 // At the start of a block: all its threads wait until *counter reaches target (acquire).
 __device__ __forceinline__ void wait_done(const int* counter, int target) {
