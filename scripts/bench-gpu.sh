@@ -8,6 +8,8 @@
 #       memory (minutes at 1M).
 #   ab: the attention benchmark at N = 4096 and 16384 (d = 64, 128; causal d = 64) twice, with the
 #       Hopper (wgmma) kernels on and off (GG_ATTENTION_WGMMA=0): a quick A/B of kernel versions.
+#   atomic: bench_atomic_rate (bench/atomic_rate.cu) at N = 8192 and 16384, H = 16: the fused BoB's
+#       query-side additions alone, by kind of addition (only when named; not part of all).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 what=" ${*:-all} "
@@ -29,6 +31,8 @@ if want attention && [ ! -f "$anchor" ]; then
 fi
 targets="bench_cuda"
 [ "$what" = " cuda " ] || targets="$targets bench_attention_gpu"
+[[ "$what" == *" atomic "* ]] && targets="$targets bench_atomic_rate"
+[ "$what" = " atomic " ] && targets="bench_atomic_rate"
 : >"$results"
 
 if ! cmake -S . -B "$BUILD" -G Ninja -DGG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DGG_BUILD_BENCH=ON \
@@ -74,6 +78,9 @@ if want attention; then
         >>"$results" 2>>"$OUT/bench_attention_gpu.err"
     fi
   done
+fi
+if [[ "$what" == *" atomic "* ]]; then
+  for n in 8192 16384; do "$BUILD/bench/bench_atomic_rate" "$n" 16 5 >>"$results" 2>>"$OUT/bench_atomic_rate.err"; done
 fi
 if want long; then
   "$BUILD/bench/bench_attention_gpu" --chain-only --n 65536,262144,1048576 --d 64 --heads 8 >>"$results" \
