@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # On the GPU machine (H200): builds the GPU test binary with CUDA for sm_90a, runs the GPU tests
 # (ctest label gpu) with GG_REQUIRE_GPU=1 (a skip is a failure), then compute-sanitizer memcheck
-# on part of the GPU test binary and racecheck on a small case of each attention kernel. (The CPU suite runs in CI: scripts/test.sh.) Logs go to $OUT (the device tool's folder) or ./gpu-logs; a short table is last.
+# on part of the GPU test binary (the op table and every attention kernel) and racecheck on a small case of each attention kernel. (The CPU suite runs in CI: scripts/test.sh.) Logs go to $OUT (the device tool's folder) or ./gpu-logs; a short table is last.
 # Usage: scripts/gpu-test.sh [gtest filter for memcheck]
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT="${OUT:-$PWD/gpu-logs}"
 mkdir -p "$OUT"
 BUILD="${GG_GPU_BUILD:-build-gpu}"
-MEMCHECK_FILTER="${1:-Cuda.*:Ops/CudaOpTable.F32*}"
+# memcheck: the op table and a small case of every attention kernel, the tail splits included
+MEMCHECK_FILTER="${1:-Cuda.*:Ops/CudaOpTable.F32*:CudaAttention.PoisonedOutputs:CudaAttention.HopperForwardPoisonedAndDeterministic:CudaAttention.HopperFusedTailSplit:CudaAttention.HopperForwardTailSplit}"
 status() { printf '%-28s %s\n' "$1" "$2" | tee -a "$OUT/summary.txt"; }
 : >"$OUT/summary.txt"
 
