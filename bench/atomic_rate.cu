@@ -19,7 +19,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <vector>
+
+#include "kernels/cuda/check.cuh"
 
 namespace {
 
@@ -65,33 +68,24 @@ __global__ void __launch_bounds__(256, 1) add_tiles_kernel(void* buf, int N) {
   }
 }
 
-#define CHECK(x)                                                                          \
-  do {                                                                                    \
-    const cudaError_t err_ = (x);                                                         \
-    if (err_ != cudaSuccess) {                                                            \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(err_)); \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
-
 template <Kind kKind>
 void measure(int N, int H, int reps, void* buf, size_t bytes) {
   const int blocks = H * (N / kKeysPerBlock);
   const int smem = 160 * 1024;  // one block per SM, as the warp-specialised sweeps
-  CHECK(cudaFuncSetAttribute(add_tiles_kernel<kKind>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  CUDA_CHECK(cudaFuncSetAttribute(add_tiles_kernel<kKind>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
   std::vector<float> ms;
   for (int r = 0; r <= reps; ++r) {  // r = 0: warm-up, not kept
-    CHECK(cudaMemset(buf, 0, bytes));
-    CHECK(cudaEventRecord(a));
+    CUDA_CHECK(cudaMemset(buf, 0, bytes));
+    CUDA_CHECK(cudaEventRecord(a));
     add_tiles_kernel<kKind><<<blocks, 256, smem>>>(buf, N);
-    CHECK(cudaEventRecord(b));
-    CHECK(cudaEventSynchronize(b));
-    CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaEventRecord(b));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    CUDA_CHECK(cudaGetLastError());
     float t = 0.f;
-    CHECK(cudaEventElapsedTime(&t, a, b));
+    CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
     if (r > 0) ms.push_back(t);
   }
   float best = ms[0], sum = 0.f;
@@ -107,11 +101,11 @@ void measure(int N, int H, int reps, void* buf, size_t bytes) {
   double got = 0.0;
   if (kKind == kU64) {
     unsigned long long q = 0;
-    CHECK(cudaMemcpy(&q, static_cast<unsigned long long*>(buf) + 20, sizeof q, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(&q, static_cast<unsigned long long*>(buf) + 20, sizeof q, cudaMemcpyDeviceToHost));
     got = static_cast<double>(q) / 0x1p40;
   } else {
     float f = 0.f;
-    CHECK(cudaMemcpy(&f, static_cast<float*>(buf) + 20, sizeof f, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(&f, static_cast<float*>(buf) + 20, sizeof f, cudaMemcpyDeviceToHost));
     got = f;
   }
   const bool ok = kKind == kStore || (got > expect * 0.999 && got < expect * 1.001);
@@ -121,8 +115,8 @@ void measure(int N, int H, int reps, void* buf, size_t bytes) {
       "\"expected\": %.6g}\n",
       kNames[kKind], N, H, blocks, best, sum / ms.size(), adds / best / 1e6, adds * elem / best / 1e6, ok ? "ok" : "FAIL",
       got, kKind == kStore ? got : expect);
-  CHECK(cudaEventDestroy(a));
-  CHECK(cudaEventDestroy(b));
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
 }
 
 }  // namespace
@@ -136,13 +130,18 @@ int main(int argc, char** argv) {
                  kKeysPerBlock, N, H, reps);
     return 2;
   }
-  const size_t bytes = static_cast<size_t>(H) * 2 * N * kD * 8;  // room for the u64 kind
-  void* buf = nullptr;
-  CHECK(cudaMalloc(&buf, bytes));
-  measure<kF32x4>(N, H, reps, buf, bytes);
-  measure<kF32>(N, H, reps, buf, bytes);
-  measure<kU64>(N, H, reps, buf, bytes);
-  measure<kStore>(N, H, reps, buf, bytes);
-  CHECK(cudaFree(buf));
+  try {
+    const size_t bytes = static_cast<size_t>(H) * 2 * N * kD * 8;  // room for the u64 kind
+    void* buf = nullptr;
+    CUDA_CHECK(cudaMalloc(&buf, bytes));
+    measure<kF32x4>(N, H, reps, buf, bytes);
+    measure<kF32>(N, H, reps, buf, bytes);
+    measure<kU64>(N, H, reps, buf, bytes);
+    measure<kStore>(N, H, reps, buf, bytes);
+    CUDA_CHECK(cudaFree(buf));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_atomic_rate: %s\n", e.what());
+    return 1;
+  }
   return 0;
 }

@@ -839,9 +839,9 @@ __global__ void __launch_bounds__(384, 1)
         // deterministic: the owners' additions of each tile of dQ in turn (owner: the tile's parity)
         if constexpr (kOrdered) {
           if (warp == 2)
-            order_additions<Cfg::kBlockN, false>(p.add_order + unit.bh * cdiv(p.N, 64), unit.blk, cdiv(p.N, 128), p.causal,
-                                          unit.t_begin, unit.t_end, [&](int t) { return (t - unit.t_begin) & 1; },
-                                          lane);
+            order_additions<Cfg::kBlockN, false>(p.add_order + unit.bh * cdiv(p.N, 64), unit.blk, cdiv(p.N, 128),
+                                                 p.causal, unit.t_begin, unit.t_end,
+                                                 [&](int t) { return (t - unit.t_begin) & 1; }, lane);
         }
       });
 #else

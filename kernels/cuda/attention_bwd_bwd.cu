@@ -1159,8 +1159,8 @@ __global__ void __launch_bounds__(384, 1)
         // deterministic: consumer w's additions to output w (grad_Q, grad_dO), tile by tile in turn
         if constexpr (kOrdered) {
           const int w = warp - 2, tiles = cdiv(p.N, Cfg::kBlockN);
-          order_additions<Cfg::kBlockN, true>(p.add_order + (unit.bh * 2 + w) * tiles, unit.blk, cdiv(p.N, 128), p.causal,
-                                        unit.t_begin, unit.t_end, [w](int) { return w; }, lane);
+          order_additions<Cfg::kBlockN, true>(p.add_order + (unit.bh * 2 + w) * tiles, unit.blk, cdiv(p.N, 128),
+                                              p.causal, unit.t_begin, unit.t_end, [w](int) { return w; }, lane);
         }
       });
 #else

@@ -902,8 +902,8 @@ class TailSplitRun {
   void finish(const Params<T>& p, float scale1) const {
     if (ts_.split_units == 0) return;
     auto kernel = d_ == 128 ? rows_from_scratch_kernel<T, 128> : rows_from_scratch_kernel<T, 64>;
-    kernel<<<kScratchBlocks * ts_.split_units, 256, 0, cuda_stream()>>>(ts_.scratch, p.out1, p.out2, p.N, ts_.whole, ts_.slots,
-                                                            scale1);
+    kernel<<<kScratchBlocks * ts_.split_units, 256, 0, cuda_stream()>>>(ts_.scratch, p.out1, p.out2, p.N, ts_.whole,
+                                                                         ts_.slots, scale1);
     CUDA_CHECK_LAUNCH();
   }
 
