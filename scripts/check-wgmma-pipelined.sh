@@ -3,7 +3,7 @@
 # every wgmma, a slowdown of 1.5-2x that compiles, passes every test and shows only as an `info`
 # line of `ptxas -v` (C7510-C7520, "wgmma.mma_async instructions are serialized"). It happened on
 # small changes: a branch inside a wgmma group, registers of a pending group read or written
-# before its wait (docs/kernel-notes.md v19). Compiles each attention file for sm_90a as the
+# before its wait (docs/kernels.md, section 2). Compiles each attention file for sm_90a as the
 # library does, without a GPU.   Usage: scripts/check-wgmma-pipelined.sh [nvcc]
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -5,7 +5,7 @@ For each kernel that issues warpgroup MMAs (HGMMA) or mma.sync (HMMA), prints it
 count and, for the innermost loop (a backward branch) that contains a tensor-core instruction:
 how many instructions it spans, how many of them are HGMMA/HMMA, R2UR (a value moved into a
 uniform register: in a hot loop usually a wgmma descriptor that ptxas could not keep uniform,
-docs/kernel-notes.md v22), MUFU (exp2) and STSM/LDSM. A loop with both a masked and an unmasked
+docs/kernels.md, section 2), MUFU (exp2) and STSM/LDSM. A loop with both a masked and an unmasked
 path counts both. Usage:
 
   nvcc -cubin -arch=sm_90a -std=c++17 -O3 -DNDEBUG -DGG_HAS_CUDA=1 -DGG_CUDA_SM90A=1 -I. \\
