@@ -1,4 +1,4 @@
-// gg::attention on the GPU, measured the way ../shared/anchors/torch_attention.py measures
+// gg::attention on the GPU, measured the way bench/attention_torch.py measures
 // PyTorch, so both can run in one call (scripts/bench-gpu.sh attention) and be compared line by
 // line. One JSON object per line on stdout:
 //   fwd_ms     forward only (no tape)

@@ -1,97 +1,147 @@
 #!/usr/bin/env bash
-# On the GPU machine: builds (sm_90a, Release), runs the GPU benchmarks and their PyTorch twins
-# in the same call, and writes bench/results/<card>-<date>.jsonl (copied to $OUT with the logs).
-# Prints a short table last.  Usage: scripts/bench-gpu.sh [cuda|attention|long|ab|all ...]   (default all)
-#   attention: d = 64 and 128, causal and not, N = 1K-32K, each beside the PyTorch anchor;
-#       GG_BENCH_CONFIGS (e.g. "64:" or "64: 64:causal") and GG_BENCH_N narrow it.
-#   long: the chain alone at N = 65536, 262144, 1048576 (B = 1, H = 8, d = 64, bf16): time and peak
-#       memory (minutes at 1M).
-#   ab: the attention benchmark at N = 4096 and 16384 (d = 64, 128; causal d = 64) twice, with the
-#       Hopper (wgmma) kernels on and off (GG_ATTENTION_WGMMA=0): a quick A/B of kernel versions.
-#   atomic: bench_atomic_rate (bench/atomic_rate.cu) at N = 8192 and 16384, H = 16: the fused BoB's
-#       query-side additions alone, by kind of addition (only when named; not part of all).
+# On a machine with an NVIDIA GPU: builds the GPU benchmarks (Release, sm_90a) and runs them with
+# their PyTorch references in the same process tree, so that both sides are measured on one card
+# in one run. Each benchmark overwrites its results file, whose first line records the card, the
+# driver, the date, the commit and the command:
+#
+#   scripts/bench-gpu.sh [cuda|attention|long|ab|all ...]     (default: all = cuda attention long)
+#
+#   cuda       bench_cuda (add/sum bandwidth, matmul against cuBLAS, an MLP double-backward step)
+#              and bench/mlp_torch.py                                  -> bench/results/cuda.jsonl
+#   attention  bench_attention_gpu beside bench/attention_torch.py, d = 64 and 128, causal and
+#              not, N = 1K-32K, B = 1, H = 16, bf16; the d = 64 configurations once more with
+#              GG_ATTENTION_DETERMINISTIC=0                            -> bench/results/attention.jsonl
+#              GG_BENCH_N (e.g. 4096,16384), GG_BENCH_CONFIGS ("d:mask" pairs, e.g. "64: 64:causal")
+#              and GG_BENCH_NONDET (the configurations also run in any-order mode) narrow it.
+#   long       one chain at N = 65536, 262144, 1048576 (B = 1, H = 8, d = 64): time and peak
+#              memory; minutes at 1M                                   -> bench/results/long.jsonl
+#   ab         GG_AB_BASE=<another source tree>: builds that tree's bench_attention_gpu in its own
+#              build folder beside ours, runs old and new alternately (two alternations) at
+#              N = 4096, 8192, 16384 for d = 64 causal and not and d = 128 not causal, and prints
+#              the medians of fwd, fwd+bwd and chain with new/old ratios. GG_AB_REPS sets the
+#              repeats per measurement (default 10). Lines go to $OUT/ab.jsonl, not to bench/results.
+#
+# Then: python3 bench/make_tables.py (docs/benchmarks.md) and python3 bench/plot_attention.py.
+# Logs go to $OUT (default ./gpu-logs). GG_GPU_BUILD names the build folder (default build-gpu).
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 what=" ${*:-all} "
 want() { [[ "$what" == *" all "* || "$what" == *" $1 "* ]]; }
 OUT="${OUT:-$PWD/gpu-logs}"
 mkdir -p "$OUT" bench/results
 BUILD="${GG_GPU_BUILD:-build-gpu}"
-card="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '-')"
-day="$(date -u +%F)"
-results="bench/results/${card}-${day}.jsonl"
-# The PyTorch reference for the attention benchmark: ../shared/anchors beside a checkout, or a copy
-# carried into .anchors/ (through the device tool: carry [".anchors"]). Without it the attention
-# numbers would have no side-by-side reference, so that is an error, before anything is built.
-anchor=../shared/anchors/torch_attention.py
-[ -f "$anchor" ] || anchor=.anchors/torch_attention.py
-if want attention && [ ! -f "$anchor" ]; then
-  echo "bench-gpu: attention asked for, but no PyTorch anchor (../shared/anchors/torch_attention.py or .anchors/; carry .anchors)"
-  exit 1
+if [[ "$what" == *" ab "* && -z "${GG_AB_BASE:-}" ]]; then
+  echo "bench-gpu: ab needs GG_AB_BASE=<directory of the other source tree>"; exit 2
 fi
-targets="bench_cuda"
-[ "$what" = " cuda " ] || targets="$targets bench_attention_gpu"
-[[ "$what" == *" atomic "* ]] && targets="$targets bench_atomic_rate"
-[ "$what" = " atomic " ] && targets="bench_atomic_rate"
-: >"$results"
 
-if ! cmake -S . -B "$BUILD" -G Ninja -DGG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DGG_BUILD_BENCH=ON \
-      ${GG_CMAKE_ARGS:-} >"$OUT/bench-configure.log" 2>&1 ||
-   ! cmake --build "$BUILD" -j "$(nproc)" --target $targets >"$OUT/bench-build.log" 2>&1; then
-  tail -40 "$OUT/bench-build.log" "$OUT/bench-configure.log" 2>/dev/null; echo "bench-gpu: build failed"; exit 1
-fi
-# tree: the code as it ran (scripts/tree-id.sh); commit: HEAD only where that is HEAD's code, else
-# "unknown" (the GPU machine's copy carries an older snapshot of .git, whose HEAD is not
-# the code; there scripts/tree-id.sh --find ID names the commit)
-tree=$(scripts/tree-id.sh)
-commit=unknown
-[ "$tree" = "$(scripts/tree-id.sh --commit HEAD 2>/dev/null)" ] && commit=$(git rev-parse --short HEAD)
-echo "{\"bench\":\"run\",\"card\":\"$card\",\"date\":\"$day\",\"commit\":\"$commit\",\"tree\":\"$tree\"}" >>"$results"
+configure_and_build() {  # source dir, build dir, log name, targets...
+  local src=$1 dir=$2 log=$3; shift 3
+  if ! cmake -S "$src" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
+         -DGG_BUILD_BENCH=ON -DGG_BUILD_EXAMPLES=OFF -DGG_BUILD_TESTS=OFF >"$OUT/$log.log" 2>&1 ||
+     ! cmake --build "$dir" -j "$(nproc)" --target "$@" >>"$OUT/$log.log" 2>&1; then
+    tail -40 "$OUT/$log.log"; echo "bench-gpu: build of $src failed ($OUT/$log.log)"; exit 1
+  fi
+}
+targets=()
+want cuda && targets+=(bench_cuda)
+{ want attention || want long || [[ "$what" == *" ab "* ]]; } && targets+=(bench_attention_gpu)
+configure_and_build . "$BUILD" build "${targets[@]}"
+
+card="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+driver="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)"
+commit="$(git describe --always --dirty 2>/dev/null || echo unknown)"
+start() {  # results file name, command: truncates the file and writes its meta line
+  python3 - "$1" "$card" "$driver" "$(date -u +%F)" "$commit" "$2" >"bench/results/$1.jsonl" <<'PY'
+import json, sys
+name, card, driver, date, commit, command = sys.argv[1:]
+print(json.dumps({"bench": "meta", "results": name, "card": card, "driver": driver, "date": date,
+                  "commit": commit, "command": command}, separators=(",", ":")))
+PY
+}
+ours="$BUILD/bench/bench_attention_gpu"
+rc=0
 
 if want cuda; then
-  "$BUILD/bench/bench_cuda" >>"$results" 2>"$OUT/bench_cuda.err"
-  PYTHONUNBUFFERED=1 python3 bench/mlp_torch.py >>"$results" 2>"$OUT/mlp_torch.err"
+  start cuda "scripts/bench-gpu.sh cuda"
+  "$BUILD/bench/bench_cuda" >>bench/results/cuda.jsonl 2>"$OUT/bench_cuda.err" || rc=1
+  PYTHONUNBUFFERED=1 python3 bench/mlp_torch.py >>bench/results/cuda.jsonl 2>"$OUT/mlp_torch.err" || rc=1
 fi
-if [[ "$what" == *" ab "* ]]; then
-  for w in 1 0; do
-    for cfg in "--d 64" "--d 128" "--d 64 --causal"; do
-      GG_ATTENTION_WGMMA=$w "$BUILD/bench/bench_attention_gpu" --n 4096,16384 --heads 16 $cfg >>"$results" \
-        2>>"$OUT/bench_attention_gpu.err"
-    done
-  done
-fi
+
 if want attention; then
-  # GG_BENCH_CONFIGS: "d:mask" pairs (mask "" or "causal"); the default is all four. Each runs our
-  # benchmark, then the anchor, so a configuration's lines are always side by side in one run;
-  # those in GG_BENCH_NONDET (default "64:") then ours once more with the fused backward.
   sizes="${GG_BENCH_N:-1024,4096,8192,16384,32768}"
-  for cfg in ${GG_BENCH_CONFIGS:-64: 64:causal 128: 128:causal}; do
-    d=${cfg%%:*} c=${cfg##*:}
-    [ -n "$c" ] && c="--$c"
-    "$BUILD/bench/bench_attention_gpu" --n "$sizes" --d "$d" --heads 16 $c \
-      >>"$results" 2>>"$OUT/bench_attention_gpu.err"
-    PYTHONUNBUFFERED=1 python3 "$anchor" --n "$sizes" --d "$d" --heads 16 $c \
-      >>"$results" 2>>"$OUT/torch_attention.err"
-    # the fused backward (nondeterministic dQ, kernels.h) in the configurations of GG_BENCH_NONDET
-    if [[ " ${GG_BENCH_NONDET-64:} " == *" $cfg "* ]]; then
-      GG_ATTENTION_DETERMINISTIC=0 "$BUILD/bench/bench_attention_gpu" --n "$sizes" --d "$d" --heads 16 $c \
-        >>"$results" 2>>"$OUT/bench_attention_gpu.err"
+  configs="${GG_BENCH_CONFIGS:-64: 64:causal 128: 128:causal}"
+  nondet="${GG_BENCH_NONDET-64: 64:causal}"
+  env_desc=""
+  for v in GG_BENCH_N GG_BENCH_CONFIGS GG_BENCH_NONDET; do [ -n "${!v+x}" ] && env_desc+="$v=\"${!v}\" "; done
+  start attention "${env_desc}scripts/bench-gpu.sh attention"
+  for cfg in $configs; do
+    d=${cfg%%:*} mask=${cfg##*:}
+    causal=()
+    [ -n "$mask" ] && causal=(--causal)
+    args=(--n "$sizes" --d "$d" --heads 16 --batch 1 --dtype bf16 "${causal[@]}")
+    "$ours" "${args[@]}" >>bench/results/attention.jsonl 2>>"$OUT/bench_attention_gpu.err" || rc=1
+    PYTHONUNBUFFERED=1 python3 bench/attention_torch.py "${args[@]}" >>bench/results/attention.jsonl \
+      2>>"$OUT/attention_torch.err" || rc=1
+    if [[ " $nondet " == *" $cfg "* ]]; then
+      GG_ATTENTION_DETERMINISTIC=0 "$ours" "${args[@]}" >>bench/results/attention.jsonl \
+        2>>"$OUT/bench_attention_gpu.err" || rc=1
     fi
   done
 fi
-if [[ "$what" == *" atomic "* ]]; then
-  for n in 8192 16384; do "$BUILD/bench/bench_atomic_rate" "$n" 16 5 >>"$results" 2>>"$OUT/bench_atomic_rate.err"; done
-fi
+
 if want long; then
-  "$BUILD/bench/bench_attention_gpu" --chain-only --n 65536,262144,1048576 --d 64 --heads 8 >>"$results" \
-    2>>"$OUT/bench_attention_gpu.err"
+  start long "scripts/bench-gpu.sh long"
+  "$ours" --chain-only --n 65536,262144,1048576 --d 64 --heads 8 --batch 1 --dtype bf16 \
+    >>bench/results/long.jsonl 2>>"$OUT/bench_attention_gpu.err" || rc=1
 fi
-cp "$results" "$OUT/"
-echo
-echo "results: $results"
-python3 - "$results" <<'PY'
-import json, sys
+
+if [[ "$what" == *" ab "* ]]; then
+  base_build="$BUILD-base"
+  configure_and_build "$GG_AB_BASE" "$base_build" build-base bench_attention_gpu
+  old="$base_build/bench/bench_attention_gpu"
+  : >"$OUT/ab.jsonl"
+  for round in 1 2; do
+    for cfg in "64" "64 --causal" "128"; do
+      for side in new old; do
+        bin=$ours
+        [ $side = old ] && bin=$old
+        # shellcheck disable=SC2086  # cfg is "d [--causal]"
+        "$bin" --n 4096,8192,16384 --d $cfg --heads 16 --batch 1 --dtype bf16 --reps "${GG_AB_REPS:-10}" \
+            2>>"$OUT/ab.err" | sed "s/^{/{\"side\":\"$side\",\"round\":$round,/" >>"$OUT/ab.jsonl"
+      done
+    done
+  done
+  echo "A/B: new = this tree, old = $GG_AB_BASE; medians over both rounds (ms); ratios new/old"
+  python3 - "$OUT/ab.jsonl" <<'PY'
+import json, statistics, sys
+runs = {}
 for line in open(sys.argv[1]):
     r = json.loads(line)
-    print("  ".join(f"{k}={v}" for k, v in r.items()))
+    if "fwd_ms" not in r:
+        continue
+    key = (r["d"], r["causal"], r["N"])
+    for f in ("fwd_ms", "fwdbwd_ms", "chain_ms"):
+        runs.setdefault((key, r["side"], f), []).append(r[f])
+keys = sorted({k for (k, _, _) in runs})
+print(f"{'d':>4} {'mask':>7} {'N':>6} | {'fwd old':>8} {'new':>8} | {'f+b old':>8} {'new':>8} | "
+      f"{'chain old':>9} {'new':>8} | {'fwd':>6} {'f+b':>6} {'chain':>6}")
+for k in keys:
+    med = {(s, f): statistics.median(runs[(k, s, f)]) for s in ("old", "new") for f in ("fwd_ms", "fwdbwd_ms", "chain_ms")
+           if (k, s, f) in runs}
+    if len(med) < 6:
+        print(f"{k[0]:>4} {'causal' if k[1] else 'full':>7} {k[2]:>6} | missing lines (see ab.err)")
+        continue
+    r = {f: med[("new", f)] / med[("old", f)] for f in ("fwd_ms", "fwdbwd_ms", "chain_ms")}
+    print(f"{k[0]:>4} {'causal' if k[1] else 'full':>7} {k[2]:>6} | {med[('old', 'fwd_ms')]:8.3f} {med[('new', 'fwd_ms')]:8.3f} | "
+          f"{med[('old', 'fwdbwd_ms')]:8.3f} {med[('new', 'fwdbwd_ms')]:8.3f} | {med[('old', 'chain_ms')]:9.3f} "
+          f"{med[('new', 'chain_ms')]:8.3f} | {r['fwd_ms']:6.3f} {r['fwdbwd_ms']:6.3f} {r['chain_ms']:6.3f}")
 PY
+fi
+
+for f in cuda attention long; do
+  want $f && [ -s "bench/results/$f.jsonl" ] && cp "bench/results/$f.jsonl" "$OUT/" &&
+    echo "wrote bench/results/$f.jsonl ($(($(wc -l <"bench/results/$f.jsonl") - 1)) lines)"
+done
+grep -h '"error"' bench/results/*.jsonl 2>/dev/null | head -5
+[ $rc -eq 0 ] || echo "bench-gpu: a benchmark exited with an error (logs in $OUT)"
+exit $rc

@@ -2,11 +2,12 @@
 # On the GPU machine: builds the users' programs (sm_90a, Release) and runs them on the GPU:
 # maml_sine beside its PyTorch twin (bench/maml_sine_torch.py) on the GPU and on the CPU, in the
 # same call; maml_attention's fused-vs-composite check and long-context runs; ttt_e2e.
-# The examples need CLI11 and nlohmann-json: run scripts/carry-deps.sh here first and pass
-# carry [".deps"] to the device call. Logs and metrics go to $OUT; a short table is printed last.
+# The examples need CLI11 and nlohmann-json. On a machine without a package registry, run
+# scripts/carry-deps.sh on one that has them and copy .deps/ along with the tree: this script
+# configures with it when .deps/ exists. Logs and metrics go to $OUT; a short table is printed last.
 # Usage: scripts/gpu-examples.sh [maml|attention|ttt|all ...]   (default all)
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 FINAL="${OUT:-$PWD/gpu-logs}"
 OUT="$(mktemp -d)"   # everything lands here; packed into one archive in $FINAL at the end
 mkdir -p "$FINAL"
@@ -20,7 +21,7 @@ prefix=()
 [ -d .deps ] && prefix=(-DCMAKE_PREFIX_PATH="$PWD/.deps")
 
 row "gpu" "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
-row "date / tree" "$(date -u +%FT%TZ) $(scripts/tree-id.sh) (scripts/tree-id.sh: the code as it ran)"
+row "date / commit" "$(date -u +%FT%TZ) $(git describe --always --dirty 2>/dev/null || echo unknown)"
 if ! cmake -S . -B "$BUILD" -G Ninja -DGG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release \
       -DGG_BUILD_EXAMPLES=ON "${prefix[@]}" >"$OUT/ex-configure.log" 2>&1 ||
    ! cmake --build "$BUILD" -j "$(nproc)" --target ${GG_EXAMPLE_TARGETS:-maml_sine maml_attention ttt_e2e} >"$OUT/ex-build.log" 2>&1; then

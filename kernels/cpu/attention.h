@@ -1,6 +1,6 @@
 // CPU kernels for fused softmax attention: forward, backward, and backward-over-backward (BoB).
 //
-// The math is in shared/design/attention-bob.md; each .cpp restates its part in its header.
+// The math is in docs/attention.md; each .cpp restates its part in its header.
 // Kernels see raw pointers and an AttentionShape, never tensors: the op layer (ops/) checks
 // shapes, dtypes and contiguity and resolves the scale before calling in.
 //

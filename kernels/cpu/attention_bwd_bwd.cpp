@@ -15,7 +15,7 @@
 //
 // Shapes: Q, K, V, O, dO, Qt, Kt, Vt and the four outputs are (B, H, N, d); L, D, E, F are (B, H, N).
 //
-// Tiling, the two-pass schedule of shared/design/attention-bob.md. The outputs depend on E and F
+// Tiling, the two-pass schedule of docs/attention.md (section 4). The outputs depend on E and F
 // only affinely, so a query block can accumulate pieces and combine them once its sweep ends:
 //   grad_Q_i  = s·(X1_i - E_i·X2_i - F_i·X3_i + X4_i)
 //       X1 = [P∘((dP - D)∘G + H)]·K,  X2 = (P∘dP)·K,  X3 = P·K,  X4 = dS·Kt

@@ -17,7 +17,7 @@
 // Shapes: Q, K, V, O, dO, Qt, Kt, Vt and the four outputs are (B, H, N, d) contiguous; L, D, E, F
 // are (B, H, N), Acc (f32 for bf16/f16/f32, f64 for f64); D, E, F are stream-ordered scratch.
 //
-// Schedule: the two-pass schedule of shared/design/attention-bob.md, no atomics, no N x N buffer,
+// Schedule: the two-pass schedule of docs/attention.md (section 4), no atomics, no N x N buffer,
 // bitwise deterministic. The outputs depend on E and F only affinely, so a query block
 // accumulates pieces and combines them once its sweep ends:
 //   grad_Q_i  = s·(XA_i - E_i·X2_i - F_i·X3_i)
