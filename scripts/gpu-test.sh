@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine (H200): builds the GPU test binary with CUDA for sm_90a, runs the GPU tests
 # (ctest label gpu) with GG_REQUIRE_GPU=1 (a skip is a failure), then compute-sanitizer memcheck
-# on part of the GPU test binary (the op table and every attention kernel) and racecheck on a small case of each attention kernel. (The CPU suite runs in CI: scripts/test.sh.) Logs go to $OUT (the device tool's folder) or ./gpu-logs; a short table is last.
+# on part of the GPU test binary (the op table and every attention kernel) and racecheck on a small case of each attention kernel. (The CPU suite runs in CI: scripts/test.sh.) Logs go to $OUT (default ./gpu-logs); a short table is last.
 # Usage: scripts/gpu-test.sh [gtest filter for memcheck]
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
