@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Fails if a file tracked by git is larger than the limit (default 5 MiB): logs, results and
-# images belong in the repository, generated blobs do not. Run by ctest (repo.file_sizes); passes
-# with a note outside a git checkout.
+# Fails if a file tracked by git is larger than the limit (default 5 MiB, GG_MAX_FILE_BYTES):
+# sources, the latest benchmark results and the docs' images belong in the repository, build
+# outputs, logs and profiles do not. Run by ctest (repo_file_sizes); passes with a note outside a
+# git checkout.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 limit=$(( ${GG_MAX_FILE_BYTES:-5242880} ))
