@@ -4,11 +4,7 @@
 #include <cstring>
 #include <iomanip>
 
-#include "kernels/cpu/kernels.h"
-#ifdef GG_HAS_CUDA
-#include "kernels/cuda/kernels.h"
-#include "kernels/cuda/runtime.h"
-#endif
+#include "ops/dispatch.h"  // the only way to the kernels (copies for to_vector)
 
 namespace gg {
 
@@ -59,22 +55,21 @@ template uint8_t* Tensor::data<uint8_t>() const;
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
   Tensor c = *this;
-  if (device().is_cuda()) {
-#ifdef GG_HAS_CUDA
-    // Gather the view into contiguous device memory, then bring it over.
+  if (!device().is_cpu()) {
+    // Gather the view into contiguous memory on its device, then bring it over.
     Tensor dense = empty(shape(), dtype(), device());
-    kernels::cuda::copy_strided({dtype(), dtype(), raw_data(), dense.raw_data(), kernels::make_layout(shape(), strides()),
-                                 kernels::make_layout(shape(), contiguous_strides(shape()))});
+    dispatch::copy({dtype(), dtype(), raw_data(), dense.raw_data(), kernels::make_layout(shape(), strides()),
+                    kernels::make_layout(shape(), contiguous_strides(shape()))},
+                   device());
     c = empty(shape(), dtype(), Device::cpu());
-    kernels::cuda::memcpy(c.raw_data(), dense.raw_data(), static_cast<size_t>(numel()) * dtype_size(dtype()),
-                          kernels::cuda::CopyKind::device_to_host);
-#endif
+    dispatch::copy_between_devices(c.raw_data(), Device::cpu(), dense.raw_data(), device(),
+                                   static_cast<size_t>(numel()) * dtype_size(dtype()));
   }
   std::vector<T> out(static_cast<size_t>(numel()));
   // Strided read with conversion to T through the CPU copy kernel.
-  kernels::cpu::copy_strided({c.dtype(), dtype_of<T>(), c.raw_data(), out.data(),
-                              kernels::make_layout(c.shape(), c.strides()),
-                              kernels::make_layout(c.shape(), contiguous_strides(c.shape()))});
+  dispatch::copy({c.dtype(), dtype_of<T>(), c.raw_data(), out.data(), kernels::make_layout(c.shape(), c.strides()),
+                  kernels::make_layout(c.shape(), contiguous_strides(c.shape()))},
+                 Device::cpu());
   return out;
 }
 template std::vector<float> Tensor::to_vector<float>() const;

@@ -10,6 +10,8 @@
 // backward differentiates attention_composite (exact, O(N²) memory) and warns once.
 #include <cmath>
 
+// The one upward call from ops/ into autograd/: bob_composite_vjp (the order-3 fallback) runs
+// gg::grad, the engine, from inside a backward. Every other op only records nodes for it.
 #include "autograd/engine.h"
 #include "core/log.h"
 #include "ops/common.h"
