@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "kernels/elementwise_ops.h"
 
 namespace gg::kernels {
 
@@ -52,11 +53,9 @@ struct ArangeParams {
 };
 
 // y = f(x) elementwise on contiguous arrays of one floating dtype. `alpha` is the scalar of
-// pow/add/mul-by-scalar.
-enum class UnaryOp {
-  neg, exp, log, sqrt, tanh, sigmoid, relu, gelu, erf, sin, cos, abs, sign, step,
-  pow_scalar, add_scalar, mul_scalar
-};
+// pow/add/mul-by-scalar. The ops and their formulas are listed in kernels/elementwise_ops.h.
+#define GG_ENUM_ENTRY(name, ...) name,
+enum class UnaryOp { GG_UNARY_OPS(GG_ENUM_ENTRY) };
 struct UnaryParams {
   UnaryOp op;
   DType dtype;
@@ -68,7 +67,35 @@ struct UnaryParams {
 
 // out = a op b with broadcasting: `out` is contiguous of shape out_sizes; a and b are read
 // through their own (possibly zero) strides over the same index space. Comparisons write b8.
-enum class BinaryOp { add, sub, mul, div, maximum, eq, ne, lt, le, gt, ge };
+enum class BinaryOp { GG_BINARY_OPS(GG_ENUM_ENTRY) };
+#undef GG_ENUM_ENTRY
+
+// The op's name as listed ("exp", "pow_scalar", "maximum", ...), for messages.
+#define GG_NAME_CASE(name, ...) case Op::name: return #name;
+inline const char* op_name(UnaryOp op) {
+  using Op = UnaryOp;
+  switch (op) { GG_UNARY_OPS(GG_NAME_CASE) }
+  return "?";
+}
+inline const char* op_name(BinaryOp op) {
+  using Op = BinaryOp;
+  switch (op) { GG_BINARY_OPS(GG_NAME_CASE) }
+  return "?";
+}
+#undef GG_NAME_CASE
+
+// The `result` column of GG_BINARY_OPS as a bool: GG_RESULT_IS_B8_##result.
+#define GG_RESULT_IS_B8_same false
+#define GG_RESULT_IS_B8_b8 true
+
+// True for the ops whose result is b8 (the comparisons).
+#define GG_COMPARISON_CASE(name, result, formula) case BinaryOp::name: return GG_RESULT_IS_B8_##result;
+constexpr bool is_comparison(BinaryOp op) {
+  switch (op) { GG_BINARY_OPS(GG_COMPARISON_CASE) }
+  return false;
+}
+#undef GG_COMPARISON_CASE
+
 struct BinaryParams {
   BinaryOp op;
   DType dtype;  // of a and b

@@ -1,6 +1,7 @@
 // Elementwise maps (Eigen arrays on contiguous data) and broadcasting binary ops / where.
 #include <Eigen/Core>
 #include <cmath>
+#include <type_traits>
 
 #include "core/error.h"
 #include "kernels/cpu/kernels.h"
@@ -14,33 +15,43 @@ using Vec = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 template <typename T>
 using CVec = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 
+// The M:: of the formulas in kernels/elementwise_ops.h, on Eigen array expressions: Eigen's
+// vectorised functions where it has them, a scalar std:: function per element otherwise.
+struct CpuMath {
+  template <typename D> static auto exp(const Eigen::ArrayBase<D>& x) { return x.exp(); }
+  template <typename D> static auto log(const Eigen::ArrayBase<D>& x) { return x.log(); }
+  template <typename D> static auto sqrt(const Eigen::ArrayBase<D>& x) { return x.sqrt(); }
+  template <typename D> static auto tanh(const Eigen::ArrayBase<D>& x) { return x.tanh(); }
+  template <typename D> static auto sin(const Eigen::ArrayBase<D>& x) { return x.sin(); }
+  template <typename D> static auto cos(const Eigen::ArrayBase<D>& x) { return x.cos(); }
+  template <typename D> static auto abs(const Eigen::ArrayBase<D>& x) { return x.abs(); }
+  template <typename D, typename T> static auto max(const Eigen::ArrayBase<D>& x, T s) { return x.max(s); }
+  template <typename D> static auto erf(const Eigen::ArrayBase<D>& x) {
+    using T = typename D::Scalar;
+    return x.unaryExpr([](T v) { return std::erf(v); });
+  }
+  template <typename D> static auto step(const Eigen::ArrayBase<D>& x) {
+    using T = typename D::Scalar;
+    return x.unaryExpr([](T v) { return v > T(0) ? T(1) : T(0); });
+  }
+  template <typename D, typename T> static auto pow(const Eigen::ArrayBase<D>& x, T a) {
+    return x.unaryExpr([a](T v) { return a == T(2) ? v * v : std::pow(v, a); });
+  }
+};
+
+// y = formula(x) over the whole array, one case per entry of GG_UNARY_OPS.
 template <typename T>
 void unary_t(const UnaryParams& p) {
+  using C = T;
+  using M = CpuMath;
   CVec<T> x(static_cast<const T*>(p.x), p.n);
   Vec<T> y(static_cast<T*>(p.y), p.n);
   const T a = static_cast<T>(p.alpha);
-  const T inv_sqrt2 = static_cast<T>(0.70710678118654752440);
   switch (p.op) {
-    case UnaryOp::neg: y = -x; break;
-    case UnaryOp::exp: y = x.exp(); break;
-    case UnaryOp::log: y = x.log(); break;
-    case UnaryOp::sqrt: y = x.sqrt(); break;
-    case UnaryOp::tanh: y = x.tanh(); break;
-    case UnaryOp::sigmoid: y = T(1) / (T(1) + (-x).exp()); break;
-    case UnaryOp::relu: y = x.max(T(0)); break;
-    case UnaryOp::gelu: y = x.unaryExpr([&](T v) { return T(0.5) * v * (T(1) + std::erf(v * inv_sqrt2)); }); break;
-    case UnaryOp::erf: y = x.unaryExpr([](T v) { return std::erf(v); }); break;
-    case UnaryOp::sin: y = x.sin(); break;
-    case UnaryOp::cos: y = x.cos(); break;
-    case UnaryOp::abs: y = x.abs(); break;
-    case UnaryOp::sign: y = x.unaryExpr([](T v) { return T((v > T(0)) - (v < T(0))); }); break;
-    case UnaryOp::step: y = x.unaryExpr([](T v) { return v > T(0) ? T(1) : T(0); }); break;
-    case UnaryOp::pow_scalar:
-      if (a == T(2)) y = x.square();
-      else y = x.unaryExpr([a](T v) { return std::pow(v, a); });
-      break;
-    case UnaryOp::add_scalar: y = x + a; break;
-    case UnaryOp::mul_scalar: y = x * a; break;
+#define GG_UNARY_CASE(name, formula) \
+  case UnaryOp::name: y = (formula); break;
+    GG_UNARY_OPS(GG_UNARY_CASE)
+#undef GG_UNARY_CASE
   }
 }
 
@@ -79,22 +90,17 @@ void binary_map(const BinaryParams& p, F f) {
   });
 }
 
+// binary_map with the formula of each entry of GG_BINARY_OPS; comparisons write b8.
 template <typename T>
 void binary_t(const BinaryParams& p) {
-  using B = uint8_t;  // comparisons write b8
   switch (p.op) {
-    case BinaryOp::add: return binary_map<T, T>(p, [](T a, T b) { return a + b; });
-    case BinaryOp::sub: return binary_map<T, T>(p, [](T a, T b) { return a - b; });
-    case BinaryOp::mul: return binary_map<T, T>(p, [](T a, T b) { return a * b; });
-    case BinaryOp::div: return binary_map<T, T>(p, [](T a, T b) { return a / b; });
-    case BinaryOp::maximum:  // NaN wins
-      return binary_map<T, T>(p, [](T a, T b) { return a > b ? a : (b > a ? b : (a != a ? a : b)); });
-    case BinaryOp::eq: return binary_map<B, T>(p, [](T a, T b) { return B(a == b); });
-    case BinaryOp::ne: return binary_map<B, T>(p, [](T a, T b) { return B(a != b); });
-    case BinaryOp::lt: return binary_map<B, T>(p, [](T a, T b) { return B(a < b); });
-    case BinaryOp::le: return binary_map<B, T>(p, [](T a, T b) { return B(a <= b); });
-    case BinaryOp::gt: return binary_map<B, T>(p, [](T a, T b) { return B(a > b); });
-    case BinaryOp::ge: return binary_map<B, T>(p, [](T a, T b) { return B(a >= b); });
+#define GG_BINARY_CASE(name, result, formula)                     \
+  case BinaryOp::name: {                                          \
+    using Out = std::conditional_t<GG_RESULT_IS_B8_##result, uint8_t, T>; \
+    return binary_map<Out, T>(p, [](T a, T b) { return Out(formula); }); \
+  }
+    GG_BINARY_OPS(GG_BINARY_CASE)
+#undef GG_BINARY_CASE
   }
 }
 
@@ -122,7 +128,9 @@ void unary(const UnaryParams& p) {
   switch (p.dtype) {
     case DType::f32: return unary_t<float>(p);
     case DType::f64: return unary_t<double>(p);
-    default: throw DTypeError(std::string("gg: CPU elementwise ops support f32 and f64, got ") + dtype_name(p.dtype));
+    default:
+      throw DTypeError(std::string("gg::") + op_name(p.op) + ": the CPU kernel supports f32 and f64, got " +
+                       dtype_name(p.dtype));
   }
 }
 
@@ -131,7 +139,9 @@ void binary(const BinaryParams& p) {
     case DType::f32: return binary_t<float>(p);
     case DType::f64: return binary_t<double>(p);
     case DType::i64: return binary_t<int64_t>(p);
-    default: throw DTypeError(std::string("gg: CPU binary ops support f32, f64 and i64, got ") + dtype_name(p.dtype));
+    default:
+      throw DTypeError(std::string("gg::") + op_name(p.op) + ": the CPU kernel supports f32, f64 and i64, got " +
+                       dtype_name(p.dtype));
   }
 }
 

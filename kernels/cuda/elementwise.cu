@@ -155,125 +155,81 @@ struct alignas(sizeof(T) * kVec) Pack {
 };
 
 // ---------------------------------------------------------------- math in the compute type
+// The M:: of the formulas in kernels/elementwise_ops.h, per element in the compute type C.
 // Accurate CUDA math (no fast-math intrinsics): the float overloads call the f-suffixed
-// functions, the double overloads the plain ones.
+// functions, the double overloads the plain ones. pow is exactly x * x for a == 2 and max(x, s)
+// is std::max(x, s) (NaN propagates), like the CPU.
 
-__device__ __forceinline__ float math_exp(float x) { return expf(x); }
-__device__ __forceinline__ double math_exp(double x) { return ::exp(x); }
-__device__ __forceinline__ float math_log(float x) { return logf(x); }
-__device__ __forceinline__ double math_log(double x) { return ::log(x); }
-__device__ __forceinline__ float math_sqrt(float x) { return sqrtf(x); }
-__device__ __forceinline__ double math_sqrt(double x) { return ::sqrt(x); }
-__device__ __forceinline__ float math_tanh(float x) { return tanhf(x); }
-__device__ __forceinline__ double math_tanh(double x) { return ::tanh(x); }
-__device__ __forceinline__ float math_erf(float x) { return erff(x); }
-__device__ __forceinline__ double math_erf(double x) { return ::erf(x); }
-__device__ __forceinline__ float math_sin(float x) { return sinf(x); }
-__device__ __forceinline__ double math_sin(double x) { return ::sin(x); }
-__device__ __forceinline__ float math_cos(float x) { return cosf(x); }
-__device__ __forceinline__ double math_cos(double x) { return ::cos(x); }
-__device__ __forceinline__ float math_abs(float x) { return fabsf(x); }
-__device__ __forceinline__ double math_abs(double x) { return ::fabs(x); }
-__device__ __forceinline__ float math_pow(float x, float a) { return powf(x, a); }
-__device__ __forceinline__ double math_pow(double x, double a) { return ::pow(x, a); }
+struct CudaMath {
+#define GG_CUDA_MATH(name, f32_fn, f64_fn)                                   \
+  static __device__ __forceinline__ float name(float x) { return f32_fn(x); } \
+  static __device__ __forceinline__ double name(double x) { return f64_fn(x); }
+  GG_CUDA_MATH(exp, expf, ::exp)
+  GG_CUDA_MATH(log, logf, ::log)
+  GG_CUDA_MATH(sqrt, sqrtf, ::sqrt)
+  GG_CUDA_MATH(tanh, tanhf, ::tanh)
+  GG_CUDA_MATH(erf, erff, ::erf)
+  GG_CUDA_MATH(sin, sinf, ::sin)
+  GG_CUDA_MATH(cos, cosf, ::cos)
+  GG_CUDA_MATH(abs, fabsf, ::fabs)
+#undef GG_CUDA_MATH
+  static __device__ __forceinline__ float pow(float x, float a) { return a == 2.0f ? x * x : powf(x, a); }
+  static __device__ __forceinline__ double pow(double x, double a) { return a == 2.0 ? x * x : ::pow(x, a); }
+  template <typename C>
+  static __device__ __forceinline__ C max(C x, C s) { return x < s ? s : x; }
+  template <typename C>
+  static __device__ __forceinline__ C step(C x) { return x > C(0) ? C(1) : C(0); }
+};
 
-// The CPU formulas of kernels/cpu/elementwise.cpp. `a` is alpha in the compute type. gelu keeps
-// the CPU's 1 + erf(x/sqrt2): below x ~ -4 that sum cancels, so an ulp of difference between
-// CUDA's and the CPU's erf shows as ~1e-9 relative (f64) there.
-template <typename C>
-__device__ __forceinline__ C apply_unary(UnaryOp op, C x, C a) {
-  switch (op) {
-    case UnaryOp::neg: return -x;
-    case UnaryOp::exp: return math_exp(x);
-    case UnaryOp::log: return math_log(x);
-    case UnaryOp::sqrt: return math_sqrt(x);
-    case UnaryOp::tanh: return math_tanh(x);
-    case UnaryOp::sigmoid: return C(1) / (C(1) + math_exp(-x));
-    case UnaryOp::relu: return x < C(0) ? C(0) : x;  // std::max(x, 0): NaN propagates
-    case UnaryOp::gelu: return C(0.5) * x * (C(1) + math_erf(x * C(0.70710678118654752440)));
-    case UnaryOp::erf: return math_erf(x);
-    case UnaryOp::sin: return math_sin(x);
-    case UnaryOp::cos: return math_cos(x);
-    case UnaryOp::abs: return math_abs(x);
-    case UnaryOp::sign: return C((x > C(0)) - (x < C(0)));
-    case UnaryOp::step: return x > C(0) ? C(1) : C(0);
-    case UnaryOp::pow_scalar: return a == C(2) ? x * x : math_pow(x, a);
-    case UnaryOp::add_scalar: return x + a;
-    case UnaryOp::mul_scalar: return x * a;
-  }
-  return C(0);
-}
+// UnaryFormula<op>::apply(x, a) and BinaryFormula<op>::apply(a, b): the formulas of
+// kernels/elementwise_ops.h. The gelu formula keeps the CPU's 1 + erf(x/sqrt2): below x ~ -4
+// that sum cancels, so an ulp of difference between CUDA's and the CPU's erf shows as ~1e-9
+// relative (f64) there.
+template <UnaryOp op>
+struct UnaryFormula;
+#define GG_UNARY_FORMULA(name, formula)                         \
+  template <>                                                   \
+  struct UnaryFormula<UnaryOp::name> {                          \
+    template <typename C, typename M = CudaMath>                \
+    static __device__ __forceinline__ C apply(C x, C a) {       \
+      (void)a;                                                  \
+      return formula;                                           \
+    }                                                           \
+  };
+GG_UNARY_OPS(GG_UNARY_FORMULA)
+#undef GG_UNARY_FORMULA
 
-template <typename C>
-__device__ __forceinline__ C apply_arith(BinaryOp op, C a, C b) {
-  switch (op) {
-    case BinaryOp::add: return a + b;
-    case BinaryOp::sub: return a - b;
-    case BinaryOp::mul: return a * b;
-    case BinaryOp::div: return a / b;
-    case BinaryOp::maximum: return a > b ? a : (b > a ? b : (a != a ? a : b));  // NaN wins
-    default: return C(0);
-  }
-}
-
-template <typename C>
-__device__ __forceinline__ uint8_t apply_cmp(BinaryOp op, C a, C b) {
-  switch (op) {
-    case BinaryOp::eq: return a == b;
-    case BinaryOp::ne: return a != b;
-    case BinaryOp::lt: return a < b;
-    case BinaryOp::le: return a <= b;
-    case BinaryOp::gt: return a > b;
-    case BinaryOp::ge: return a >= b;
-    default: return 0;
-  }
-}
-
-__host__ __device__ constexpr bool is_comparison(BinaryOp op) { return op >= BinaryOp::eq; }
+// kB8: the op writes b8 (a comparison), else the operands' dtype.
+template <BinaryOp op>
+struct BinaryFormula;
+#define GG_BINARY_FORMULA(name, result, formula)                \
+  template <>                                                   \
+  struct BinaryFormula<BinaryOp::name> {                        \
+    static constexpr bool kB8 = GG_RESULT_IS_B8_##result;       \
+    template <typename C>                                       \
+    static __device__ __forceinline__ auto apply(C a, C b) {    \
+      using Out = std::conditional_t<kB8, uint8_t, C>;          \
+      return Out(formula);                                      \
+    }                                                           \
+  };
+GG_BINARY_OPS(GG_BINARY_FORMULA)
+#undef GG_BINARY_FORMULA
 
 // Calls fn(std::integral_constant<Op, op>) so that a kernel switches on the op once, outside
 // its loop, and each loop body sees the op as a constant.
+#define GG_OP_CASE(name, ...) \
+  case Op::name: return fn(std::integral_constant<Op, Op::name>{});
 template <typename Fn>
-__device__ __forceinline__ void with_unary_op(UnaryOp op, Fn&& fn) {
-  using U = UnaryOp;
-  switch (op) {
-    case U::neg: return fn(std::integral_constant<U, U::neg>{});
-    case U::exp: return fn(std::integral_constant<U, U::exp>{});
-    case U::log: return fn(std::integral_constant<U, U::log>{});
-    case U::sqrt: return fn(std::integral_constant<U, U::sqrt>{});
-    case U::tanh: return fn(std::integral_constant<U, U::tanh>{});
-    case U::sigmoid: return fn(std::integral_constant<U, U::sigmoid>{});
-    case U::relu: return fn(std::integral_constant<U, U::relu>{});
-    case U::gelu: return fn(std::integral_constant<U, U::gelu>{});
-    case U::erf: return fn(std::integral_constant<U, U::erf>{});
-    case U::sin: return fn(std::integral_constant<U, U::sin>{});
-    case U::cos: return fn(std::integral_constant<U, U::cos>{});
-    case U::abs: return fn(std::integral_constant<U, U::abs>{});
-    case U::sign: return fn(std::integral_constant<U, U::sign>{});
-    case U::step: return fn(std::integral_constant<U, U::step>{});
-    case U::pow_scalar: return fn(std::integral_constant<U, U::pow_scalar>{});
-    case U::add_scalar: return fn(std::integral_constant<U, U::add_scalar>{});
-    case U::mul_scalar: return fn(std::integral_constant<U, U::mul_scalar>{});
-  }
+__device__ __forceinline__ void with_op(UnaryOp op, Fn&& fn) {
+  using Op = UnaryOp;
+  switch (op) { GG_UNARY_OPS(GG_OP_CASE) }
 }
-
 template <typename Fn>
-__device__ __forceinline__ void with_binary_op(BinaryOp op, Fn&& fn) {
-  using B = BinaryOp;
-  switch (op) {
-    case B::add: return fn(std::integral_constant<B, B::add>{});
-    case B::sub: return fn(std::integral_constant<B, B::sub>{});
-    case B::mul: return fn(std::integral_constant<B, B::mul>{});
-    case B::div: return fn(std::integral_constant<B, B::div>{});
-    case B::maximum: return fn(std::integral_constant<B, B::maximum>{});
-    case B::eq: return fn(std::integral_constant<B, B::eq>{});
-    case B::ne: return fn(std::integral_constant<B, B::ne>{});
-    case B::lt: return fn(std::integral_constant<B, B::lt>{});
-    case B::le: return fn(std::integral_constant<B, B::le>{});
-    case B::gt: return fn(std::integral_constant<B, B::gt>{});
-    case B::ge: return fn(std::integral_constant<B, B::ge>{});
-  }
+__device__ __forceinline__ void with_op(BinaryOp op, Fn&& fn) {
+  using Op = BinaryOp;
+  switch (op) { GG_BINARY_OPS(GG_OP_CASE) }
 }
+#undef GG_OP_CASE
 
 // ---------------------------------------------------------------- N-d offsets
 // kOps operands walking one row-major index space of `ndim` dims (collapsed on the host).
@@ -449,26 +405,29 @@ __global__ void unary_kernel(UnaryOp op, const T* x, T* y, int64_t n, double alp
   using Tr = ElemTraits<T>;
   using C = typename Tr::Compute;
   const C a = static_cast<C>(alpha);
-  with_unary_op(op, [&](auto k) {
-    unary_loop(x, y, n, vectorize, [a](C v) { return Tr::from_compute(apply_unary(decltype(k)::value, v, a)); });
+  with_op(op, [&](auto k) {
+    using F = UnaryFormula<decltype(k)::value>;
+    unary_loop(x, y, n, vectorize, [a](C v) { return Tr::from_compute(F::apply(v, a)); });
   });
+}
+
+// The stored result of BinaryFormula F: b8 as is, anything else converted back to T.
+template <typename T, typename F, typename C>
+__device__ __forceinline__ auto binary_store(C x, C y) {
+  if constexpr (F::kB8) return F::apply(x, y);
+  else return ElemTraits<T>::from_compute(F::apply(x, y));
 }
 
 // out = a op b, each operand contiguous or a scalar.
 template <typename T>
 __global__ void binary_contiguous_kernel(BinaryOp op, const T* a, const T* b, void* out, int64_t n, bool a_scalar,
                                          bool b_scalar, bool vectorize) {
-  using Tr = ElemTraits<T>;
-  using C = typename Tr::Compute;
-  with_binary_op(op, [&](auto k) {
-    constexpr BinaryOp kOp = decltype(k)::value;
-    if constexpr (is_comparison(kOp)) {
-      binary_loop(a, b, static_cast<uint8_t*>(out), n, a_scalar, b_scalar, vectorize,
-                  [](C x, C y) { return apply_cmp(kOp, x, y); });
-    } else {
-      binary_loop(a, b, static_cast<T*>(out), n, a_scalar, b_scalar, vectorize,
-                  [](C x, C y) { return Tr::from_compute(apply_arith(kOp, x, y)); });
-    }
+  using C = typename ElemTraits<T>::Compute;
+  with_op(op, [&](auto k) {
+    using F = BinaryFormula<decltype(k)::value>;
+    using Out = std::conditional_t<F::kB8, uint8_t, T>;
+    binary_loop(a, b, static_cast<Out*>(out), n, a_scalar, b_scalar, vectorize,
+                [](C x, C y) { return binary_store<T, F>(x, y); });
   });
 }
 
@@ -477,13 +436,15 @@ template <typename T, typename Idx>
 __global__ void binary_strided_kernel(BinaryOp op, const T* a, const T* b, void* out, Idx n,
                                       const __grid_constant__ Indexer<2> ix) {
   using Tr = ElemTraits<T>;
-  for (Idx i = thread_index<Idx>(); i < n; i += thread_count<Idx>()) {
-    int64_t off[2];
-    ix.offsets(i, off);
-    const auto x = Tr::to_compute(a[off[0]]), y = Tr::to_compute(b[off[1]]);
-    if (is_comparison(op)) static_cast<uint8_t*>(out)[i] = apply_cmp(op, x, y);
-    else static_cast<T*>(out)[i] = Tr::from_compute(apply_arith(op, x, y));
-  }
+  with_op(op, [&](auto k) {
+    using F = BinaryFormula<decltype(k)::value>;
+    using Out = std::conditional_t<F::kB8, uint8_t, T>;
+    for (Idx i = thread_index<Idx>(); i < n; i += thread_count<Idx>()) {
+      int64_t off[2];
+      ix.offsets(i, off);
+      static_cast<Out*>(out)[i] = binary_store<T, F>(Tr::to_compute(a[off[0]]), Tr::to_compute(b[off[1]]));
+    }
+  });
 }
 
 // out[i] = cond ? a : b on raw bits, out contiguous. Operands: 0 = cond, 1 = a, 2 = b.
@@ -720,7 +681,7 @@ void unary(const UnaryParams& p) {
     case DType::f64: return unary_typed<double>(p);
     case DType::bf16: return unary_typed<__nv_bfloat16>(p);
     case DType::f16: return unary_typed<__half>(p);
-    default: unsupported("unary", "f32, f64, bf16 and f16", p.dtype);
+    default: unsupported(op_name(p.op), "f32, f64, bf16 and f16", p.dtype);
   }
 }
 
@@ -731,7 +692,7 @@ void binary(const BinaryParams& p) {
     case DType::bf16: return binary_typed<__nv_bfloat16>(p);
     case DType::f16: return binary_typed<__half>(p);
     case DType::i64: return binary_typed<int64_t>(p);
-    default: unsupported("binary", "f32, f64, bf16, f16 and i64", p.dtype);
+    default: unsupported(op_name(p.op), "f32, f64, bf16, f16 and i64", p.dtype);
   }
 }
 

@@ -1,0 +1,71 @@
+// The elementwise ops, listed once. kernels/params.h makes the enums UnaryOp and BinaryOp and
+// their names from these lists; kernels/cpu/elementwise.cpp and kernels/cuda/elementwise.cu
+// make their per-op dispatch and functors from them. No Eigen, no spdlog, no CUDA here: the
+// file is read by the C++ compiler and by nvcc alike.
+//
+// A unary entry is  X(name, forward formula)  where the formula is an expression in
+//   x   the input value,
+//   a   the op's scalar `alpha` (UnaryParams::alpha) converted to C,
+//   C   the type the arithmetic runs in (float or double; half types compute in float),
+//   M:: the math of the backend: M::exp, M::log, M::sqrt, M::tanh, M::sin, M::cos, M::abs,
+//       M::erf, M::pow(x, a) (exactly x * x when a == 2), M::max(x, s) (NaN propagates) and
+//       M::step(x) (1 where x > 0, else 0).
+// The CPU evaluates the formula once on whole Eigen arrays (x is an array expression, so write
+// it with arithmetic and M:: only: no ?:, no comparisons); CUDA evaluates it per element.
+//
+// A binary entry is  X(name, result, forward formula)  with result `same` (out has the dtype of
+// the operands) or `b8` (a comparison writing 0/1), and the formula a scalar expression in a
+// and b (both C; i64 operands compute in int64_t).
+//
+// Adding an op, e.g. square (y = x², dy/dx = 2x):
+//   1. its line in the list below:                      X(square, x * x)
+//   2. the ops/ three-liner, declared in ops/ops.h and defined in ops/elementwise.cpp, whose
+//      backward is written in gg ops (so that it is differentiable again):
+//        Tensor square(const Tensor& x) {
+//          Tensor y = unary_fwd(UnaryOp::square, x, "square");
+//          record("square", {x}, {y}, {x}, [](const BackwardArgs& g) -> TensorList {
+//            return {g.grads[0] * g.saved[0] * 2.0}; });
+//          return y;
+//        }
+//   3. its row in tests/op_table.cpp (forward against an f64 loop, gradcheck, gradgradcheck;
+//      the GPU tests run the same rows):
+//        un("square", [](auto& x) { return square(x); }, [](double x) { return x * x; });
+// The enum value, its name, the CPU kernel and the CUDA kernel all follow from the line in 1.
+// A formula that needs a function M lacks adds it to both backends' M (CpuMath in
+// kernels/cpu/elementwise.cpp, CudaMath in kernels/cuda/elementwise.cu).
+#pragma once
+
+// clang-format off
+#define GG_UNARY_OPS(X)                                                  \
+  X(neg,        -x)                                                      \
+  X(exp,        M::exp(x))                                               \
+  X(log,        M::log(x))                                               \
+  X(sqrt,       M::sqrt(x))                                              \
+  X(tanh,       M::tanh(x))                                              \
+  X(sigmoid,    C(1) / (C(1) + M::exp(-x)))                              \
+  X(relu,       M::max(x, C(0)))                                         \
+  X(gelu,       C(0.5) * x * (C(1) + M::erf(x * C(0.70710678118654752440)))) \
+  X(erf,        M::erf(x))                                               \
+  X(sin,        M::sin(x))                                               \
+  X(cos,        M::cos(x))                                               \
+  X(abs,        M::abs(x))                                               \
+  X(sign,       M::step(x) - M::step(-x))                                \
+  X(step,       M::step(x))                                              \
+  X(pow_scalar, M::pow(x, a))                                            \
+  X(add_scalar, x + a)                                                   \
+  X(mul_scalar, x * a)
+
+// maximum: NaN wins (if either operand is NaN, the result is that NaN).
+#define GG_BINARY_OPS(X)                                                 \
+  X(add,     same, a + b)                                                \
+  X(sub,     same, a - b)                                                \
+  X(mul,     same, a * b)                                                \
+  X(div,     same, a / b)                                                \
+  X(maximum, same, a > b ? a : (b > a ? b : (a != a ? a : b)))           \
+  X(eq,      b8,   a == b)                                               \
+  X(ne,      b8,   a != b)                                               \
+  X(lt,      b8,   a < b)                                                \
+  X(le,      b8,   a <= b)                                               \
+  X(gt,      b8,   a > b)                                                \
+  X(ge,      b8,   a >= b)
+// clang-format on
