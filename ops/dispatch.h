@@ -1,5 +1,6 @@
-// Runs a kernel on the device that holds the data. Ops call these; they never call a backend
-// directly, so adding a backend touches this file and kernels/<backend>/ only.
+// Runs a kernel on the device that holds the data. Ops (and Tensor::to_vector in core/) call
+// these; nothing else calls a backend directly, so adding a backend touches this file and
+// kernels/<backend>/ only.
 #pragma once
 #include <cstddef>
 
