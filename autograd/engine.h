@@ -1,5 +1,7 @@
 // Reverse-mode differentiation over the tape.
 #pragma once
+#include <initializer_list>
+
 #include "core/tensor.h"
 
 namespace gg {
@@ -15,8 +17,18 @@ struct GradOptions {
 TensorList grad(const TensorList& outputs, const TensorList& inputs,
                 const TensorList& grad_outputs = {}, const GradOptions& options = {});
 
-// One output, one input.
+// One output, one input: grad(y, x) with plain tensors returns one Tensor.
 Tensor grad(const Tensor& output, const Tensor& input, const Tensor& grad_output = Tensor(),
             const GradOptions& options = {});
+
+// Braced lists, as written with libtorch: grad({y}, {x})[0], grad({o}, {q, k, v}, {dO}, {true}).
+// Without this overload a one-element list {y} would select the Tensor form above (a braced
+// list of one Tensor converts to Tensor exactly, to TensorList only through a constructor);
+// a std::initializer_list parameter is preferred over both, so any braced list is a list.
+// Mixing a braced list with a TensorList variable selects the TensorList form.
+inline TensorList grad(std::initializer_list<Tensor> outputs, std::initializer_list<Tensor> inputs,
+                       std::initializer_list<Tensor> grad_outputs = {}, const GradOptions& options = {}) {
+  return grad(TensorList(outputs), TensorList(inputs), TensorList(grad_outputs), options);
+}
 
 }  // namespace gg

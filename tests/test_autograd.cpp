@@ -1,6 +1,7 @@
 // Tape semantics: accumulation, retain_graph, allow_unused, NoGradGuard, detach, version
 // counter, diamonds, reuse of a graph, and higher orders through nested grad calls.
 #include <cmath>
+#include <type_traits>
 
 #include "test_util.h"
 
@@ -199,6 +200,65 @@ TEST(Autograd, BackwardRecordsLevels) {
   EXPECT_EQ(d1.grad_fn()->level, 1);
   Tensor d2 = grad(d1, x, {}, {true});
   EXPECT_EQ(d2.grad_fn()->level, 2);
+}
+
+// The call forms of libtorch's torch::autograd::grad, and the plain-tensor form. A braced list
+// must select the list overload even with one element (it would otherwise convert to Tensor);
+// each form is checked by its result type (at compile time) and by its values against the
+// derivatives written out by hand.
+// f(x, w) = x² w + sin w:  ∂f/∂x = 2xw,  ∂f/∂w = x² + cos w,  ∂²f/∂w∂x = 2x.
+TEST(Autograd, GradCallFormsOfLibtorch) {
+  const double xv = 0.5, wv = -1.25;
+  Tensor x = scalar(xv), w = scalar(wv);
+  auto f = [&] { return x * x * w + sin(w); };
+  const double dfdx = 2 * xv * wv, dfdw = xv * xv + std::cos(wv);
+
+  // grad({y}, {x})[0]: one-element lists.
+  static_assert(std::is_same_v<decltype(grad({f()}, {x})), TensorList>);
+  EXPECT_NEAR(grad({f()}, {x})[0].item(), dfdx, 1e-15);
+
+  // Two inputs, then two outputs (their gradients add up).
+  TensorList both = grad({f()}, {x, w});
+  ASSERT_EQ(both.size(), 2u);
+  EXPECT_NEAR(both[0].item(), dfdx, 1e-15);
+  EXPECT_NEAR(both[1].item(), dfdw, 1e-15);
+  EXPECT_NEAR(grad({f(), x * 3.0}, {x})[0].item(), dfdx + 3.0, 1e-15);
+
+  // grad_outputs and options as braced lists: TensorList d = grad({o}, {q}, {dO}, {true}).
+  Tensor o = f();
+  TensorList d = grad({o}, {x}, {full({}, 2.0, DType::f64)}, {/*create_graph=*/true});
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_NEAR(d[0].item(), 2.0 * dfdx, 1e-15);
+  ASSERT_TRUE(d[0].requires_grad());
+  EXPECT_NEAR(grad({d[0]}, {w})[0].item(), 2.0 * 2 * xv, 1e-15);  // d(2·2xw)/dw
+  // Empty grad_outputs with options.
+  static_assert(std::is_same_v<decltype(grad({o}, {x}, {}, {true})), TensorList>);
+  EXPECT_NEAR(grad({f()}, {w}, {}, {true})[0].item(), dfdw, 1e-15);
+
+  // A vector output with a vector cotangent, the attention-style call.
+  Tensor q = from_vector({0.5, -2.0, 3.0}, {3}, DType::f64).requires_grad_();
+  Tensor dq = grad({q * q}, {q}, {from_vector({1.0, 10.0, 100.0}, {3}, DType::f64)}, {true})[0];
+  expect_close(dq.to_vector<double>(), {1.0, -40.0, 600.0}, 0, 1e-13, "grad({q*q}, {q}, {v})");
+
+  // TensorList variables, and each mixed with a braced list.
+  TensorList outs{f()}, ins{x, w};
+  static_assert(std::is_same_v<decltype(grad(outs, ins)), TensorList>);
+  TensorList from_vars = grad(outs, ins);
+  EXPECT_NEAR(from_vars[0].item(), dfdx, 1e-15);
+  EXPECT_NEAR(from_vars[1].item(), dfdw, 1e-15);
+  static_assert(std::is_same_v<decltype(grad({f()}, ins, {}, {true})), TensorList>);
+  EXPECT_NEAR(grad({f()}, ins, {}, {true})[1].item(), dfdw, 1e-15);
+  TensorList outs2{f()};
+  static_assert(std::is_same_v<decltype(grad(outs2, {w})), TensorList>);
+  EXPECT_NEAR(grad(outs2, {w})[0].item(), dfdw, 1e-15);
+
+  // Plain tensors keep returning one Tensor, with and without grad_output and options.
+  static_assert(std::is_same_v<decltype(grad(f(), x)), Tensor>);
+  static_assert(std::is_same_v<decltype(grad(f(), x, {}, {true})), Tensor>);
+  EXPECT_NEAR(grad(f(), x).item(), dfdx, 1e-15);
+  Tensor gw = grad(f(), w, full({}, -3.0, DType::f64), {/*create_graph=*/true});
+  EXPECT_NEAR(gw.item(), -3.0 * dfdw, 1e-15);
+  EXPECT_NEAR(grad(gw, x).item(), -3.0 * 2 * xv, 1e-15);
 }
 
 }  // namespace
