@@ -15,12 +15,13 @@ class CudaAllocator final : public Allocator {
   void* allocate(size_t nbytes, int device) override { return kernels::cuda::allocate(nbytes, device); }
   void deallocate(void* p, size_t nbytes, int device) override { kernels::cuda::deallocate(p, nbytes, device); }
 };
-CudaAllocator g_allocator;
-const bool g_registered = [] {
-  register_allocator(DeviceType::cuda, &g_allocator);
-  return true;
-}();
 }  // namespace
+
+// Never destroyed: storages of static tensors may be freed after other statics are gone.
+Allocator* detail::backend_allocator(Device) {
+  static CudaAllocator* const allocator = new CudaAllocator;
+  return allocator;
+}
 
 int device_count() { return kernels::cuda::device_count(); }
 void synchronize() { kernels::cuda::synchronize(); }
@@ -38,6 +39,10 @@ namespace {
                     "or no nvcc at configure time)");
 }
 }  // namespace
+Allocator* detail::backend_allocator(Device device) {
+  throw DeviceError("gg: cannot use " + device.str() + ": this build of gradgrad has no CUDA backend (GG_CUDA=OFF "
+                    "or no nvcc at configure time)");
+}
 int device_count() { return 0; }
 void synchronize() { no_cuda("synchronize"); }
 MemoryStats memory_stats(int) { no_cuda("memory_stats"); }

@@ -17,4 +17,12 @@ void reset_peak_memory_stats(int device = 0);
 void set_allow_tf32(bool allow);
 bool allow_tf32();
 
+namespace detail {
+// The CUDA allocator, for allocator_for() to register the first time a CUDA device is used.
+// It is reached through this call rather than a static initialiser in core/cuda.cpp, which a
+// linker drops from a static library when the program calls nothing else in that file. Throws
+// DeviceError naming `device` in a build without the CUDA backend.
+Allocator* backend_allocator(Device device);
+}  // namespace detail
+
 }  // namespace gg::cuda

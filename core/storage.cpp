@@ -6,6 +6,7 @@
 #include <new>
 #include <utility>
 
+#include "core/cuda.h"
 #include "core/error.h"
 
 namespace gg {
@@ -118,18 +119,24 @@ class CpuAllocator final : public Allocator {
 };
 
 CpuAllocator g_cpu_allocator;
-Allocator* g_allocators[2] = {&g_cpu_allocator, nullptr};
+std::atomic<Allocator*> g_allocators[2] = {&g_cpu_allocator, nullptr};
 
 }  // namespace
 
 void register_allocator(DeviceType type, Allocator* allocator) {
-  g_allocators[static_cast<int>(type)] = allocator;
+  g_allocators[static_cast<int>(type)].store(allocator, std::memory_order_release);
 }
 
 Allocator* allocator_for(Device device) {
-  Allocator* a = g_allocators[static_cast<int>(device.type)];
-  GG_CHECK(a != nullptr, DeviceError, "gg: no allocator for device ", device.str(),
-           " (was gradgrad built with GG_CUDA, and is a GPU present?)");
+  std::atomic<Allocator*>& slot = g_allocators[static_cast<int>(device.type)];
+  Allocator* a = slot.load(std::memory_order_acquire);
+  if (a == nullptr && device.is_cuda()) {
+    // First use of a CUDA device: register the backend's allocator now (throws DeviceError in a
+    // build without CUDA). An allocator registered meanwhile by another thread or by the user wins.
+    Allocator* backend = cuda::detail::backend_allocator(device);
+    a = slot.compare_exchange_strong(a, backend, std::memory_order_acq_rel) ? backend : a;
+  }
+  GG_CHECK(a != nullptr, DeviceError, "gg: no allocator registered for device ", device.str());
   return a;
 }
 

@@ -16,7 +16,8 @@ struct MemoryStats {
   int64_t allocations = 0;    // number of allocations since start
 };
 
-// One allocator per device type. The CUDA backend registers its own at start-up.
+// One allocator per device type. The CUDA backend's is registered by allocator_for on the
+// first use of a CUDA device.
 class Allocator {
  public:
   virtual ~Allocator() = default;

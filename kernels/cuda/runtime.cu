@@ -1,6 +1,7 @@
 // Devices, the library stream, the stream-ordered allocator and copies.
 #include <atomic>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda/check.cuh"
@@ -18,8 +19,50 @@ struct DeviceState {
 DeviceState g_devices[kMaxDevices];
 std::atomic<bool> g_allow_tf32{false};
 
+// What cudaGetDeviceCount said, asked once per process. Every entry point below checks it before
+// making any other CUDA call, so a machine without a driver or a GPU gets one clear DeviceError
+// instead of whichever driver error the first call deep inside would have hit.
+struct Availability {
+  cudaError_t error;
+  int count;
+};
+const Availability& availability() {
+  static const Availability a = [] {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+      cudaGetLastError();  // so that a later cudaGetLastError does not report it
+      n = 0;
+    }
+    return Availability{e, n};
+  }();
+  return a;
+}
+
+[[noreturn]] void throw_no_gpu(const std::string& what) {
+  const Availability& a = availability();
+  std::string why = a.error != cudaSuccess ? std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(a.error) +
+                                                 " (" + cudaGetErrorString(a.error) + ")"
+                                           : std::string("the CUDA runtime reports 0 devices");
+  throw DeviceError("gg: cannot use " + what + ": no usable GPU found (" + why + ")");
+}
+
+// Throws DeviceError unless at least one GPU is usable.
+void require_gpu(const char* what) {
+  if (availability().count == 0) throw_no_gpu(what);
+}
+
+// Throws DeviceError unless cuda:<device> exists.
+void require_device(int device) {
+  const std::string name = "cuda:" + std::to_string(device);
+  const Availability& a = availability();
+  if (a.count == 0) throw_no_gpu(name);
+  GG_CHECK(device >= 0 && device < a.count && device < kMaxDevices, DeviceError, "gg: cannot use ", name,
+           ": no such device (", a.count, " CUDA device", a.count == 1 ? "" : "s", " found)");
+}
+
 DeviceState& state(int device) {
-  GG_CHECK(device >= 0 && device < kMaxDevices, DeviceError, "gg: CUDA device index ", device, " out of range");
+  require_device(device);
   DeviceState& s = g_devices[device];
   std::call_once(s.init, [&] {
     int prev = 0;
@@ -38,17 +81,14 @@ DeviceState& state(int device) {
 
 }  // namespace
 
-int device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();  // clear the "no device" error
-    return 0;
-  }
-  return n;
-}
+int device_count() { return availability().count; }
 
-void set_device(int index) { CUDA_CHECK(cudaSetDevice(index)); }
+void set_device(int index) {
+  require_device(index);
+  CUDA_CHECK(cudaSetDevice(index));
+}
 int current_device() {
+  require_gpu("the current CUDA device");
   int d = 0;
   CUDA_CHECK(cudaGetDevice(&d));
   return d;
