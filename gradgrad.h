@@ -16,3 +16,7 @@
 #include "ops/ops.h"
 #include "core/cuda.h"
 #include "autograd/to_dot.h"
+#include "nn/layers.h"
+#include "nn/module.h"
+#include "optim/optim.h"
+#include "optim/schedule.h"

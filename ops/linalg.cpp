@@ -6,16 +6,16 @@ namespace gg {
 namespace {
 
 // Row and column strides of the last two dims, normalised so that one of them is 1 when the
-// data allows it (a dim of size 1 may carry any stride). Returns false when neither is 1.
+// data allows it (a dim of size 1 may carry any stride). Returns false when neither is 1, and
+// when the other stride is shorter than a row (a column) of the matrix: rows that overlap, as
+// in a broadcast (stride-0) view, must be copied out, not read with a made-up leading dim.
 bool matrix_strides(const Tensor& t, int64_t rows, int64_t cols, int64_t& rs, int64_t& cs) {
   rs = t.strides()[static_cast<size_t>(t.dim() - 2)];
   cs = t.strides()[static_cast<size_t>(t.dim() - 1)];
   if (cols == 1) cs = 1;
   if (rows == 1) rs = cs == 1 ? cols : 1;
-  if (cs == 1 && rs < cols) rs = cols;  // row-major needs a leading dim >= cols
-  if (rs == 1 && cs < rows) cs = rows;
   if (cs == 1) return rs >= cols;
-  return rs == 1;
+  return rs == 1 && cs >= rows;
 }
 
 Tensor matmul_2d_plus(const Tensor& a_in, const Tensor& b_in) {
