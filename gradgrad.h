@@ -20,3 +20,7 @@
 #include "nn/module.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
+#if defined(GG_HAS_SAFETENSORS)  // built where nlohmann-json was found (CMakeLists.txt)
+#include "io/safetensors.h"
+#include "nn/serialize.h"
+#endif
