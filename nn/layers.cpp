@@ -96,11 +96,12 @@ MultiheadAttention::MultiheadAttention(const AttentionConfig& c, Init init) : co
   out_proj = register_module("out_proj", std::make_shared<Linear>(c.d_model, c.d_model, c.bias, init));
 }
 
-Tensor MultiheadAttention::forward(const Params& p, const Tensor& x) const {
+Tensor MultiheadAttention::forward(const Params& p, const Tensor& x, int64_t segment) const {
   const int64_t D = config.d_model, H = config.heads, dh = D / H;
   GG_CHECK(x.defined() && x.dim() == 3 && x.size(2) == D, ShapeError, "gg::nn::MultiheadAttention: input must be (B, N, ",
            D, "), got ", x.defined() ? shape_str(x.shape()) : std::string("(undefined)"));
-  const int64_t B = x.size(0), L = x.size(1), N = config.segment > 0 ? config.segment : L;
+  GG_CHECK(segment >= 0, ValueError, "gg::nn::MultiheadAttention: segment must be >= 0, got ", segment);
+  const int64_t B = x.size(0), L = x.size(1), N = segment > 0 ? segment : L;
   GG_CHECK(L % N == 0, ShapeError, "gg::nn::MultiheadAttention: sequence length ", L,
            " is not a multiple of segment = ", N);
   const int64_t S = L / N;  // segments per row
@@ -123,8 +124,8 @@ TransformerBlock::TransformerBlock(const BlockConfig& c, Init init) : config(c) 
   mlp = register_module("mlp", std::make_shared<MLP>(std::vector<int64_t>{D, c.mlp_hidden, D}, c.activation, true, init));
 }
 
-Tensor TransformerBlock::forward(const Params& p, const Tensor& x) const {
-  Tensor h = x + attn->forward(p.sub("attn"), ln1->forward(p.sub("ln1"), x));
+Tensor TransformerBlock::forward(const Params& p, const Tensor& x, int64_t segment) const {
+  Tensor h = x + attn->forward(p.sub("attn"), ln1->forward(p.sub("ln1"), x), segment);
   return h + mlp->forward(p.sub("mlp"), ln2->forward(p.sub("ln2"), h));
 }
 

@@ -81,7 +81,9 @@ class MultiheadAttention : public Module {
  public:
   explicit MultiheadAttention(const AttentionConfig& config, Init init = {});
   using Module::forward;
-  Tensor forward(const Params& p, const Tensor& x) const override;
+  Tensor forward(const Params& p, const Tensor& x) const override { return forward(p, x, config.segment); }
+  // The same with another segment length for this call (0: the whole sequence).
+  Tensor forward(const Params& p, const Tensor& x, int64_t segment) const;
   AttentionConfig config;
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, out_proj;
 };
@@ -98,7 +100,8 @@ class TransformerBlock : public Module {
  public:
   explicit TransformerBlock(const BlockConfig& config, Init init = {});
   using Module::forward;
-  Tensor forward(const Params& p, const Tensor& x) const override;
+  Tensor forward(const Params& p, const Tensor& x) const override { return forward(p, x, config.attention.segment); }
+  Tensor forward(const Params& p, const Tensor& x, int64_t segment) const;  // see MultiheadAttention
   BlockConfig config;
   std::shared_ptr<LayerNorm> ln1, ln2;
   std::shared_ptr<MultiheadAttention> attn;

@@ -106,6 +106,20 @@ void AdamW::update(size_t i, const Tensor& grad) {
   adam_update(i, grad);
 }
 
+double clip_grad_norm(TensorList& grads, double max_norm) {
+  NoGradGuard no_grad;
+  double sq = 0.0;
+  for (const Tensor& g : grads)
+    if (g.defined()) sq += sum(g * g).item();
+  const double norm = std::sqrt(sq);
+  if (max_norm > 0 && norm > max_norm) {
+    const double scale = max_norm / norm;
+    for (Tensor& g : grads)
+      if (g.defined()) g = g * scale;
+  }
+  return norm;
+}
+
 TensorList sgd_update(const TensorList& params, const TensorList& grads, double lr) {
   GG_CHECK(params.size() == grads.size(), ValueError, "gg::optim::sgd_update: ", grads.size(), " gradients for ",
            params.size(), " parameters");

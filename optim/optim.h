@@ -98,6 +98,11 @@ class AdamW : public Adam {
   void update(size_t i, const Tensor& g) override;
 };
 
+// Scales every gradient by min(1, max_norm / ‖g‖) where ‖g‖ is the L2 norm of all of them
+// together (torch.nn.utils.clip_grad_norm_); returns ‖g‖ before clipping. Undefined entries are
+// skipped; max_norm <= 0 only measures. Runs under NoGradGuard.
+double clip_grad_norm(TensorList& grads, double max_norm);
+
 // A plain, differentiable SGD step: θ − lr·g for each pair (no in-place update, nothing
 // detached). With gradients from gg::grad(..., create_graph=true) this is the inner step of
 // MAML or test-time training, and an outer gradient runs through it.

@@ -164,6 +164,9 @@ TEST(NN, AttentionSegmentsAttendSeparately) {
   const Values want = cat({whole(a), whole(b)}, 1).to_vector<double>();
   expect_close(packed(cat({a, b}, 1)).to_vector<double>(), want, 1e-12, 1e-12, "segments");
   EXPECT_THROW(packed(randn({1, 4, 4}, DType::f64)), ShapeError);
+  // The segment can also be given per call.
+  expect_close(whole.forward(nn::Params(whole.named_parameters()), cat({a, b}, 1), 3).to_vector<double>(), want,
+               1e-12, 1e-12, "segments per call");
 }
 
 TEST(NN, LinearGradientsToSecondOrder) {

@@ -161,6 +161,17 @@ TEST(Optim, AdamWReducesLoss) {
   });
 }
 
+TEST(Optim, ClipGradNorm) {
+  TensorList g = {from_vector({3.0, 0.0}, {2}, DType::f64), Tensor(), from_vector({4.0}, {1}, DType::f64)};
+  EXPECT_DOUBLE_EQ(optim::clip_grad_norm(g, 1.0), 5.0);
+  expect_close(g[0].to_vector<double>(), {0.6, 0.0}, 1e-15, 0, "clipped");
+  expect_close(g[2].to_vector<double>(), {0.8}, 1e-15, 0, "clipped");
+  EXPECT_FALSE(g[1].defined());
+  const Values before = g[2].to_vector<double>();
+  EXPECT_NEAR(optim::clip_grad_norm(g, 10.0), 1.0, 1e-15);  // below the bound: unchanged
+  EXPECT_EQ(g[2].to_vector<double>(), before);
+}
+
 TEST(Optim, Schedules) {
   EXPECT_DOUBLE_EQ(optim::cosine(0, 100, 1.0, 0.1), 1.0);
   EXPECT_DOUBLE_EQ(optim::cosine(50, 100, 1.0, 0.1), 0.55);
