@@ -34,8 +34,11 @@ class ProgressBar {
     constexpr int kWidth = 30;
     const int filled = total_ > 0 ? kWidth * done / total_ : kWidth;
     const std::string bar = std::string(filled, '#') + std::string(kWidth - filled, '.');
-    std::fprintf(stderr, "\r%-9s [%s] %d/%d  loss %.4f  %.2f ms/it  ETA %.0f s ", label_, bar.c_str(), done, total_,
-                 loss, done > 0 ? 1e3 * elapsed / done : 0.0, eta);
+    // Before the first loss is known (or if it is not finite) the field shows "-", not "nan".
+    char loss_text[32] = "-";
+    if (std::isfinite(loss)) std::snprintf(loss_text, sizeof loss_text, "%.4f", loss);
+    std::fprintf(stderr, "\r%-9s [%s] %d/%d  loss %s  %.2f ms/it  ETA %.0f s ", label_, bar.c_str(), done, total_,
+                 loss_text, done > 0 ? 1e3 * elapsed / done : 0.0, eta);
     std::fflush(stderr);
     drawn_ = true;
   }
