@@ -23,9 +23,10 @@
 //                      --max-composite-bytes)
 //   --smoke            a few seconds of everything (the ctest)
 //
-// Files: episodes.h (tasks as token sequences), model.h (model, losses, inner step), this file
-// (CLI, checks, long-context, training, evaluation, report). Reused from examples/maml_sine:
-// sine_tasks.h (the task family), maml.h (Adam), report.h (progress bar, mean ± 95% CI).
+// Files: episodes.h (tasks as token sequences), model.h (model on gg::nn, losses, inner step),
+// this file (CLI, checks, long-context, training with gg::optim::Adam, evaluation, report).
+// Reused from examples/maml_sine: sine_tasks.h (the task family), report.h (progress bar,
+// mean ± 95% CI).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -43,9 +44,9 @@
 
 #include "episodes.h"
 #include "gradgrad.h"
-#include "maml.h"    // maml::Adam
 #include "model.h"
 #include "report.h"  // maml::ProgressBar, maml::mean_ci95, maml::shell_quote
+#include "common/metrics.h"
 #include "common/run.h"
 #include "eval_table.h"
 
@@ -55,6 +56,7 @@ using mattn::AttentionOp;
 using mattn::Episode;
 using mattn::ModelShape;
 using mattn::Params;
+using mattn::Regressor;
 using nlohmann::json;
 
 // ------------------------------------------------------------------------- settings
@@ -62,8 +64,7 @@ constexpr double kInnerLr = 0.01;  // α, training and test time (--inner-lr)
 constexpr double kMetaLr = 1e-3;   // Adam, for MAML and the baselines
 constexpr int64_t kMetaBatch = 16, kShots = 10, kQueries = 10;
 constexpr int kDefaultIterations = 3000;  // a few minutes on a 2-core CPU
-constexpr int kSmokeIterations = 10;
-constexpr int kLogEvery = 10;
+constexpr int kSmokeIterations = 30;
 constexpr uint64_t kEvalSeed = 2017;  // held-out tasks, independent of --seed
 constexpr int64_t kEvalTasks = 300, kSmokeEvalTasks = 8, kEvalQuery = 100;
 using maml::kEvalShots;
@@ -128,7 +129,7 @@ double relative_difference(const gg::TensorList& a, const gg::TensorList& b) {
 
 Params copy_params(const Params& p) {
   Params out;
-  for (const gg::Tensor& w : p) out.push_back(gg::clone(w.detach()).requires_grad_());
+  for (const auto& [n, w] : p) out.emplace_back(n, gg::clone(w.detach()).requires_grad_());
   return out;
 }
 
@@ -145,42 +146,43 @@ struct CheckResult {
   bool ok = false;
 };
 
-CheckResult run_check(gg::Device device, std::ofstream& metrics) {
+CheckResult run_check(gg::Device device, examples::Metrics& metrics) {
   const gg::DType f64 = gg::DType::f64;
   const ModelShape m;
   maml::SineTaskSampler sampler(7);
   const Episode e = mattn::sample_episode(sampler, 3, kShots, kQueries, f64, device);
   gg::manual_seed(7);
-  const Params theta = mattn::init_params(m, f64, device);
+  const Regressor fused_net(m, AttentionOp::fused, {f64, device}), composite_net(m, AttentionOp::composite, {f64, device});
+  const Params theta = fused_net.named_parameters();  // both nets run on these tensors
 
   const auto t0 = std::chrono::steady_clock::now();
-  const gg::TensorList fused = mattn::meta_gradient(theta, m, e, kInnerLr, AttentionOp::fused);
+  const gg::TensorList fused = mattn::meta_gradient(fused_net, theta, e, kInnerLr);
   const double fused_s = seconds_since(t0);
   const auto t1 = std::chrono::steady_clock::now();
-  const gg::TensorList composite = mattn::meta_gradient(theta, m, e, kInnerLr, AttentionOp::composite);
+  const gg::TensorList composite = mattn::meta_gradient(composite_net, theta, e, kInnerLr);
   const double composite_s = seconds_since(t1);
 
   CheckResult r;
   r.relative = relative_difference(fused, composite);
-  const std::vector<std::string> names = mattn::param_names(m);
   for (size_t i = 0; i < fused.size(); ++i) {
     const double rel = relative_difference({fused[i]}, {composite[i]});
     if (rel >= r.worst_tensor) {
       r.worst_tensor = rel;
-      r.worst_name = names[i];
+      r.worst_name = theta[i].first;
     }
   }
 
   // Finite differences of the meta-loss along v (composite op; the loss itself needs only a
   // first-order inner step).
-  Params v;
-  for (const gg::Tensor& w : theta) v.push_back(gg::randn_like(w));
+  gg::TensorList v;
+  for (const auto& [n, w] : theta) v.push_back(gg::randn_like(w));
   double directional = 0.0;
   for (size_t i = 0; i < composite.size(); ++i) directional += gg::sum(composite[i] * v[i]).item();
   auto loss_at = [&](double h) {
-    Params shifted;
-    for (size_t i = 0; i < theta.size(); ++i) shifted.push_back((theta[i].detach() + v[i] * h).requires_grad_());
-    return mattn::meta_loss(shifted, m, e, kInnerLr, AttentionOp::composite, /*second_order=*/false).item();
+    gg::TensorList shifted;
+    for (size_t i = 0; i < theta.size(); ++i) shifted.push_back((theta[i].second.detach() + v[i] * h).requires_grad_());
+    return mattn::meta_loss(composite_net, gg::nn::with_values(theta, shifted), e, kInnerLr, /*second_order=*/false)
+        .item();
   };
   // Five-point central differences (error O(h⁴)): the meta-loss is strongly curved along a
   // random direction through all weights, so the three-point formula would need a tiny h.
@@ -196,11 +198,10 @@ CheckResult run_check(gg::Device device, std::ofstream& metrics) {
   std::printf("    along a random direction: finite differences %.10f, meta-gradient %.10f (rel. error %.1e)  %s\n", fd,
               directional, r.fd_relative, r.fd_relative < 1e-6 ? "ok" : "FAILED");
   std::printf("    time: fused %.3f s, composite %.3f s\n", fused_s, composite_s);
-  metrics << json{{"phase", "check"},           {"device", device.str()},     {"relative_error", r.relative},
-                  {"worst_tensor", r.worst_name}, {"worst_tensor_relative_error", r.worst_tensor},
-                  {"fd_relative_error", r.fd_relative}, {"fd", fd}, {"meta_gradient_along_v", directional},
-                  {"ok", r.ok}}.dump()
-          << "\n";
+  metrics.write({{"phase", "check"},           {"device", device.str()},     {"relative_error", r.relative},
+                 {"worst_tensor", r.worst_name}, {"worst_tensor_relative_error", r.worst_tensor},
+                 {"fd_relative_error", r.fd_relative}, {"fd", fd}, {"meta_gradient_along_v", directional},
+                 {"ok", r.ok}});
   return r;
 }
 
@@ -222,15 +223,14 @@ double estimate_composite_bytes(const ModelShape& m, int64_t N, int64_t Q, gg::D
          (2.0 * n * n + nq * nq);
 }
 
-LongRun timed_meta_gradient(const Params& theta, const ModelShape& m, const Episode& e, AttentionOp op,
-                            gg::Device device) {
+LongRun timed_meta_gradient(const Regressor& net, const Params& theta, const Episode& e, gg::Device device) {
   LongRun r;
   synchronize(device);
   const int64_t before = memory_stats(device).current_bytes;
   reset_peak_memory_stats(device);
   const auto start = std::chrono::steady_clock::now();
   try {
-    r.grads = mattn::meta_gradient(theta, m, e, kInnerLr, op);
+    r.grads = mattn::meta_gradient(net, theta, e, kInnerLr);
     synchronize(device);
   } catch (const gg::DeviceError& err) {  // the CUDA allocator's out-of-memory (or cuBLAS's)
     r.message = err.what();
@@ -256,7 +256,7 @@ int64_t auto_composite_cap(gg::Device device) {
   return static_cast<int64_t>(0.4 * ram);
 }
 
-int run_long_context(const Config& cfg, std::ofstream& metrics) {
+int run_long_context(const Config& cfg, examples::Metrics& metrics) {
   const ModelShape m;
   const int64_t N = cfg.long_context, Q = kLongQueries;
   const gg::DType dtype = gg::DType::f32;
@@ -264,18 +264,20 @@ int run_long_context(const Config& cfg, std::ofstream& metrics) {
               "respect to all %zu initial weights) for ONE task with N = %lld support points and %lld query points\n"
               "  sequences: support loss 2 x %lld tokens, query loss %lld tokens; d_model %lld, %lld heads of %lld, "
               "%lld blocks, f32, %s\n",
-              mattn::param_names(m).size(), static_cast<long long>(N), static_cast<long long>(Q),
+              Regressor(m, AttentionOp::fused).named_parameters().size(), static_cast<long long>(N), static_cast<long long>(Q),
               static_cast<long long>(N), static_cast<long long>(N + Q), static_cast<long long>(m.d_model),
               static_cast<long long>(m.heads), static_cast<long long>(m.head_dim()), static_cast<long long>(m.blocks),
               cfg.device.str().c_str());
 
   gg::manual_seed(cfg.seed);
-  const Params theta = mattn::init_params(m, dtype, cfg.device);
+  const Regressor fused_net(m, AttentionOp::fused, {dtype, cfg.device});
+  const Regressor composite_net(m, AttentionOp::composite, {dtype, cfg.device});
+  const Params theta = fused_net.named_parameters();
   maml::SineTaskSampler sampler(cfg.seed + 11);
   {  // warm-up at a small size (library and device start-up), both ops
     const Episode small = mattn::sample_episode(sampler, 1, 64, 16, dtype, cfg.device);
-    mattn::meta_gradient(theta, m, small, kInnerLr, AttentionOp::fused);
-    mattn::meta_gradient(theta, m, small, kInnerLr, AttentionOp::composite);
+    mattn::meta_gradient(fused_net, theta, small, kInnerLr);
+    mattn::meta_gradient(composite_net, theta, small, kInnerLr);
     synchronize(cfg.device);
   }
   const Episode e = mattn::sample_episode(sampler, 1, N, Q, dtype, cfg.device);
@@ -287,10 +289,10 @@ int run_long_context(const Config& cfg, std::ofstream& metrics) {
     if (estimate > 0) j["estimated_nxn_bytes"] = estimate;
     if (r.tried_bytes >= 0) j["tried_bytes"] = r.tried_bytes;
     if (!r.message.empty()) j["message"] = r.message;
-    metrics << j.dump() << "\n";
+    metrics.write(j);
   };
 
-  const LongRun fused = timed_meta_gradient(theta, m, e, AttentionOp::fused, cfg.device);
+  const LongRun fused = timed_meta_gradient(fused_net, theta, e, cfg.device);
   log("fused", fused, 0);
   if (fused.status != "ok") {
     std::printf("  fused:     %s: %s\n", fused.status.c_str(), fused.message.c_str());
@@ -313,7 +315,7 @@ int run_long_context(const Config& cfg, std::ofstream& metrics) {
     log("composite", comp, estimate);
     return 0;
   }
-  comp = timed_meta_gradient(theta, m, e, AttentionOp::composite, cfg.device);
+  comp = timed_meta_gradient(composite_net, theta, e, cfg.device);
   log("composite", comp, estimate);
   if (comp.status == "error") {
     std::printf("  composite: failed after %.2f s: %s\n", comp.seconds, comp.message.c_str());
@@ -333,10 +335,9 @@ int run_long_context(const Config& cfg, std::ofstream& metrics) {
   std::printf("  composite / fused: peak memory %.1fx, time %.2fx; meta-gradients agree to %.1e (max |diff| / max, f32)\n",
               static_cast<double>(comp.peak_bytes) / std::max<double>(1.0, fused.peak_bytes), comp.seconds / fused.seconds,
               rel);
-  metrics << json{{"phase", "long_context_compare"}, {"N", N}, {"memory_ratio",
-                  static_cast<double>(comp.peak_bytes) / std::max<double>(1.0, fused.peak_bytes)},
-                  {"time_ratio", comp.seconds / fused.seconds}, {"relative_difference", rel}}.dump()
-          << "\n";
+  metrics.write({{"phase", "long_context_compare"}, {"N", N}, {"memory_ratio",
+                 static_cast<double>(comp.peak_bytes) / std::max<double>(1.0, fused.peak_bytes)},
+                 {"time_ratio", comp.seconds / fused.seconds}, {"relative_difference", rel}});
   return rel < 1e-3 ? 0 : 1;
 }
 
@@ -355,13 +356,15 @@ bool labels_visible(Objective o) { return o != Objective::joint; }
 struct TrainResult {
   double seconds = 0.0;
   bool finite = true;
-  std::vector<std::pair<int, double>> curve;  // (iteration, loss) every kLogEvery iterations
+  std::vector<std::pair<int, double>> curve;  // (iteration, loss) at every logged iteration
 };
 
-TrainResult train(const Config& cfg, const ModelShape& m, Params& params, Objective objective, std::ofstream& metrics) {
+TrainResult train(const Config& cfg, const Regressor& net, const Params& params, Objective objective,
+                  examples::Metrics& metrics) {
   const char* phase = name(objective);
   maml::SineTaskSampler sampler(cfg.seed * 3 + static_cast<uint64_t>(objective));
-  maml::Adam adam(params, kMetaLr);
+  gg::optim::Adam adam(gg::nn::values(params), {kMetaLr});
+  const int log_every = examples::log_every(cfg.iterations);
   maml::ProgressBar bar(phase, cfg.iterations);
   TrainResult r;
   double last = NAN;
@@ -369,14 +372,13 @@ TrainResult train(const Config& cfg, const ModelShape& m, Params& params, Object
   for (int it = 1; it <= cfg.iterations; ++it) {
     const Episode e = mattn::sample_episode(sampler, kMetaBatch, kShots, kQueries, gg::DType::f32, cfg.device,
                                             labels_visible(objective));
-    const gg::Tensor loss = objective == Objective::maml ? mattn::meta_loss(params, m, e, cfg.inner_lr, cfg.op)
-                                                         : mattn::mean_task_loss(params, m, e.query, cfg.op);
-    adam.step(gg::grad({loss}, params));
-    if (it % kLogEvery == 0 || it == cfg.iterations) {
+    const gg::Tensor loss = objective == Objective::maml ? mattn::meta_loss(net, params, e, cfg.inner_lr)
+                                                         : mattn::mean_task_loss(net, params, e.query);
+    adam.step(gg::grad({loss}, adam.params()));
+    if (it % log_every == 0 || it == cfg.iterations) {
       last = loss.item();
       r.curve.emplace_back(it, last);
-      metrics << json{{"phase", phase}, {"iteration", it}, {"loss", last}, {"time_s", seconds_since(start)}}.dump()
-              << "\n";
+      metrics.train(phase, it, last, seconds_since(start));
       if (!std::isfinite(last)) {
         bar.finish();
         std::fprintf(stderr, "error: %s loss is %f at iteration %d\n", phase, last, it);
@@ -410,16 +412,16 @@ EvalSet make_eval_set(int64_t count) {
 // query points go in sequences of kQueries targets, as in training.
 using maml::EvalTable;
 
-EvalTable evaluate(const Config& cfg, const ModelShape& m, const Params& params, const EvalSet& eval,
+EvalTable evaluate(const Config& cfg, const Regressor& net, const Params& params, const EvalSet& eval,
                    bool labels_visible) {
   EvalTable table;
   for (int64_t K : kEvalShots) {
     const mattn::HostPoints support = mattn::first_points(eval.support, K);
     const Episode e = mattn::make_episode(support, eval.query, kQueries, gg::DType::f32, cfg.device, labels_visible);
     std::vector<maml::MeanCI> row;
-    mattn::fine_tune(params, m, e.support, cfg.inner_lr, kEvalSteps.back(), cfg.op, [&](int step, const Params& p) {
+    mattn::fine_tune(net, params, e.support, cfg.inner_lr, kEvalSteps.back(), [&](int step, const Params& p) {
       if (std::find(kEvalSteps.begin(), kEvalSteps.end(), step) != kEvalSteps.end())
-        row.push_back(maml::mean_ci95(mattn::per_task_mse(p, m, e.query, cfg.op)));
+        row.push_back(maml::mean_ci95(mattn::per_task_mse(net, p, e.query)));
     });
     table.push_back(row);
   }
@@ -440,12 +442,13 @@ struct Curve {
 };
 
 std::string make_plot(const Config& cfg, const std::vector<Curve>& curves) {
+  const int every = examples::log_every(cfg.iterations);
+  const size_t w = std::max<size_t>(1, std::min<size_t>(20, curves[0].run->curve.size() / 5));  // moving average
   {
     std::ofstream dat(cfg.out_dir + "/training_curve.dat");
     if (!dat) throw std::runtime_error("cannot write " + cfg.out_dir + "/training_curve.dat");
     for (const Curve& c : curves) {
       dat << "# " << c.title << "\n# iteration loss moving_average\n";
-      const size_t w = 20;
       double window = 0.0;
       const auto& pts = c.run->curve;
       for (size_t i = 0; i < pts.size(); ++i) {
@@ -466,11 +469,14 @@ std::string make_plot(const Config& cfg, const std::vector<Curve>& curves) {
        << "set xrange [0:*]\nset xlabel 'iteration'\nset ylabel 'query MSE on the training batches'\nset logscale y\nset grid\n"
        << "set key top right noenhanced\n"
        << "plot ";
+    // Points as well as lines: a short (--smoke) run has few logged iterations.
+    const char* style = curves[0].run->curve.size() < 100 ? "linespoints pt 7 ps 0.6" : "lines";
     for (size_t i = 0; i < curves.size(); ++i)
-      gp << (i == 0 ? "'training_curve.dat'" : "     ''") << " index " << i << " using 1:2 with lines lc rgb '"
-         << curves[i].light << "' notitle, \\\n"
+      gp << (i == 0 ? "'training_curve.dat'" : "     ''") << " index " << i << " using 1:2 with " << style
+         << " lc rgb '" << curves[i].light << "' notitle, \\\n"
          << "     '' index " << i << " using 1:3 with lines lc rgb '" << curves[i].dark << "' lw 2 title '"
-         << curves[i].title << " (average of 200 it.)'" << (i + 1 < curves.size() ? ", \\\n" : "\n");
+         << curves[i].title << " (average of " << w * static_cast<size_t>(every) << " it.)'"
+         << (i + 1 < curves.size() ? ", \\\n" : "\n");
   }
   if (std::system("command -v gnuplot > /dev/null 2>&1") != 0)
     return "gnuplot not found on PATH: skipped the PNG (data and script are in " + cfg.out_dir + ")";
@@ -480,14 +486,15 @@ std::string make_plot(const Config& cfg, const std::vector<Curve>& curves) {
 }
 
 // ------------------------------------------------------------------------- main
-int run_training(const Config& cfg, std::ofstream& metrics) {
+int run_training(const Config& cfg, examples::Metrics& metrics) {
   const ModelShape m;
   std::printf("\ntraining: %d iterations each, meta-batch %lld tasks, K = %lld support + %lld query points, "
               "inner SGD α = %g, Adam %g, %s attention\n",
               cfg.iterations, static_cast<long long>(kMetaBatch), static_cast<long long>(kShots),
               static_cast<long long>(kQueries), cfg.inner_lr, kMetaLr, mattn::name(cfg.op));
   gg::manual_seed(cfg.seed);
-  const Params init = mattn::init_params(m, gg::DType::f32, cfg.device);  // every model starts here
+  const Regressor net(m, cfg.op, {gg::DType::f32, cfg.device});
+  const Params init = net.named_parameters();  // every model starts here
   Params maml_params = copy_params(init), in_context = copy_params(init), joint = copy_params(init);
 
   struct Phase {
@@ -503,7 +510,7 @@ int run_training(const Config& cfg, std::ofstream& metrics) {
   std::vector<TrainResult> runs;
   for (const Phase& ph : phases) {
     std::printf("%s:\n", ph.what);
-    runs.push_back(train(cfg, m, *ph.params, ph.objective, metrics));
+    runs.push_back(train(cfg, net, *ph.params, ph.objective, metrics));
     std::printf("  %d iterations in %.1f s: %.1f ms per iteration\n", cfg.iterations, runs.back().seconds,
                 1e3 * runs.back().seconds / cfg.iterations);
     if (!runs.back().finite) return 1;
@@ -512,10 +519,10 @@ int run_training(const Config& cfg, std::ofstream& metrics) {
   const EvalSet eval = make_eval_set(cfg.eval_tasks);
   const auto eval_start = std::chrono::steady_clock::now();
   const std::vector<std::pair<const char*, EvalTable>> tables = {
-      {"MAML", evaluate(cfg, m, maml_params, eval, true)},
-      {"in-context", evaluate(cfg, m, in_context, eval, true)},
-      {"joint", evaluate(cfg, m, joint, eval, false)},
-      {"random init", evaluate(cfg, m, init, eval, true)}};
+      {"MAML", evaluate(cfg, net, maml_params, eval, true)},
+      {"in-context", evaluate(cfg, net, in_context, eval, true)},
+      {"joint", evaluate(cfg, net, joint, eval, false)},
+      {"random init", evaluate(cfg, net, init, eval, true)}};
   for (const auto& t : tables) log_table(metrics, t.first, t.second);
 
   std::printf("\nresults: query MSE (mean ± 95%% CI) on %lld held-out tasks (seed %llu), %lld query points each\n"
@@ -541,8 +548,14 @@ int run(const Config& cfg) {
   std::printf("MAML through attention on sinusoid tasks, with gradgrad\n");
   std::printf("  device %s, seed %llu, output %s\n", cfg.device.str().c_str(),
               static_cast<unsigned long long>(cfg.seed), cfg.out_dir.c_str());
-  std::ofstream metrics(cfg.out_dir + "/metrics.jsonl");
-  if (!metrics) throw std::runtime_error("cannot write " + cfg.out_dir + "/metrics.jsonl");
+  const ModelShape shape;
+  examples::Metrics metrics(
+      cfg.out_dir, "maml_attention",
+      {{"device", cfg.device.str()}, {"seed", cfg.seed}, {"iterations", cfg.iterations}, {"smoke", cfg.smoke},
+       {"attention", mattn::name(cfg.op)}, {"inner_lr", cfg.inner_lr}, {"outer_optimizer", "Adam"}, {"lr", kMetaLr},
+       {"meta_batch", kMetaBatch}, {"shots", kShots}, {"queries", kQueries}, {"eval_tasks", cfg.eval_tasks},
+       {"long_context", cfg.long_context}, {"check_only", cfg.check_only},
+       {"model", {{"d_model", shape.d_model}, {"heads", shape.heads}, {"mlp", shape.mlp}, {"blocks", shape.blocks}}}});
 
   std::printf("\ncheck (f64):\n");
   bool ok = run_check(gg::Device::cpu(), metrics).ok;
@@ -590,7 +603,7 @@ int main(int argc, char** argv) {
                  "(e.g. 8GiB; 0: no cap; default: 40% of RAM on the CPU, no cap on the GPU)")
       ->transform(CLI::AsSizeValue(false));
   auto* smoke = app.add_flag("--smoke", cfg.smoke,
-                             "a few seconds of everything (checks, 10 iterations, 8 evaluation tasks, long context "
+                             "a few seconds of everything (checks, 30 iterations, 8 evaluation tasks, long context "
                              "at N = 256): the ctest");
   app.add_option("--out", cfg.out_dir, "output directory (metrics.jsonl, plot)")->capture_default_str();
   check->excludes(longc);

@@ -1,21 +1,24 @@
-// The attention regressor, its losses, and the MAML inner step, for T tasks at once.
+// The attention regressor, its losses, and the MAML inner step, for T tasks at once, on gg::nn.
 //
-//   tokens (T, S·N, 3) ─ embed: Linear(3, D) → gelu → Linear(D, D) ─┐
-//   2 × pre-norm block:  h ← h + Wo·attention(LN(h)·Wq, LN(h)·Wk, LN(h)·Wv)   (H heads of D/H)
-//                        h ← h + W2·gelu(W1·LN(h) + b1) + b2
-//   readout: LN(h)·Wr + br → prediction (T, S·N, 1), read at the target tokens
+//   tokens (T, S·N, 3) ─ embed: MLP 3 → D → D (gelu) ─┐
+//   2 × gg::nn::TransformerBlock (pre-norm):  h ← h + attn(LN(h));  h ← h + mlp(LN(h))
+//        attention: H heads of D/H, no projection biases, over each sequence of N tokens alone
+//   readout: Linear(D, 1) on LN(h) → prediction (T, S·N, 1), read at the target tokens
 //
-// Attention runs over each sequence separately: (T, S·N, D) is viewed as (T·S, N, H, D/H) and
-// permuted to (T·S, H, N, D/H), the (B, H, N, d) layout of gg::attention. --attention picks
-// gg::attention (fused: no N×N buffer in the forward, the backward or the backward-over-backward)
-// or gg::attention_composite (matmul + softmax: N×N scores and probabilities on the tape).
+// Attention runs over each sequence separately: the S sequences of a task are packed along one
+// axis and the blocks are called with segment = N (gg::nn::MultiheadAttention). --attention
+// picks gg::attention (fused: no N×N buffer in the forward, the backward or the
+// backward-over-backward) or gg::attention_composite (matmul + softmax: N×N scores on the tape);
+// the two are two Regressor objects that share no tensors: the parameters are passed in
+// (functional call), so the same θ runs through either.
 //
-// Per-task weights use maml_sine's trick: the shared weights θ (in, out) are expanded to a
-// stride-0 view (T, in, out), the support loss is the SUM of the per-task losses, so its
-// gradient with respect to the expanded weights is the stack of the T per-task gradients, and
-// θ'_t = θ_t − α·∇ is T differently adapted models in one batched graph.
+// Per-task weights use maml_sine's trick (gg::nn::expand_params): stride-0 views with a leading
+// task dim, the support loss is the SUM of the per-task losses, so its gradient with respect to
+// the expanded weights is the stack of the T per-task gradients, and θ'_t = θ_t − α·∇ is T
+// differently adapted models in one batched graph.
 #pragma once
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,8 +27,7 @@
 
 namespace mattn {
 
-// Shared weights: (in, out) matrices and (1, out) biases. Per-task weights: (T, in, out), (T, 1, out).
-using Params = std::vector<gg::Tensor>;
+using Params = gg::nn::NamedTensors;
 
 enum class AttentionOp { fused, composite };
 inline const char* name(AttentionOp op) { return op == AttentionOp::fused ? "fused" : "composite"; }
@@ -36,135 +38,105 @@ struct ModelShape {
   int64_t head_dim() const { return d_model / heads; }
 };
 
-// Layout of the parameter list: embedding, then kPerBlock tensors per block, then the readout.
-constexpr size_t kEmbed = 4;     // We1 (3, D), be1 (1, D), We2 (D, D), be2 (1, D)
-constexpr size_t kPerBlock = 8;  // Wq, Wk, Wv, Wo (D, D), W1 (D, M), b1 (1, M), W2 (M, D), b2 (1, D)
-constexpr size_t kReadout = 2;   // Wr (D, 1), br (1, 1)
-
-inline std::vector<std::string> param_names(const ModelShape& m) {
-  std::vector<std::string> n = {"embed.W1", "embed.b1", "embed.W2", "embed.b2"};
-  for (int64_t b = 0; b < m.blocks; ++b)
-    for (const char* s : {"Wq", "Wk", "Wv", "Wo", "mlp.W1", "mlp.b1", "mlp.W2", "mlp.b2"})
-      n.push_back("block" + std::to_string(b) + "." + s);
-  n.push_back("readout.W");
-  n.push_back("readout.b");
-  return n;
-}
-
-// PyTorch's nn.Linear initialisation, U[−1/√in, 1/√in], for weights and biases alike.
-inline Params init_params(const ModelShape& m, gg::DType dtype, gg::Device device) {
-  Params p;
-  auto add = [&](int64_t in, int64_t out, int64_t rows) {
-    const double bound = 1.0 / std::sqrt(static_cast<double>(in));
-    p.push_back(((gg::rand({rows, out}, dtype, device) * 2.0 - 1.0) * bound).requires_grad_());
-  };
-  auto linear = [&](int64_t in, int64_t out) {
-    add(in, out, in);  // weight (in, out)
-    add(in, out, 1);   // bias (1, out)
-  };
-  const int64_t D = m.d_model, M = m.mlp;
-  linear(ModelShape::kFeatures, D);
-  linear(D, D);
-  for (int64_t b = 0; b < m.blocks; ++b) {
-    for (int i = 0; i < 4; ++i) add(D, D, D);  // Wq, Wk, Wv, Wo (no biases)
-    linear(D, M);
-    linear(M, D);
+class Regressor : public gg::nn::Module {
+ public:
+  Regressor(const ModelShape& m, AttentionOp op, gg::nn::Init init = {}) : shape(m) {
+    using namespace gg::nn;
+    embed = register_module("embed", std::make_shared<MLP>(std::vector<int64_t>{ModelShape::kFeatures, m.d_model,
+                                                                                m.d_model},
+                                                            Activation::gelu, true, init));
+    auto list = register_module("blocks", std::make_shared<ModuleList>());
+    BlockConfig c;
+    c.attention = {m.d_model, m.heads, /*causal=*/false, /*bias=*/false, op == AttentionOp::composite};
+    c.mlp_hidden = m.mlp;
+    c.activation = Activation::gelu;
+    for (int64_t b = 0; b < m.blocks; ++b) {
+      blocks.push_back(std::make_shared<TransformerBlock>(c, init));
+      list->append(blocks.back());
+    }
+    ln_f = register_module("ln_f", std::make_shared<LayerNorm>(m.d_model, 1e-5, init));
+    readout = register_module("readout", std::make_shared<Linear>(m.d_model, 1, true, init));
   }
-  linear(D, 1);
-  return p;
-}
 
-inline gg::Tensor attend(AttentionOp op, const gg::Tensor& q, const gg::Tensor& k, const gg::Tensor& v) {
-  return op == AttentionOp::fused ? gg::attention(q, k, v) : gg::attention_composite(q, k, v);
-}
-
-// Predictions at every token: (T, S·N, 1). Works with shared weights (matmul broadcasts them
-// over the task dim) and with per-task ones.
-inline gg::Tensor forward(const Params& p, const ModelShape& m, const Sequences& s, AttentionOp op) {
-  const int64_t T = s.tasks(), S = s.per_task, N = s.length, D = m.d_model, H = m.heads, dh = m.head_dim();
-  // (T, S·N, D) -> (T·S, H, N, dh): one attention batch entry per sequence.
-  auto split_heads = [&](const gg::Tensor& x) { return gg::permute(gg::reshape(x, {T * S, N, H, dh}), {0, 2, 1, 3}); };
-  auto merge_heads = [&](const gg::Tensor& x) { return gg::reshape(gg::permute(x, {0, 2, 1, 3}), {T, S * N, D}); };
-
-  gg::Tensor h = gg::matmul(gg::gelu(gg::matmul(s.tokens, p[0]) + p[1]), p[2]) + p[3];  // (T, S·N, D)
-  for (int64_t b = 0; b < m.blocks; ++b) {
-    const gg::Tensor* w = &p[kEmbed + static_cast<size_t>(b) * kPerBlock];
-    gg::Tensor a = gg::layer_norm(h, {D});
-    gg::Tensor o = attend(op, split_heads(gg::matmul(a, w[0])), split_heads(gg::matmul(a, w[1])),
-                          split_heads(gg::matmul(a, w[2])));  // (T·S, H, N, dh)
-    h = h + gg::matmul(merge_heads(o), w[3]);
-    a = gg::layer_norm(h, {D});
-    h = h + gg::matmul(gg::gelu(gg::matmul(a, w[4]) + w[5]), w[6]) + w[7];
+  // Predictions at every token, (T, S·N, 1), for sequences of `length` tokens packed along dim 1.
+  gg::Tensor predict(const gg::nn::Params& p, const gg::Tensor& tokens, int64_t length) const {
+    gg::Tensor h = embed->forward(p.sub("embed"), tokens);  // (T, S·N, D)
+    const gg::nn::Params bp = p.sub("blocks");
+    for (size_t b = 0; b < blocks.size(); ++b) h = blocks[b]->forward(bp.sub(std::to_string(b)), h, length);
+    return readout->forward(p.sub("readout"), ln_f->forward(p.sub("ln_f"), h));
   }
-  const size_t r = kEmbed + static_cast<size_t>(m.blocks) * kPerBlock;
-  return gg::matmul(gg::layer_norm(h, {D}), p[r]) + p[r + 1];  // (T, S·N, 1)
-}
+  gg::Tensor predict(const Params& p, const Sequences& s) const { return predict(gg::nn::Params(p), s.tokens, s.length); }
+
+  using gg::nn::Module::forward;
+  // Module's interface: tokens (T, S·N, 3) taken as one sequence per row.
+  gg::Tensor forward(const gg::nn::Params& p, const gg::Tensor& tokens) const override {
+    return predict(p, tokens, tokens.size(1));
+  }
+
+  ModelShape shape;
+  std::shared_ptr<gg::nn::MLP> embed;
+  std::vector<std::shared_ptr<gg::nn::TransformerBlock>> blocks;
+  std::shared_ptr<gg::nn::LayerNorm> ln_f;
+  std::shared_ptr<gg::nn::Linear> readout;
+};
 
 // Σ_t MSE_t over each task's target tokens (the sum makes the gradient with respect to per-task
 // weights the stack of per-task gradients).
-inline gg::Tensor summed_task_loss(const Params& p, const ModelShape& m, const Sequences& s, AttentionOp op) {
-  const gg::Tensor err = (forward(p, m, s, op) - s.y) * s.target;  // 0 on context tokens
+inline gg::Tensor summed_task_loss(const Regressor& net, const Params& p, const Sequences& s) {
+  const gg::Tensor err = (net.predict(p, s) - s.y) * s.target;  // 0 on context tokens
   return gg::sum(err * err) / static_cast<double>(s.targets_per_task);
 }
 
 // Mean over tasks of the per-task MSE.
-inline gg::Tensor mean_task_loss(const Params& p, const ModelShape& m, const Sequences& s, AttentionOp op) {
-  return summed_task_loss(p, m, s, op) / static_cast<double>(s.tasks());
+inline gg::Tensor mean_task_loss(const Regressor& net, const Params& p, const Sequences& s) {
+  return summed_task_loss(net, p, s) / static_cast<double>(s.tasks());
 }
 
 // Each task's MSE on its target tokens, as plain numbers, recording nothing.
-inline std::vector<double> per_task_mse(const Params& p, const ModelShape& m, const Sequences& s, AttentionOp op) {
+inline std::vector<double> per_task_mse(const Regressor& net, const Params& p, const Sequences& s) {
   gg::NoGradGuard no_grad;
-  const gg::Tensor err = (forward(p, m, s, op) - s.y) * s.target;
+  const gg::Tensor err = (net.predict(p, s) - s.y) * s.target;
   return (gg::sum(err * err, {1, 2}) / static_cast<double>(s.targets_per_task)).to_vector<double>();
-}
-
-// θ -> θ_t: one stride-0 copy per task, (r, c) -> (T, r, c).
-inline Params per_task(const Params& shared, int64_t tasks) {
-  Params out;
-  for (const gg::Tensor& w : shared) out.push_back(gg::expand(w, {tasks, w.size(0), w.size(1)}));
-  return out;
 }
 
 // One inner SGD step per task on the support loss: θ'_t = θ_t − α ∇θ_t L_t(support_t).
 // create_graph keeps the inner backward (through attention's backward) on the tape: the outer
 // gradient then runs through attention's backward-over-backward (second-order MAML).
-inline Params sgd_step(const Params& task_params, const ModelShape& m, const Sequences& support, double alpha,
-                       AttentionOp op, bool create_graph) {
+inline Params sgd_step(const Regressor& net, const Params& task_params, const Sequences& support, double alpha,
+                       bool create_graph) {
   gg::GradOptions options;
   options.create_graph = create_graph;
-  const gg::TensorList g = gg::grad({summed_task_loss(task_params, m, support, op)}, task_params, {}, options);
-  Params adapted;
-  for (size_t i = 0; i < task_params.size(); ++i) adapted.push_back(task_params[i] - g[i] * alpha);
-  return adapted;
+  const gg::TensorList theta = gg::nn::values(task_params);
+  const gg::TensorList g = gg::grad({summed_task_loss(net, task_params, support)}, theta, {}, options);
+  return gg::nn::with_values(task_params, gg::optim::sgd_update(theta, g, alpha));
 }
 
 // The MAML objective: mean over tasks of the query loss after one inner step from θ.
-inline gg::Tensor meta_loss(const Params& shared, const ModelShape& m, const Episode& e, double alpha, AttentionOp op,
+inline gg::Tensor meta_loss(const Regressor& net, const Params& shared, const Episode& e, double alpha,
                             bool second_order = true) {
-  const Params adapted = sgd_step(per_task(shared, e.support.tasks()), m, e.support, alpha, op, second_order);
-  return mean_task_loss(adapted, m, e.query, op);
+  const Params adapted = sgd_step(net, gg::nn::expand_params(shared, e.support.tasks()), e.support, alpha, second_order);
+  return mean_task_loss(net, adapted, e.query);
 }
 
-// The meta-gradient: ∂ meta_loss / ∂θ for every shared weight.
-inline gg::TensorList meta_gradient(const Params& shared, const ModelShape& m, const Episode& e, double alpha,
-                                    AttentionOp op) {
-  return gg::grad({meta_loss(shared, m, e, alpha, op)}, shared);
+// The meta-gradient: ∂ meta_loss / ∂θ for every shared weight, in the order of `shared`.
+inline gg::TensorList meta_gradient(const Regressor& net, const Params& shared, const Episode& e, double alpha) {
+  return gg::grad({meta_loss(net, shared, e, alpha)}, gg::nn::values(shared));
 }
 
 // Test-time adaptation: `steps` plain SGD steps per task on the support loss, nothing kept on
 // the tape. Calls visit(step, params) after 0, 1, ..., steps steps.
 template <typename Visit>
-void fine_tune(const Params& shared, const ModelShape& m, const Sequences& support, double alpha, int steps,
-               AttentionOp op, Visit visit) {
+void fine_tune(const Regressor& net, const Params& shared, const Sequences& support, double alpha, int steps,
+               Visit visit) {
   Params p;
-  for (const gg::Tensor& w : per_task(shared, support.tasks())) p.push_back(w.detach());
+  for (const auto& [n, w] : gg::nn::expand_params(shared, support.tasks())) p.emplace_back(n, w.detach());
   visit(0, p);
   for (int step = 1; step <= steps; ++step) {
-    for (gg::Tensor& w : p) w = w.detach().requires_grad_();  // fresh leaves: a one-step tape
-    const gg::TensorList g = gg::grad({summed_task_loss(p, m, support, op)}, p);
+    for (auto& [n, w] : p) w = w.detach().requires_grad_();  // fresh leaves: a one-step tape
+    const gg::TensorList theta = gg::nn::values(p);
+    const gg::TensorList g = gg::grad({summed_task_loss(net, p, support)}, theta);
     gg::NoGradGuard no_grad;
-    for (size_t i = 0; i < p.size(); ++i) p[i] = p[i] - g[i] * alpha;
+    p = gg::nn::with_values(p, gg::optim::sgd_update(theta, g, alpha));
     visit(step, p);
   }
 }

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "common/metrics.h"
 #include "report.h"
 
 namespace maml {
@@ -25,12 +26,11 @@ inline void print_table(const char* model, const EvalTable& t) {
   }
 }
 
-inline void log_table(std::ofstream& metrics, const char* model, const EvalTable& t) {
+inline void log_table(examples::Metrics& metrics, const char* model, const EvalTable& t) {
   for (size_t k = 0; k < kEvalShots.size(); ++k)
     for (size_t s = 0; s < kEvalSteps.size(); ++s)
-      metrics << nlohmann::json{{"phase", "eval"}, {"model", model}, {"K", kEvalShots[k]}, {"steps", kEvalSteps[s]},
-                                {"mse", t[k][s].mean}, {"ci95", t[k][s].ci95}}.dump()
-              << "\n";
+      metrics.write({{"phase", "eval"}, {"model", model}, {"K", kEvalShots[k]}, {"inner_steps", kEvalSteps[s]},
+                     {"mse", t[k][s].mean}, {"ci95", t[k][s].ci95}});
 }
 
 }  // namespace maml

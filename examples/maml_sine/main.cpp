@@ -11,8 +11,9 @@
 //   The baseline ("pretrained") is the same network trained by ordinary regression on all
 //   tasks jointly, then fine-tuned at test time exactly like the MAML model.
 //
-// Files: sine_tasks.h (the task family), maml.h (model, inner step, meta-loss, Adam),
-// report.h (progress bar, confidence intervals, plot). See docs/examples.md.
+// Files: sine_tasks.h (the task family), maml.h (model on gg::nn, inner step, meta-loss),
+// report.h (progress bar, confidence intervals, plot); the outer optimiser is gg::optim::Adam.
+// See docs/examples.md.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -27,6 +28,7 @@
 #include "gradgrad.h"
 #include "maml.h"
 #include "report.h"
+#include "common/metrics.h"
 #include "common/run.h"
 #include "eval_table.h"
 #include "sine_tasks.h"
@@ -76,15 +78,17 @@ bool check_per_task_gradients(gg::Device device) {
   const int64_t T = 4;
   maml::SineTaskSampler sampler(1);
   const Points support = sampler.points(sampler.tasks(T), kShotsTrain, f64, device);
-  const Params shared = maml::init_mlp(f64, device);
-  const Params task_params = maml::per_task(shared, T);
-  const gg::TensorList batched = gg::grad({maml::summed_task_loss(task_params, support)}, task_params);
+  const auto net = maml::make_net(f64, device);
+  const Params shared = net->named_parameters();
+  const Params task_params = gg::nn::expand_params(shared, T);
+  const gg::TensorList batched =
+      gg::grad({maml::summed_task_loss(*net, task_params, support)}, gg::nn::values(task_params));
   double worst = 0.0;
   for (int64_t t = 0; t < T; ++t) {
     const Points one{gg::slice(support.x, 0, t, t + 1), gg::slice(support.y, 0, t, t + 1)};
-    const gg::TensorList single = gg::grad({maml::summed_task_loss(shared, one)}, shared);
+    const gg::TensorList single = gg::grad({maml::summed_task_loss(*net, shared, one)}, net->parameters());
     for (size_t i = 0; i < shared.size(); ++i) {
-      const gg::Tensor task_t = gg::reshape(gg::slice(batched[i], 0, t, t + 1), shared[i].shape());
+      const gg::Tensor task_t = gg::reshape(gg::slice(batched[i], 0, t, t + 1), shared[i].second.shape());
       worst = std::max(worst, max_abs_diff(task_t, single[i]));
     }
   }
@@ -102,20 +106,22 @@ bool check_meta_gradient(gg::Device device) {
   const maml::SineTasks tasks = sampler.tasks(5);
   const Points support = sampler.points(tasks, kShotsTrain, f64, device);
   const Points query = sampler.points(tasks, kShotsTrain, f64, device);
-  const Params theta = maml::init_mlp(f64, device);
-  Params v;
-  for (const gg::Tensor& p : theta) v.push_back(gg::randn_like(p));
+  const auto net = maml::make_net(f64, device);
+  const Params theta = net->named_parameters();
+  gg::TensorList v;
+  for (const gg::Tensor& p : net->parameters()) v.push_back(gg::randn_like(p));
 
   auto directional = [&](maml::InnerGrad mode) {  // <∇θ meta-loss, v>
-    const gg::TensorList g = gg::grad({maml::meta_loss(theta, support, query, kInnerLr, mode)}, theta);
+    const gg::TensorList g = gg::grad({maml::meta_loss(*net, theta, support, query, kInnerLr, mode)}, net->parameters());
     double d = 0.0;
     for (size_t i = 0; i < g.size(); ++i) d += gg::sum(g[i] * v[i]).item();
     return d;
   };
   auto loss_at = [&](double h) {  // meta-loss(θ + h·v)
-    Params shifted;
-    for (size_t i = 0; i < theta.size(); ++i) shifted.push_back((theta[i].detach() + v[i] * h).requires_grad_());
-    return maml::meta_loss(shifted, support, query, kInnerLr, maml::InnerGrad::first_order).item();
+    gg::TensorList shifted;
+    for (size_t i = 0; i < theta.size(); ++i) shifted.push_back((theta[i].second.detach() + v[i] * h).requires_grad_());
+    return maml::meta_loss(*net, gg::nn::with_values(theta, shifted), support, query, kInnerLr,
+                           maml::InnerGrad::first_order).item();
   };
   const double h = 1e-6;
   const double fd = (loss_at(h) - loss_at(-h)) / (2 * h);
@@ -136,12 +142,13 @@ struct TrainResult {
 };
 
 // Meta-training (maml = true) or joint regression on all tasks (the pretrained baseline).
-TrainResult train(const Config& cfg, Params& params, bool maml_objective, std::ofstream& metrics) {
+TrainResult train(const Config& cfg, const maml::Net& net, bool maml_objective, examples::Metrics& metrics) {
   const char* phase = maml_objective ? "maml" : "pretrain";
   maml::SineTaskSampler sampler(cfg.seed * 2 + (maml_objective ? 0 : 1));
-  maml::Adam adam(params, kMetaLr);
+  const Params params = net.named_parameters();
+  gg::optim::Adam adam(net.parameters(), {kMetaLr});
   maml::ProgressBar bar(phase, cfg.iterations);
-  const int log_every = 10;
+  const int log_every = examples::log_every(cfg.iterations);
   double last_loss = NAN;
   const auto start = std::chrono::steady_clock::now();
   for (int it = 1; it <= cfg.iterations; ++it) {
@@ -150,17 +157,15 @@ TrainResult train(const Config& cfg, Params& params, bool maml_objective, std::o
     const Points query = sampler.points(tasks, kShotsTrain, gg::DType::f32, cfg.device);    // (25, 10, 1)
     gg::Tensor loss;
     if (maml_objective) {
-      loss = maml::meta_loss(params, support, query, kInnerLr, cfg.mode());
+      loss = maml::meta_loss(net, params, support, query, kInnerLr, cfg.mode());
     } else {  // ordinary regression on the same points, one model for all tasks
       const Points all = maml::concat_points(support, query);
-      loss = gg::mse_loss(maml::forward(params, all.x), all.y);
+      loss = gg::mse_loss(net(all.x), all.y);
     }
-    adam.step(gg::grad({loss}, params));
+    adam.step(gg::grad({loss}, adam.params()));
     if (it % log_every == 0 || it == cfg.iterations) {
       last_loss = loss.item();
-      metrics << json{{"phase", phase}, {"iteration", it}, {maml_objective ? "meta_loss" : "loss", last_loss},
-                      {"time_s", seconds_since(start)}}.dump()
-              << "\n";
+      metrics.train(phase, it, last_loss, seconds_since(start));
       if (!std::isfinite(last_loss)) {
         bar.finish();
         std::fprintf(stderr, "error: %s loss is %f at iteration %d\n", phase, last_loss, it);
@@ -192,14 +197,15 @@ EvalSet make_eval_set(int64_t count, gg::Device device) {
 // results[k][s]: mean query MSE over tasks, with K = kEvalShots[k], after kEvalSteps[s] steps.
 using maml::EvalTable;
 
-EvalTable evaluate(const Params& params, const EvalSet& eval) {
+EvalTable evaluate(const maml::Net& net, const EvalSet& eval) {
+  const Params params = net.named_parameters();
   EvalTable table;
   for (int64_t K : kEvalShots) {
     std::vector<maml::MeanCI> row;
-    maml::fine_tune(params, maml::first_points(eval.support, K), kInnerLr, kEvalSteps.back(),
+    maml::fine_tune(net, params, maml::first_points(eval.support, K), kInnerLr, kEvalSteps.back(),
                     [&](int step, const Params& p) {
                       if (std::find(kEvalSteps.begin(), kEvalSteps.end(), step) != kEvalSteps.end())
-                        row.push_back(maml::mean_ci95(maml::per_task_mse(p, eval.query)));
+                        row.push_back(maml::mean_ci95(maml::per_task_mse(net, p, eval.query)));
                     });
     table.push_back(row);
   }
@@ -212,7 +218,7 @@ using maml::print_table;
 // ------------------------------------------------------------------------- plot
 // The paper's Figure 2: three test tasks, K = 5 support points; MAML before adaptation and
 // after 1 and 10 steps, and the pretrained model after 10 steps.
-std::string make_plot(const Config& cfg, const Params& maml_params, const Params& pretrained, const EvalSet& eval) {
+std::string make_plot(const Config& cfg, const maml::Net& maml_net, const maml::Net& pretrained, const EvalSet& eval) {
   const int64_t kPanels = 3, kGrid = 200, K = 5;
   maml::SineTasks tasks;
   for (int64_t t = 0; t < kPanels; ++t) {
@@ -226,12 +232,12 @@ std::string make_plot(const Config& cfg, const Params& maml_params, const Params
   std::vector<std::vector<double>> curves;  // each (kPanels·kGrid), panel-major
   auto predict = [&](const Params& p) {
     gg::NoGradGuard no_grad;
-    curves.push_back(maml::forward(p, grid.x).to_vector<double>());
+    curves.push_back(maml_net(p, grid.x).to_vector<double>());
   };
-  maml::fine_tune(maml_params, support, kInnerLr, 10, [&](int step, const Params& p) {
+  maml::fine_tune(maml_net, maml_net.named_parameters(), support, kInnerLr, 10, [&](int step, const Params& p) {
     if (step == 0 || step == 1 || step == 10) predict(p);
   });
-  maml::fine_tune(pretrained, support, kInnerLr, 10, [&](int step, const Params& p) {
+  maml::fine_tune(pretrained, pretrained.named_parameters(), support, kInnerLr, 10, [&](int step, const Params& p) {
     if (step == 10) predict(p);
   });
 
@@ -280,27 +286,30 @@ int run(const Config& cfg) {
   const bool meta_gradient_ok = check_meta_gradient(cfg.device);
   const bool checks_ok = batching_ok && meta_gradient_ok;
 
-  std::ofstream metrics(cfg.out_dir + "/metrics.jsonl");
-  if (!metrics) throw std::runtime_error("cannot write " + cfg.out_dir + "/metrics.jsonl");
+  examples::Metrics metrics(cfg.out_dir, "maml_sine",
+                            {{"device", cfg.device.str()}, {"seed", cfg.seed}, {"iterations", cfg.iterations},
+                             {"first_order", cfg.first_order}, {"smoke", cfg.smoke}, {"eval_tasks", cfg.eval_tasks},
+                             {"model", "MLP 1-40-40-1 ReLU"}, {"meta_batch", kMetaBatch}, {"shots", kShotsTrain},
+                             {"inner_lr", kInnerLr}, {"outer_optimizer", "Adam"}, {"lr", kMetaLr}});
 
   gg::manual_seed(cfg.seed);
-  Params maml_params = maml::init_mlp(gg::DType::f32, cfg.device);
-  Params pretrained = maml::init_mlp(gg::DType::f32, cfg.device);
+  const auto maml_net = maml::make_net(gg::DType::f32, cfg.device);
+  const auto pretrained = maml::make_net(gg::DType::f32, cfg.device);
 
   std::printf("\nmeta-training (MAML):\n");
-  const TrainResult m = train(cfg, maml_params, true, metrics);
+  const TrainResult m = train(cfg, *maml_net, true, metrics);
   std::printf("  %d meta-iterations in %.1f s: %.3f ms per meta-iteration\n", cfg.iterations, m.seconds,
               1e3 * m.seconds / cfg.iterations);
   std::printf("pretraining (baseline: joint regression on all tasks, same iterations, Adam):\n");
-  const TrainResult p = train(cfg, pretrained, false, metrics);
+  const TrainResult p = train(cfg, *pretrained, false, metrics);
   std::printf("  %d iterations in %.1f s: %.3f ms per iteration\n", cfg.iterations, p.seconds,
               1e3 * p.seconds / cfg.iterations);
   if (!m.finite || !p.finite) return 1;
 
   const EvalSet eval = make_eval_set(cfg.eval_tasks, cfg.device);
   const auto eval_start = std::chrono::steady_clock::now();
-  const EvalTable maml_table = evaluate(maml_params, eval);
-  const EvalTable pre_table = evaluate(pretrained, eval);
+  const EvalTable maml_table = evaluate(*maml_net, eval);
+  const EvalTable pre_table = evaluate(*pretrained, eval);
   log_table(metrics, "maml", maml_table);
   log_table(metrics, "pretrained", pre_table);
 
@@ -319,7 +328,7 @@ int run(const Config& cfg) {
   std::printf("  %-11s K = %-3d   %14s   %14.2f   %14.2f   %14.2f\n", "MAML", 5, "-", 0.67, 0.38, 0.35);
   std::printf("  %-11s K = %-3d   %14s   %14.2f   %14.2f   %14.2f\n\n", "pretrained", 5, "-", 2.41, 2.23, 2.19);
 
-  std::printf("%s\n", make_plot(cfg, maml_params, pretrained, eval).c_str());
+  std::printf("%s\n", make_plot(cfg, *maml_net, *pretrained, eval).c_str());
   std::printf("metrics: %s/metrics.jsonl\n", cfg.out_dir.c_str());
   std::printf("time per meta-iteration: %.3f ms (%s)\n", 1e3 * m.seconds / cfg.iterations, cfg.device.str().c_str());
   return checks_ok ? 0 : 1;
