@@ -1,11 +1,12 @@
-// The model, the test-time-training unroll, the meta-loss and Adam.
+// The model (on gg::nn), the test-time-training unroll and the meta-loss.
 //
 // The model is a small pre-LayerNorm causal transformer language model:
 //
 //   x = tok[token] + pos[position in chunk]                          (B, C, D)
-//   per block:  x += Wo · attention(LN(x)·Wqkv, causal)               4 heads of D/4
-//               x += W2 · gelu(LN(x)·W1 + b1) + b2                    hidden 4·D
-//   logits = LN(x) · head    (head = tokᵀ with --tied)                (B, C, V)
+//   per block (gg::nn::TransformerBlock):
+//               x += out_proj · attention(LN(x)·Wq, LN(x)·Wk, LN(x)·Wv, causal)   4 heads of D/4
+//               x += W2 · gelu(W1 · LN(x) + b1) + b2                  hidden 4·D
+//   logits = LN(x) · headᵀ   (head = tok with --tied)                 (B, C, V)
 //
 // A sequence of T tokens is read in chunks of C. Attention is local to the chunk (a sliding
 // window aligned with the chunks, as TTT-E2E pairs sliding-window attention with test-time
@@ -25,8 +26,8 @@
 // With ttt_blocks = 1 the inner gradient stops at the last block's MLP input (attention comes
 // before the MLP in a block): still second order, but attention is only differentiated once.
 //
-// Per-sequence fast weights without copies: W (in, out) -> expand to (B, in, out), a stride-0
-// view, and the MLP is a batched matmul. The inner loss is the SUM over sequences of each
+// Per-sequence fast weights without copies: W (out, in) -> expand to (B, out, in), a stride-0
+// view (gg::nn::expand_params), and the MLP is a batched matmul. The inner loss is the SUM over sequences of each
 // sequence's mean CE, so its gradient with respect to the expanded weights is the stack of the
 // per-sequence gradients (the trick of examples/maml_sine/maml.h).
 #pragma once
@@ -50,75 +51,101 @@ struct ModelConfig {
   bool composite_attention = false;  // gg::attention_composite instead of the fused op (a check)
 };
 
-struct Block {
-  Tensor ln1_w, ln1_b;  // (D)
-  Tensor w_qkv;         // (D, 3D)
-  Tensor w_o;           // (D, D)
-  Tensor ln2_w, ln2_b;  // (D)
-  Tensor w1, b1;        // (D, M), (1, M)
-  Tensor w2, b2;        // (M, D), (1, D)
-};
+using Params = gg::nn::NamedTensors;
 
-struct Model {
-  ModelConfig cfg;
-  Tensor tok;             // (V, D)
-  Tensor pos;             // (C, D)
-  std::vector<Block> blocks;
-  Tensor lnf_w, lnf_b;    // (D)
-  Tensor head;            // (D, V); undefined when tied
-
-  // Every parameter once, in a fixed order (Adam, finite differences). M: Model or const Model.
-  template <typename M, typename F> static void for_each(M& m, F f) {
-    f(m.tok);
-    f(m.pos);
-    for (auto& b : m.blocks)
-      for (auto* t : {&b.ln1_w, &b.ln1_b, &b.w_qkv, &b.w_o, &b.ln2_w, &b.ln2_b, &b.w1, &b.b1, &b.w2, &b.b2}) f(*t);
-    f(m.lnf_w);
-    f(m.lnf_b);
-    if (!m.cfg.tied) f(m.head);
+// The network as a gg::nn module: tok (Embedding V×D), pos (C×D), blocks.0.. (TransformerBlock:
+// causal attention without projection biases, GELU MLP), lnf (LayerNorm), head (Linear D→V
+// without bias; absent when tied). It is called functionally, with the parameters passed in, so
+// the MLPs of the TTT blocks can be per-sequence fast weights.
+class LM : public gg::nn::Module {
+ public:
+  LM(const ModelConfig& c, gg::nn::Init init) : cfg(c) {
+    using namespace gg::nn;
+    const int64_t D = c.d_model;
+    tok = register_module("tok", std::make_shared<Embedding>(c.vocab, D, init));
+    register_parameter("pos", gg::zeros({c.chunk, D}, init.dtype, init.device));
+    auto list = register_module("blocks", std::make_shared<ModuleList>());
+    BlockConfig b;
+    b.attention = {D, c.heads, /*causal=*/true, /*bias=*/false, c.composite_attention};
+    b.mlp_hidden = c.mlp_hidden;
+    b.activation = Activation::gelu;
+    for (int64_t l = 0; l < c.blocks; ++l) {
+      blocks.push_back(std::make_shared<TransformerBlock>(b, init));
+      list->append(blocks.back());
+    }
+    lnf = register_module("lnf", std::make_shared<LayerNorm>(D, 1e-5, init));
+    if (!c.tied) head = register_module("head", std::make_shared<Linear>(D, c.vocab, false, init));
   }
-  TensorList parameters() const {
-    TensorList out;
-    for_each(*this, [&](const Tensor& t) { out.push_back(t); });
+
+  // Logits (B, C, V) for one chunk of tokens (B, C) i64. Attention is causal within the chunk.
+  using gg::nn::Module::forward;
+  Tensor forward(const gg::nn::Params& p, const Tensor& input) const override {
+    const int64_t C = input.size(1);
+    Tensor x = tok->forward(p.sub("tok"), input) + gg::slice(p["pos"], 0, 0, C);  // (B, C, D)
+    const gg::nn::Params bp = p.sub("blocks");
+    for (size_t l = 0; l < blocks.size(); ++l) x = blocks[l]->forward(bp.sub(std::to_string(l)), x);
+    x = lnf->forward(p.sub("lnf"), x);
+    if (cfg.tied) return gg::matmul(x, gg::transpose(p["tok.weight"], 0, 1));
+    return head->forward(p.sub("head"), x);
+  }
+
+  // The names of the fast weights: the MLPs of the last ttt_blocks blocks.
+  std::vector<std::string> fast_names() const {
+    std::vector<std::string> out;
+    for (int64_t l = cfg.blocks - cfg.ttt_blocks; l < cfg.blocks; ++l)
+      for (const char* n : {"layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias"})
+        out.push_back("blocks." + std::to_string(l) + ".mlp." + n);
     return out;
   }
-  Model with_parameters(const TensorList& params) const {  // same config, these tensors
-    Model m = *this;
-    size_t i = 0;
-    for_each(m, [&](Tensor& t) { t = params.at(i++); });
-    return m;
-  }
-  int64_t first_ttt_block() const { return cfg.blocks - cfg.ttt_blocks; }
+
+  ModelConfig cfg;
+  std::shared_ptr<gg::nn::Embedding> tok;
+  std::vector<std::shared_ptr<gg::nn::TransformerBlock>> blocks;
+  std::shared_ptr<gg::nn::LayerNorm> lnf;
+  std::shared_ptr<gg::nn::Linear> head;
 };
 
-// GPT-2's initialisation: N(0, 0.02), the residual projections scaled by 1/√(2·blocks);
-// LayerNorm weights 1, biases 0.
-inline Model init_model(const ModelConfig& cfg, gg::DType dtype, gg::Device device) {
-  const int64_t D = cfg.d_model, M = cfg.mlp_hidden;
-  const double std = 0.02, residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg.blocks));
-  auto normal = [&](gg::Shape shape, double s) { return (gg::randn(shape, dtype, device) * s).requires_grad_(); };
-  auto constant = [&](gg::Shape shape, double v) { return gg::full(shape, v, dtype, device).requires_grad_(); };
-  Model m;
-  m.cfg = cfg;
-  m.tok = normal({cfg.vocab, D}, std);
-  m.pos = normal({cfg.chunk, D}, std);
-  for (int64_t l = 0; l < cfg.blocks; ++l) {
-    Block b;
-    b.ln1_w = constant({D}, 1.0);
-    b.ln1_b = constant({D}, 0.0);
-    b.w_qkv = normal({D, 3 * D}, std);
-    b.w_o = normal({D, D}, residual_std);
-    b.ln2_w = constant({D}, 1.0);
-    b.ln2_b = constant({D}, 0.0);
-    b.w1 = normal({D, M}, std);
-    b.b1 = constant({1, M}, 0.0);
-    b.w2 = normal({M, D}, residual_std);
-    b.b2 = constant({1, D}, 0.0);
-    m.blocks.push_back(b);
+// A network and the tensors it runs with (its own parameters, copies, or shifted ones).
+struct Model {
+  ModelConfig cfg;
+  std::shared_ptr<const LM> net;
+  Params params;
+
+  TensorList parameters() const { return gg::nn::values(params); }
+  Model with_parameters(const TensorList& values) const {  // same network, these tensors
+    Model m = *this;
+    m.params = gg::nn::with_values(params, values);
+    return m;
   }
-  m.lnf_w = constant({D}, 1.0);
-  m.lnf_b = constant({D}, 0.0);
-  if (!cfg.tied) m.head = normal({D, cfg.vocab}, std);
+  // The same tensors through a network of another configuration (e.g. composite attention).
+  Model with_config(const ModelConfig& c) const {
+    Model m = *this;
+    m.cfg = c;
+    m.net = std::make_shared<const LM>(c, gg::nn::Init{params[0].second.dtype(), params[0].second.device()});
+    return m;
+  }
+};
+
+// GPT-2's initialisation: N(0, 0.02), the residual projections (attention out_proj, MLP output)
+// scaled by 1/√(2·blocks); LayerNorm weights 1, biases 0, MLP biases 0.
+inline Model init_model(const ModelConfig& cfg, gg::DType dtype, gg::Device device) {
+  Model m{cfg, std::make_shared<const LM>(cfg, gg::nn::Init{dtype, device}), {}};
+  const double std = 0.02, residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg.blocks));
+  auto ends_with = [](const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  for (const auto& [name, t] : m.net->named_parameters()) {
+    Tensor v;
+    if (ends_with(name, "ln1.weight") || ends_with(name, "ln2.weight") || name == "lnf.weight")
+      v = gg::ones(t.shape(), dtype, device);
+    else if (ends_with(name, ".bias"))
+      v = gg::zeros(t.shape(), dtype, device);
+    else if (ends_with(name, "out_proj.weight") || ends_with(name, "mlp.layers.1.weight"))
+      v = gg::randn(t.shape(), dtype, device) * residual_std;
+    else
+      v = gg::randn(t.shape(), dtype, device) * std;
+    m.params.emplace_back(name, v.requires_grad_());
+  }
   return m;
 }
 
@@ -156,64 +183,25 @@ inline Chunks make_chunks(const SequenceBatch& s, int64_t chunk, int64_t vocab, 
 }
 
 // ------------------------------------------------------------------------------- the model
-// The MLP weights of one block, shared (w1 (D, M), b1 (1, M), ...) or per sequence
-// (w1 (B, D, M), b1 (B, 1, M), ...): matmul and + broadcast either way.
-struct MlpWeights {
-  Tensor w1, b1, w2, b2;
-};
-using FastWeights = std::vector<MlpWeights>;  // one per TTT block, the last ttt_blocks blocks
+// Fast weights: the named MLP tensors of the TTT blocks, shared ("blocks.1.mlp.layers.0.weight"
+// (M, D), ...) or per sequence ((B, M, D), (B, 1, M), ...): the MLP broadcasts either way.
+using FastWeights = Params;
 
-inline TensorList flatten(const FastWeights& f) {
-  TensorList out;
-  for (const MlpWeights& w : f)
-    for (const Tensor& t : {w.w1, w.b1, w.w2, w.b2}) out.push_back(t);
-  return out;
-}
-inline FastWeights unflatten(const TensorList& t) {
-  FastWeights f;
-  for (size_t i = 0; i + 3 < t.size(); i += 4) f.push_back({t[i], t[i + 1], t[i + 2], t[i + 3]});
-  return f;
-}
-
-// θ_mlp -> one stride-0 copy per sequence: (r, c) -> (B, r, c).
+// θ_mlp -> one stride-0 copy per sequence (gg::nn::expand_params).
 inline FastWeights per_sequence(const Model& m, int64_t B) {
-  TensorList out;
-  for (int64_t l = m.first_ttt_block(); l < m.cfg.blocks; ++l) {
-    const Block& b = m.blocks[static_cast<size_t>(l)];
-    for (const Tensor& t : {b.w1, b.b1, b.w2, b.b2}) out.push_back(gg::expand(t, {B, t.size(0), t.size(1)}));
-  }
-  return unflatten(out);
+  const gg::nn::Params all(m.params);
+  FastWeights f;
+  for (const std::string& n : m.net->fast_names()) f.emplace_back(n, all[n]);
+  return gg::nn::expand_params(f, B);
 }
 
-inline Tensor mlp(const Tensor& x, const MlpWeights& w) {  // x (B, C, D) -> (B, C, D)
-  return gg::matmul(gg::gelu(gg::matmul(x, w.w1) + w.b1), w.w2) + w.b2;
-}
-
-inline Tensor self_attention(const ModelConfig& cfg, const Block& blk, const Tensor& x) {  // (B, C, D)
-  const int64_t B = x.size(0), C = x.size(1), D = cfg.d_model, H = cfg.heads;
-  const Tensor qkv = gg::matmul(x, blk.w_qkv);  // (B, C, 3D)
-  auto heads = [&](int64_t part) {              // (B, C, D) slice -> (B, H, C, D/H)
-    return gg::permute(gg::reshape(gg::slice(qkv, 2, part * D, (part + 1) * D), {B, C, H, D / H}), {0, 2, 1, 3});
-  };
-  const gg::AttentionOptions causal{std::nullopt, /*causal=*/true};
-  const Tensor o = cfg.composite_attention ? gg::attention_composite(heads(0), heads(1), heads(2), causal)
-                                           : gg::attention(heads(0), heads(1), heads(2), causal);  // (B, H, C, D/H)
-  return gg::matmul(gg::reshape(gg::permute(o, {0, 2, 1, 3}), {B, C, D}), blk.w_o);
-}
-
-// Logits (B, C, V) for one chunk of tokens (B, C), with `fast` as the MLPs of the TTT blocks.
+// Logits (B, C, V) for one chunk of tokens (B, C), with `fast` in place of the TTT blocks' MLPs.
 inline Tensor forward_chunk(const Model& m, const FastWeights& fast, const Tensor& input) {
-  const int64_t C = input.size(1), D = m.cfg.d_model;
-  Tensor x = gg::embedding(m.tok, input) + gg::slice(m.pos, 0, 0, C);  // (B, C, D)
-  for (int64_t l = 0; l < m.cfg.blocks; ++l) {
-    const Block& blk = m.blocks[static_cast<size_t>(l)];
-    x = x + self_attention(m.cfg, blk, gg::layer_norm(x, {D}, blk.ln1_w, blk.ln1_b));
-    const MlpWeights w = l >= m.first_ttt_block() ? fast[static_cast<size_t>(l - m.first_ttt_block())]
-                                                  : MlpWeights{blk.w1, blk.b1, blk.w2, blk.b2};
-    x = x + mlp(gg::layer_norm(x, {D}, blk.ln2_w, blk.ln2_b), w);
-  }
-  x = gg::layer_norm(x, {D}, m.lnf_w, m.lnf_b);
-  return gg::matmul(x, m.cfg.tied ? gg::transpose(m.tok, 0, 1) : m.head);  // (B, C, V)
+  Params p = m.params;
+  for (auto& [name, t] : p)
+    for (const auto& [fname, ft] : fast)
+      if (name == fname) t = ft;
+  return m.net->forward(gg::nn::Params(p), input);
 }
 
 // Each sequence's mean next-token cross-entropy over the chunk: (B).
@@ -242,11 +230,9 @@ inline FastWeights inner_steps(const Model& m, FastWeights fast, const Chunks& d
   options.retain_graph = 1;  // the outer backward still needs this chunk's forward
   for (int s = 0; s < inner.steps; ++s) {
     if (s > 0) loss = gg::sum(per_sequence_ce(forward_chunk(m, fast, data.inputs[c]), data.targets[c]));
-    const TensorList w = flatten(fast);
+    const TensorList w = gg::nn::values(fast);
     const TensorList g = gg::grad({loss}, w, {}, options);
-    TensorList next;
-    for (size_t i = 0; i < w.size(); ++i) next.push_back(w[i] - g[i] * inner.lr);
-    fast = unflatten(next);
+    fast = gg::nn::with_values(fast, gg::optim::sgd_update(w, g, inner.lr));
   }
   return fast;
 }
@@ -283,55 +269,17 @@ inline std::vector<std::vector<double>> test_time_losses(const Model& model, con
       continue;
     }
     for (int s = 0; s < steps; ++s) {
-      TensorList w = flatten(fast);
+      TensorList w = gg::nn::values(fast);
       for (Tensor& t : w) t = t.detach().requires_grad_();  // fresh leaves: a one-step tape
-      const Tensor per_seq = per_sequence_ce(forward_chunk(m, unflatten(w), data.inputs[c]), data.targets[c]);
+      fast = gg::nn::with_values(fast, w);
+      const Tensor per_seq = per_sequence_ce(forward_chunk(m, fast, data.inputs[c]), data.targets[c]);
       if (s == 0) losses.push_back(per_seq.to_vector<double>());
       const TensorList g = gg::grad({gg::sum(per_seq)}, w);
       gg::NoGradGuard no_grad;
-      for (size_t i = 0; i < w.size(); ++i) w[i] = w[i] - g[i] * lr;
-      fast = unflatten(w);
+      fast = gg::nn::with_values(fast, gg::optim::sgd_update(w, g, lr));
     }
   }
   return losses;
 }
-
-// ------------------------------------------------------------------------------- optimiser
-// Adam (Kingma & Ba 2015) with global-norm gradient clipping, updated in place under NoGradGuard.
-class Adam {
- public:
-  Adam(TensorList params, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8)
-      : params_(std::move(params)), beta1_(beta1), beta2_(beta2), eps_(eps) {
-    for (const Tensor& p : params_) {
-      m_.push_back(gg::zeros_like(p));
-      v_.push_back(gg::zeros_like(p));
-    }
-  }
-
-  // Returns the gradient's global norm before clipping.
-  double step(const TensorList& grads, double lr, double clip) {
-    gg::NoGradGuard no_grad;
-    double sq = 0.0;
-    for (const Tensor& g : grads) sq += gg::sum(g * g).item();
-    const double norm = std::sqrt(sq);
-    const double scale = clip > 0 && norm > clip ? clip / norm : 1.0;
-    ++t_;
-    const double c1 = 1.0 - std::pow(beta1_, t_), c2 = 1.0 - std::pow(beta2_, t_);
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const Tensor g = grads[i] * scale;
-      gg::mul_(m_[i], beta1_);
-      gg::add_(m_[i], g, 1.0 - beta1_);  // m ← β1·m + (1 − β1)·g
-      gg::mul_(v_[i], beta2_);
-      gg::add_(v_[i], g * g, 1.0 - beta2_);  // v ← β2·v + (1 − β2)·g²
-      gg::add_(params_[i], m_[i] / (gg::sqrt(v_[i] / c2) + eps_), -lr / c1);  // θ ← θ − lr·m̂/(√v̂ + ε)
-    }
-    return norm;
-  }
-
- private:
-  TensorList params_, m_, v_;
-  double beta1_, beta2_, eps_;
-  int t_ = 0;
-};
 
 }  // namespace ttt
