@@ -10,11 +10,20 @@
 //
 // Everything runs in f64: finite-difference checks in f32 are too coarse to judge anything.
 // The program prints a report and exits non-zero if any check fails, so it doubles as a test.
+// Output (--out): metrics.jsonl (the checks, and f at every Newton step as "loss") and a plot of
+// the Newton path on Rosenbrock's contours with f per step (higher_order.png, with gnuplot).
+#include <CLI/CLI.hpp>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <string>
 #include <vector>
 
+#include "common/metrics.h"
+#include "common/report.h"
+#include "common/run.h"
 #include "gradgrad.h"
 
 namespace {
@@ -230,8 +239,10 @@ double backtrack(const gg::ScalarFn& f, const gg::Tensor& x, double fx, const gg
   return t;
 }
 
-// Returns true when Newton's method reached |∇f| < 1e-10 near (1, 1).
-bool part_c_newton_rosenbrock() {
+// Returns true when Newton's method reached |∇f| < 1e-10 near (1, 1). Logs f at every step
+// (as "loss") and appends each iterate to `path`.
+bool part_c_newton_rosenbrock(examples::Metrics& metrics, std::vector<std::vector<double>>& path) {
+  const auto start = std::chrono::steady_clock::now();
   std::printf("(c) Newton-CG on Rosenbrock f(x,y) = (1-x)^2 + 100(y-x^2)^2 from (-1.2, 1.0),\n");
   std::printf("    each step solved by conjugate gradient on gg::hvp (no Hessian formed)\n\n");
   std::printf("    %4s  %22s  %10s  %10s  %8s  %3s\n", "iter", "(x, y)", "f", "|grad f|", "step", "cg");
@@ -244,6 +255,10 @@ bool part_c_newton_rosenbrock() {
     gg::Tensor g = gg::grad(fx_t, leaf);
     const double fx = fx_t.item(), gnorm = std::sqrt(dot(g, g));
     const std::vector<double> xv = x.to_vector<double>();
+    path.push_back({xv[0], xv[1], fx});
+    metrics.train("newton", it + 1, fx,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                  {{"grad_norm", gnorm}, {"x", xv[0]}, {"y", xv[1]}});
     if (gnorm < 1e-10) {
       std::printf("    %4d  (%9.6f, %9.6f)  %10.3e  %10.3e\n", it, xv[0], xv[1], fx, gnorm);
       const bool at_min = std::abs(xv[0] - 1.0) < 1e-8 && std::abs(xv[1] - 1.0) < 1e-8;
@@ -261,20 +276,67 @@ bool part_c_newton_rosenbrock() {
   return false;
 }
 
+// The Newton path on the contours of Rosenbrock's function, and f per step on a log scale.
+std::string make_plot(const std::string& dir, const std::vector<std::vector<double>>& path) {
+  {
+    std::ofstream dat(dir + "/newton_path.dat");
+    if (!dat) throw std::runtime_error("cannot write " + dir + "/newton_path.dat");
+    dat << "# step x y f\n";
+    for (size_t i = 0; i < path.size(); ++i)
+      dat << i << " " << path[i][0] << " " << path[i][1] << " " << std::max(path[i][2], 1e-30) << "\n";
+  }
+  {
+    std::ofstream gp(dir + "/higher_order.gp");
+    if (!gp) throw std::runtime_error("cannot write " + dir + "/higher_order.gp");
+    gp << "set terminal pngcairo size 1200,520 enhanced font 'Sans,11'\n"
+       << "set output 'higher_order.png'\n"
+       << "set multiplot layout 1,2 title \"Newton-CG on Rosenbrock, each step solved with gg::hvp (no Hessian "
+          "formed)\"\n"
+       << "set title 'path from (-1.2, 1) to the minimum (1, 1)'\n"
+       << "set xrange [-1.5:1.5]\nset yrange [-0.5:1.5]\nset xlabel 'x'\nset ylabel 'y'\nset key bottom right\n"
+       << "set isosamples 120,120\nset samples 120,120\nset view map\nset contour base\nunset surface\n"
+       << "set cntrparam levels discrete 0.5,2,5,10,25,50,100,200\nset table 'contours.dat'\n"
+       << "splot (1-x)**2 + 100*(y-x**2)**2\nunset table\n"
+       << "plot 'contours.dat' with lines lc rgb '#bbbbbb' notitle, \\\n"
+       << "     'newton_path.dat' using 2:3 with linespoints pt 7 ps 0.8 lw 2 lc rgb '#d62728' title 'Newton iterates'\n"
+       << "set title 'f at every Newton step'\nset xrange [0:*]\nset yrange [*:*]\nset logscale y\nset format y '10^{%L}'\n"
+       << "set xlabel 'Newton step'\nset ylabel 'f(x, y)'\nset grid\n"
+       << "plot 'newton_path.dat' using 1:4 with linespoints pt 7 lw 2 lc rgb '#1f77b4' title 'f'\n"
+       << "unset multiplot\n";
+  }
+  return examples::run_gnuplot(dir, "higher_order.gp", "higher_order.png");
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  CLI::App app{"Higher-order derivatives with gradgrad: nested grad on tanh, an MLP's Hessian-vector product, "
+               "Newton-CG on Rosenbrock (all f64, self-checking)"};
+  std::string out_dir = "higher_order_out";
+  bool smoke = false;
+  app.add_option("--out", out_dir, "output directory (metrics.jsonl, plot)")->capture_default_str();
+  app.add_flag("--smoke", smoke, "the ctest's run (the example is small: the same work as without it)");
+  CLI11_PARSE(app, argc, argv);
+
   std::printf("gradgrad higher-order derivatives: a worked example (f64)\n");
   std::printf("=========================================================\n\n");
-  try {
-    const bool a_ok = part_a_tanh_derivatives() <= 1e-9;
-    const bool b_ok = part_b_mlp_hvp() <= 1e-6;
-    const bool c_ok = part_c_newton_rosenbrock();
+  gg::Device device = gg::Device::cpu();
+  return examples::prepare_and_run("cpu", device, out_dir, [&] {
+    examples::Metrics metrics(out_dir, "higher_order",
+                              {{"device", "cpu"}, {"dtype", "f64"}, {"smoke", smoke}, {"max_order", kMaxOrder},
+                               {"start", {-1.2, 1.0}}});
+    const double a_err = part_a_tanh_derivatives();
+    const bool a_ok = a_err <= 1e-9;
+    metrics.write({{"phase", "check"}, {"check", "tanh_derivatives"}, {"max_abs_error", a_err}, {"ok", a_ok}});
+    const double b_err = part_b_mlp_hvp();
+    const bool b_ok = b_err <= 1e-6;
+    metrics.write({{"phase", "check"}, {"check", "mlp_hvp_vs_finite_differences"}, {"rel_error", b_err}, {"ok", b_ok}});
+    std::vector<std::vector<double>> path;
+    const bool c_ok = part_c_newton_rosenbrock(metrics, path);
+    metrics.write({{"phase", "check"}, {"check", "newton_reaches_minimum"}, {"ok", c_ok}});
     std::printf("summary: (a) %s  (b) %s  (c) %s\n", a_ok ? "ok" : "FAILED", b_ok ? "ok" : "FAILED",
                 c_ok ? "ok" : "FAILED");
+    std::printf("%s\nmetrics: %s\n", make_plot(out_dir, path).c_str(), metrics.path().c_str());
     return a_ok && b_ok && c_ok ? 0 : 1;
-  } catch (const gg::Error& e) {
-    std::printf("error: %s\n", e.what());
-    return 2;
-  }
+  });
 }
