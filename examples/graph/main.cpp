@@ -23,7 +23,9 @@
 // and have no amber nodes, let alone violet ones. Second, each node must remember which pass
 // made it; gradgrad stores that as Node::level, so the picture can tell the passes apart.
 //
-// Usage:  graph [--out graph.dot] [--tb]      (exits non-zero if something is missing)
+// Usage:  graph [--out graph.dot] [--tb] [--smoke]      (exits non-zero if something is missing)
+// Beside the DOT file: metrics.jsonl (common/metrics.h: the configuration, then the node count
+// of each pass) and, with Graphviz, the drawing as SVG and PNG.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -37,6 +39,7 @@
 #include <CLI/CLI.hpp>
 
 #include "autograd/to_dot.h"
+#include "common/metrics.h"
 #include "gradgrad.h"
 
 namespace {
@@ -108,9 +111,11 @@ bool render(const fs::path& dot_file, const std::string& format) {
 int main(int argc, char** argv) {
   CLI::App app{"Draw the tape of a gradient-of-a-gradient computation with gg::to_dot"};
   std::string out_path = "graph.dot";
-  bool top_to_bottom = false;
-  app.add_option("out,-o,--out", out_path, "where to write the DOT file")->capture_default_str();
+  bool top_to_bottom = false, smoke = false;
+  app.add_option("out,-o,--out", out_path, "where to write the DOT file (metrics.jsonl goes beside it)")
+      ->capture_default_str();
   app.add_flag("--tb", top_to_bottom, "lay the graph out top to bottom instead of left to right");
+  app.add_flag("--smoke", smoke, "the ctest's run (the tape is small: the same work as without it)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -132,6 +137,11 @@ int main(int argc, char** argv) {
 
     const fs::path dot_file(out_path);
     if (dot_file.has_parent_path()) fs::create_directories(dot_file.parent_path());
+    examples::Metrics metrics(dot_file.has_parent_path() ? dot_file.parent_path().string() : ".", "graph",
+                              {{"out", out_path}, {"top_to_bottom", top_to_bottom}, {"smoke", smoke},
+                               {"w", {3, 4}}, {"x", {4, 5}}});
+    for (const auto& [level, n] : levels)
+      metrics.write({{"phase", "tape"}, {"level", level}, {"pass", pass[std::min(level, 2)]}, {"nodes", n}});
     std::ofstream(dot_file) << dot;
     std::printf("\n  wrote %s (%zu bytes)\n", dot_file.string().c_str(), dot.size());
 
