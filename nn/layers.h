@@ -2,9 +2,10 @@
 // fc(x), or with parameters passed in by name, fc(params, x).
 //
 // Weights follow PyTorch's layouts (Linear: weight (out, in), bias (out)), so state dicts map
-// one to one onto torch's. Every layer also accepts per-task parameters from
-// gg::nn::expand_params ((T, out, in), (T, 1, out)) with inputs of shape (T, N, features):
-// matmul and + broadcast over the task dim.
+// one to one onto torch's. Linear, MLP, LayerNorm, MultiheadAttention and TransformerBlock also
+// accept per-task parameters from gg::nn::expand_params ((T, out, in), (T, 1, out)) with inputs
+// of shape (T, N, features): matmul and + broadcast over the task dim. (Embedding does not:
+// gg::embedding takes one (V, D) table.)
 #pragma once
 #include <cstdint>
 #include <memory>
