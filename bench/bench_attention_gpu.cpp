@@ -10,7 +10,8 @@
 //   chain_peak_GiB  peak tensor memory of the chain (gg::cuda::memory_stats)
 //   *_TFLOPs   effective rates: forward 4·N²·d, backward 10·N²·d, BoB 32·N²·d per head,
 //              halved when causal (the convention, not the kernels' issued flops)
-//   deterministic  false when run with GG_ATTENTION_DETERMINISTIC=0 (the fused backward at d = 64)
+//   fwd_kernel     "wgmma" where the sm_90a kernels apply (built and a 9.x device), else "mma.sync"
+//   deterministic  gg::attention_deterministic(): false when run with GG_ATTENTION_DETERMINISTIC=0
 // Times: median of repeats after warm-up, CUDA events on the library's stream via
 // cudaDeviceSynchronize around each repeat.
 //   bench_attention_gpu [--n 1024,4096,...] [--d 64] [--heads 16] [--batch 1] [--dtype bf16|f16|f32]
@@ -171,8 +172,8 @@ int main(int argc, char** argv) {
                     "{\"impl\":\"gradgrad\",\"fwd_kernel\":\"%s\",\"deterministic\":%s,\"B\":%lld,\"H\":%lld,\"N\":%lld,\"d\":%lld,\"dtype\":\"%s\",\"causal\":%s,"
                     "\"fwd_ms\":%.4f,\"fwdbwd_ms\":%.4f,\"bob_ms\":%.4f,\"chain_ms\":%.4f,\"first_chain_ms\":%.2f,"
                     "\"chain_peak_GiB\":%.3f,\"fwd_TFLOPs\":%.1f,\"bwd_TFLOPs\":%.1f,\"bob_TFLOPs\":%.1f}",
-                    kernels::cuda::attention_wgmma_active() ? "wgmma" : "mma.sync",
-                    kernels::cuda::attention_deterministic() ? "true" : "false", (long long)batch, (long long)heads, (long long)n, (long long)d, dtype_name(dtype),
+                    kernels::cuda::testing::sm90_path_available() ? "wgmma" : "mma.sync",
+                    attention_deterministic() ? "true" : "false", (long long)batch, (long long)heads, (long long)n, (long long)d, dtype_name(dtype),
                     causal ? "true" : "false", fwd, fwdbwd, bob, ch, first_ms, peak, 4 * per_head / fwd / 1e9,
                     10 * per_head / (fwdbwd - fwd) / 1e9, 32 * per_head / bob / 1e9);
       row = buf;

@@ -8,13 +8,20 @@
 // O and L are saved values, never inputs: no gradient flows into them, because the BoB
 // formulas already contain D = rowsum(dO∘O)'s dependence on Q, K, V and dO. The third level's
 // backward differentiates attention_composite (exact, O(N²) memory) and warns once.
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 // The one upward call from ops/ into autograd/: bob_composite_vjp (the order-3 fallback) runs
 // gg::grad, the engine, from inside a backward. Every other op only records nodes for it.
 #include "autograd/engine.h"
 #include "core/log.h"
 #include "ops/common.h"
+
+#ifdef GG_HAS_CUDA
+#include "kernels/cuda/kernels.h"
+#endif
 
 namespace gg {
 namespace {
@@ -201,5 +208,31 @@ TensorList attention_backward_backward(const Tensor& q, const Tensor& k, const T
   });
   return outs;
 }
+
+// ------------------------------------------------------- determinism switch
+
+namespace {
+// GG_ATTENTION_DETERMINISTIC=0 at start-up: the faster, atomic additions (any other value or
+// unset: deterministic). Read once, as CUBLAS_WORKSPACE_CONFIG is by cuBLAS.
+bool deterministic_from_env() {
+  const char* env = std::getenv("GG_ATTENTION_DETERMINISTIC");
+  return env == nullptr || std::strcmp(env, "0") != 0;
+}
+std::atomic<bool> g_attention_deterministic{true};
+// The CUDA kernels keep their own copy (kernels are leaves: they do not call back into ops).
+void apply_attention_deterministic(bool deterministic) {
+  g_attention_deterministic = deterministic;
+#ifdef GG_HAS_CUDA
+  kernels::cuda::set_attention_deterministic(deterministic);
+#endif
+}
+const bool g_attention_deterministic_init = [] {
+  apply_attention_deterministic(deterministic_from_env());
+  return true;
+}();
+}  // namespace
+
+void set_attention_deterministic(bool deterministic) { apply_attention_deterministic(deterministic); }
+bool attention_deterministic() { return g_attention_deterministic; }
 
 }  // namespace gg

@@ -145,6 +145,15 @@ TensorList attention_backward_backward(const Tensor& q, const Tensor& k, const T
                                        const Tensor& L, const Tensor& dO, const Tensor& qt, const Tensor& kt,
                                        const Tensor& vt, const AttentionOptions& options = {});  // {gQ, gK, gV, gdO}
 
+// How the fused attention's backward and backward-over-backward add up dQ (grad_Q, grad_dO) on
+// the GPU, where key blocks each contribute a part: deterministic (the default; a fixed order,
+// every run bitwise equal) or faster (atomic additions in any order, last bits varying from run
+// to run, as in PyTorch's flash and cuDNN backwards). The environment variable
+// GG_ATTENTION_DETERMINISTIC=0 sets the initial value to false (read once, at start-up). On a
+// build without CUDA the flag is only recorded: the CPU kernels are always deterministic.
+void set_attention_deterministic(bool deterministic);
+bool attention_deterministic();
+
 // ------------------------------------------------------- in place (ops/inplace.cpp)
 // Modify storage and bump its version. Refused on tensors that require grad while grad mode
 // is on (use NoGradGuard for optimizer updates).

@@ -10,8 +10,7 @@
 // Shapes: Q, K, V, O, dO, dQ, dK, dV are (B, H, N, d) contiguous; L and D are (B, H, N), Acc
 // (f32 for bf16/f16/f32, f64 for f64). D is stream-ordered scratch.
 //
-// Three launches, all deterministic (every output element is written by exactly one thread,
-// summing in a fixed order):
+// Launches, per path (attention_traits.cuh: choose_path; tile constants there):
 //   1. D = rowsum(dO∘O): row_dot_vec_kernel (16-bit, d = 32 / 64 / 128: 16-byte loads, d / 8 lanes
 //      per row) or row_dot_kernel (one warp per row), attention_common.cuh.
 //   2. dK, dV: key-parallel; one block per (b, h, key block) sweeps the query blocks (causal: from
@@ -23,15 +22,16 @@
 //   3. dQ: query-parallel; one block per (b, h, query block) sweeps the key blocks:
 //        S = Q·Kᵀ, dP = dO·Vᵀ (mma) → dS;  dQ += dS·K (mma)
 //   Products: 4 in pass 2 + 3 in pass 3 = 7 N²·d products (14·N²·d flops per head; the dQ sweep
-//   recomputes S and dP instead of adding dQ atomically). Causal halves all of it.
-// Hopper kernels (sm_90a, bf16/f16, d in {64, 128}): the same two sweeps with one warpgroup (64
-//   own rows) per block; the four (dK dV) and three (dQ) products are warpgroup MMAs reading the
-//   tiles from shared memory (128-byte swizzled, attention_common.cuh): score products with both
-//   operands in shared memory, coefficient products with the coefficient tile (Pᵀ, dSᵀ, dS) as
-//   register A operands. Query (key) tiles of 64 rows, double-buffered by cp.async; or, by default,
-//   warp-specialised (a TMA producer warpgroup and two consumers, blocks of 128 rows; below).
-// Tiles: TcConfig<d> (tensor cores, bf16/f16, d in {32, 64, 128}: 4 warps x 16 own rows, other
-// side double-buffered by cp.async) or GenConfig (everything else), attention_common.cuh.
+//   recomputes S and dP instead of adding dQ atomically). Causal halves all of it. Every output
+//   element is written by one thread, summing in a fixed order.
+// The sm_80 (mma.sync, Sm80Traits) and generic (GenericTraits) kernels run passes 2 and 3 as
+// above. The sm_90a kernels (warp-specialised, BwdSm90Traits) run them with warpgroup MMAs:
+//   d = 128  passes 2 and 3 on the key and query sweeps of attention_sweeps.cuh (blocks of 128
+//            rows, tiles of 64), their consumers taking turns (ping-pong);
+//   d = 64   one fused key sweep: dK, dV and dQ, 5 products per tile instead of 7, each key block
+//            adding its part of dQ into an f32 buffer (in a fixed order, or atomically with
+//            set_attention_deterministic(false); below, FusedDqPart).
+// Non-causal sm_90a key sweeps split their last partial wave (TailSplitRun).
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/attention_hopper.cuh"
@@ -46,27 +46,20 @@ using namespace attn;
 
 // dK, dV for key rows [j0, j0 + kRows): thread (o, r) owns key j0 + o and queries i0 + r + 8k.
 template <typename T>
-__global__ void __launch_bounds__(GenConfig::kThreads, 1) attention_bwd_dkdv_generic_kernel(const Params<T> p) {
+__global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_bwd_dkdv_generic_kernel(const Params<T> p) {
   using Acc = typename Elem<T>::Acc;
-  using C = GenConfig;
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  Acc* sK = reinterpret_cast<Acc*>(smem_raw);  // own chunks
-  Acc* sV = sK + C::kStage;
-  Acc* sQ = sV + C::kStage;                     // other chunks
-  Acc* sdO = sQ + C::kStage;
-  Acc* sP = sdO + C::kStage;                    // Pᵀ tile  [key][query]
-  Acc* sdS = sP + C::kTile;                     // dSᵀ tile [key][query]
-
+  using C = GenericTraits;
   // ---- prologue
-  const GenThread th = gen_thread();
-  const BlockCoord bc = block_coord(cdiv(p.N, C::kRows));
-  const int j0 = bc.blk * C::kRows, j = j0 + th.o;
-  const int c0 = blockIdx.y * C::kCols;
-  const int64_t head = bc.bh * p.N;
-  const T* Qh = p.Q + head * p.d;
-  const T* Kh = p.K + head * p.d;
-  const T* Vh = p.V + head * p.d;
-  const T* dOh = p.dO + head * p.d;
+  GenBlock<T> b(p);
+  Acc *sK = b.stage(), *sV = b.stage();   // own chunks
+  Acc *sQ = b.stage(), *sdO = b.stage();  // other chunks
+  Acc* sP = b.tile();                     // Pᵀ tile  [key][query]
+  Acc* sdS = b.tile();                    // dSᵀ tile [key][query]
+  const GenThread th = b.th;
+  const int j0 = b.r0, j = j0 + th.o;
+  const int c0 = b.c0;
+  const int64_t head = b.head;
+  const T *Qh = b.Q, *Kh = b.K, *Vh = b.V, *dOh = b.dO;
   const Acc* Lh = p.L + head;
   const Acc* Dh = p.D + head;
   Acc dK[C::kColsPerThread] = {}, dV[C::kColsPerThread] = {};
@@ -112,26 +105,19 @@ __global__ void __launch_bounds__(GenConfig::kThreads, 1) attention_bwd_dkdv_gen
 
 // dQ for query rows [i0, i0 + kRows): thread (o, r) owns query i0 + o and keys j0 + r + 8k.
 template <typename T>
-__global__ void __launch_bounds__(GenConfig::kThreads, 1) attention_bwd_dq_generic_kernel(const Params<T> p) {
+__global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_bwd_dq_generic_kernel(const Params<T> p) {
   using Acc = typename Elem<T>::Acc;
-  using C = GenConfig;
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  Acc* sQ = reinterpret_cast<Acc*>(smem_raw);  // own chunks
-  Acc* sdO = sQ + C::kStage;
-  Acc* sK = sdO + C::kStage;                    // other chunks
-  Acc* sV = sK + C::kStage;
-  Acc* sdS = sV + C::kStage;                    // dS tile [query][key]
-
+  using C = GenericTraits;
   // ---- prologue
-  const GenThread th = gen_thread();
-  const BlockCoord bc = block_coord(cdiv(p.N, C::kRows));
-  const int i0 = bc.blk * C::kRows, i = i0 + th.o;
-  const int c0 = blockIdx.y * C::kCols;
-  const int64_t head = bc.bh * p.N;
-  const T* Qh = p.Q + head * p.d;
-  const T* Kh = p.K + head * p.d;
-  const T* Vh = p.V + head * p.d;
-  const T* dOh = p.dO + head * p.d;
+  GenBlock<T> b(p);
+  Acc *sQ = b.stage(), *sdO = b.stage();  // own chunks
+  Acc *sK = b.stage(), *sV = b.stage();   // other chunks
+  Acc* sdS = b.tile();                    // dS tile [query][key]
+  const GenThread th = b.th;
+  const int i0 = b.r0, i = i0 + th.o;
+  const int c0 = b.c0;
+  const int64_t head = b.head;
+  const T *Qh = b.Q, *Kh = b.K, *Vh = b.V, *dOh = b.dO;
   const Acc L_i = i < p.N ? p.L[head + i] : Acc(0);
   const Acc D_i = i < p.N ? p.D[head + i] : Acc(0);
   Acc dQ[C::kColsPerThread] = {};
@@ -174,8 +160,8 @@ __global__ void __launch_bounds__(GenConfig::kThreads, 1) attention_bwd_dq_gener
 
 // dK, dV for key rows [j0, j0 + kBlockM); warp w owns keys [jw, jw + 16).
 template <typename T, int kD>
-__global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_bwd_dkdv_tc_kernel(const Params<T> p) {
-  using Cfg = TcConfig<kD>;
+__global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dkdv_tc_kernel(const Params<T> p) {
+  using Cfg = Sm80Traits<kD>;
   constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);      // own   [kBM][kStride]
@@ -275,8 +261,8 @@ __global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_bwd_dkdv_
 
 // dQ for query rows [i0, i0 + kBlockM); warp w owns queries [iw, iw + 16).
 template <typename T, int kD>
-__global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_bwd_dq_tc_kernel(const Params<T> p) {
-  using Cfg = TcConfig<kD>;
+__global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dq_tc_kernel(const Params<T> p) {
+  using Cfg = Sm80Traits<kD>;
   constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);  // own   [kBM][kStride]
@@ -364,27 +350,14 @@ __global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_bwd_dq_tc
 }
 
 
-// ------------------------------------------------------------------------ Hopper kernels
+// ------------------------------------------------------------------------ sm_90a kernels
 //
-// The two sweeps of the backward as row loops over the sweeps of attention_sweeps.cuh: dK dV on a
-// key sweep (own K, V; query tiles Q, dO with L, D), dQ on a query sweep (own Q, dO; key tiles K,
-// V). Each runs on the cp.async sweep (one warpgroup per block of 64 rows) or, with the
-// warp-specialised kernels on (the default), on the warp-specialised sweep (blocks of 128 rows, a
-// producer warpgroup and two consumer warpgroups; d = 64 and 128).
+// The two sweeps of the backward as row loops over the warp-specialised sweeps of
+// attention_sweeps.cuh: dK dV on a key sweep (own K, V; query tiles Q, dO with L, D), dQ on a
+// query sweep (own Q, dO; key tiles K, V); at d = 64 the fused key sweep instead.
 
-template <int kD>
-struct HopperBwdConfig {
-  static_assert(kD == 64 || kD == 128, "Hopper backward: d in {64, 128}");
-  static constexpr int kBlockN = 64;  // other rows per tile
-  static constexpr int kMinBlocks = 2;
-};
-// The warp-specialised kernels (d = 64 and 128).
-struct HopperBwdWsConfig {
-  static constexpr int kBlockN = HopperBwdConfig<64>::kBlockN, kStages = 3;
-  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
-};
 // What the backward's sweeps copy: V (own V rows of dK dV; V tiles of dQ), no cotangents, no E, F.
-__host__ __device__ constexpr Present bwd_present() { return {true, false, false, false, false}; }
+[[maybe_unused]] __host__ __device__ constexpr Present bwd_present() { return {true, false, false, false, false}; }
 
 // Pᵀ = exp(Sᵀ - L) (0 where masked), dSᵀ = Pᵀ∘(dPᵀ - D), in place, for the query tile t of rows
 // [i0, i0 + kBN) against the warpgroup's keys [j0, j0 + 64) (this warp's from jw).
@@ -454,7 +427,7 @@ __device__ __forceinline__ void issue_dq_outputs(float (&dQ)[kD / 8][4], const u
 template <typename T, int kD, typename Sweep, typename Own>
 __device__ __forceinline__ void dkdv_rows(Sweep& sw, const Own& own, const Params<T>& p, int64_t head, int j0,
                                           int q_begin, int num_q_tiles, int tid, const TailSplit& split) {
-  constexpr int kBN = HopperBwdConfig<kD>::kBlockN;
+  constexpr int kBN = BwdSm90Traits::kBlockN;
   const int warp = tid / 32, lane = tid % 32;
   const int jw = j0 + 16 * warp;
   const float sl2 = p.scale * kLog2e;
@@ -499,91 +472,27 @@ __device__ __forceinline__ void dkdv_rows(Sweep& sw, const Own& own, const Param
   key_rows_out(p, split, head, jw, dK, dV, p.scale, lane);  // stored, or a piece's into the scratch
 }
 
-// dQ of one warpgroup owning query rows [i0, i0 + 64), over the key tiles [0, num_k_tiles).
-template <typename T, int kD, typename Sweep>
-__device__ __forceinline__ void dq_rows(Sweep& sw, const Params<T>& p, int64_t head, int i0, int num_k_tiles,
-                                        int tid) {
-  constexpr int kBN = HopperBwdConfig<kD>::kBlockN;
-  const int warp = tid / 32, lane = tid % 32;
-  const int iw = i0 + 16 * warp;
-  const float sl2 = p.scale * kLog2e;
-  float L2[2], D[2];  // L·log2e and D of own rows g, g + 8
-  row_scalars(p, head, iw, lane, L2, D);
-  float dQ[kD / 8][4];
-  zero(dQ);
-
-  for (int kb = 0; kb < num_k_tiles; ++kb) {
-    sw.begin_tile(kb);
-    const int j0 = kb * kBN;
-    const KeyTiles t = sw.tiles(kb);
-    if (!(p.causal && j0 >= i0 + 64)) {  // causal: keys all after the last own query add nothing
-      // S = Q·Kᵀ, dP = dO·Vᵀ (64 queries x kBN keys)
-      float s[kBN / 8][4], dp[kBN / 8][4];
-      sw.turn_begin();
-      issue_dq_scores<T, kD, kBN>(s, dp, sw.own, t);
-      sw.turn_end();
-      wgmma_wait<0>();
-      wgmma_fence_regs(s);
-      wgmma_fence_regs(dp);
-
-      dq_coef<kBN>(s, dp, p, j0, i0, iw, L2, D, sl2, lane);
-      uint32_t dsa[kBN / 16][4];
-      tile_to_a_frags<T, kBN>(dsa, dp);
-
-      // dQ += dS·K
-      wgmma_fence_regs(dQ);
-      sw.turn_begin();
-      issue_dq_outputs<T, kD, kBN>(dQ, dsa, t);
-      sw.turn_end();
-      wgmma_wait<0>();
-      wgmma_fence_regs(dQ);
-    } else {
-      sw.skip_turns(2);
-    }
-    sw.end_tile(kb);
-  }
-
-  const float scale[2] = {p.scale, p.scale};
-  store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, dQ, scale, iw, p.N, lane);
-}
-
-// What the fused backward adds to the dK dV row loop (FusedDqPart below); the plain loop adds nothing.
-struct NoDqPart {
-  static constexpr bool kFused = false;
-  template <typename A>
-  __device__ void frags(int, const A&) {}
-  __device__ void done(int) {}
-};
-
-// dK, dV (d = 64, 128): the keys [j0, j0 + 64) of one consumer (own K and V: register A operands
-// at d = 64, or shared memory for the fused backward and at d = 128), and whatever dq adds
-// (NoDqPart or FusedDqPart, d = 64).
-template <typename T, int kD, typename Sweep, typename Own, typename DqPart = NoDqPart>
+// dK, dV and the block's parts of dQ (dq: FusedDqPart) of the fused backward (d = 64): the keys
+// [j0, j0 + 64) of one consumer, own K and V in shared memory, the row loop pipelined (a tile's
+// score products issued before the previous tile's output products are waited for).
+template <typename T, int kD, typename Sweep, typename Own, typename DqPart>
 __device__ __forceinline__ void dkdv_rows_pipelined(Sweep& sw, const Own& own, const Params<T>& p, int64_t head,
                                                     int j0, int q_begin, int num_q_tiles, int tid,
                                                     DqPart&& dq, const TailSplit& split) {
-  constexpr int kBN = HopperBwdWsConfig::kBlockN;
-  constexpr bool kFused = std::decay_t<DqPart>::kFused;
+  constexpr int kBN = BwdSm90Traits::kBlockN;
   const int warp = tid / 32, lane = tid % 32;
   const int jw = j0 + 16 * warp;
   const float sl2 = p.scale * kLog2e;
-  // causal: tiles whose queries all precede the first own key add nothing (fused: both consumers
-  // compute every tile from the block's first, a tile before a consumer's keys giving dSᵀ = 0
-  // there, so that the owner's dSᵀ tile is always whole)
-  const int first = p.causal && !kFused ? max(q_begin, min(j0 / kBN, num_q_tiles - 1)) : q_begin;
+  // causal: both consumers compute every tile from the block's first, a tile before a consumer's
+  // keys giving dSᵀ = 0 there, so that the owner's dSᵀ tile is always whole
+  const int first = q_begin;
   float dK[kD / 8][4], dV[kD / 8][4];
   zero(dK);
   zero(dV);
   float st[kBN / 8][4], dpt[kBN / 8][4];
   uint32_t pa[kBN / 16][4], dsa[kBN / 16][4];
-  auto late = [&] {  // the fused backward's dQ product as a late group (pipelined_tiles)
-    if constexpr (kFused) return [&](int qt) { dq.late(qt); };
-    else return NoLateGroup{};
-  }();
-  auto fence_late = [&] {
-    if constexpr (kFused) return [&] { dq.fence(); };
-    else return NoLateGroup{};
-  }();
+  auto late = [&](int qt) { dq.late(qt); };  // the dQ product as a late group (pipelined_tiles)
+  auto fence_late = [&] { dq.fence(); };
   pipelined_tiles(
       sw, q_begin, first, num_q_tiles, num_q_tiles,
       [&](int qt) { issue_dkdv_scores<T, kD, kBN>(st, dpt, own, sw.tiles(qt)); },
@@ -607,11 +516,11 @@ __device__ __forceinline__ void dkdv_rows_pipelined(Sweep& sw, const Own& own, c
   key_rows_out(p, split, head, jw, dK, dV, p.scale, lane);  // stored, or a piece's into the scratch
 }
 
-// dQ (d = 64, 128): the queries [i0, i0 + 64) of one consumer.
+// dQ (d = 128): the queries [i0, i0 + 64) of one consumer, the row loop pipelined.
 template <typename T, int kD, typename Sweep>
 __device__ __forceinline__ void dq_rows_pipelined(Sweep& sw, const Params<T>& p, int64_t head, int i0,
                                                   int num_k_tiles, int tid) {
-  constexpr int kBN = HopperBwdWsConfig::kBlockN;
+  constexpr int kBN = BwdSm90Traits::kBlockN;
   const int warp = tid / 32, lane = tid % 32;
   const int iw = i0 + 16 * warp;
   const float sl2 = p.scale * kLog2e;
@@ -638,13 +547,13 @@ __device__ __forceinline__ void dq_rows_pipelined(Sweep& sw, const Params<T>& p,
   store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, dQ, scale, iw, p.N, lane);
 }
 
-// ---- the fused backward (d = 64, set_attention_fused): dK, dV and dQ in one key sweep, 5
+// ---- the fused backward (d = 64): dK, dV and dQ in one key sweep, 5
 // products per tile instead of the 4 + 3 of the two sweeps (the dQ sweep recomputes S and dP).
 // The dQ of a query tile is a sum over every key block, so the blocks add their parts into an f32
 // buffer by atomic additions: deterministic (the default), in turns, in a fixed order
 // (order_additions, attention_sweeps.cuh; a warp of the producer waits for each turn), so that dQ
 // is bitwise reproducible; with set_attention_deterministic(false) in any order, with no waiting.
-// dK and dV equal those of the two-sweep backward.
+// dK and dV are summed as the two-sweep backward sums them.
 //
 // Per query tile t of 64 queries, one consumer of the block (the owner, t's parity) computes the
 // block's part of dQ as dQᵀ (64 x 64) = Kᵀ (64 x 128 keys) · dSᵀ (128 keys x 64 queries), both
@@ -671,7 +580,6 @@ struct FusedBwdSmem : SmemAfterSweep<FusedBwdSmem> {
 // they are complete.
 template <typename T, bool kOrdered>
 struct FusedDqPart {
-  static constexpr bool kFused = true;
   T *sK, *ds;  // [128 keys x 64], swizzled (V follows); [owner][128 keys x 64 queries], swizzled
   float* dq_head;
   int w, warp, lane, q_begin, num_q_tiles;
@@ -730,71 +638,35 @@ struct FusedDqPart {
   }
 };
 
-// One warpgroup per block of 64 key rows.
-template <typename T, int kD>
-__global__ void __launch_bounds__(128, HopperBwdConfig<kD>::kMinBlocks) attention_bwd_dkdv_wgmma_kernel(const Params<T> p) {
-#if defined(GG_WGMMA_AVAILABLE)
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  key_sweep_block<T, kD, HopperBwdConfig<kD>::kBlockN>(
-      smem_raw, p, [](const Params<T>&) { return bwd_present(); }, [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
-        dkdv_rows<T, kD>(sw, own, p, head, j0, q_begin, n, tid, no_tail_split());
-      });
-#else
-  __trap();  // launched only where sm_90a code was built and the device is 9.x
-#endif
-}
-
-// One warpgroup per block of 64 query rows.
-template <typename T, int kD>
-__global__ void __launch_bounds__(128, HopperBwdConfig<kD>::kMinBlocks) attention_bwd_dq_wgmma_kernel(const Params<T> p) {
-#if defined(GG_WGMMA_AVAILABLE)
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  query_sweep_block<T, kD, HopperBwdConfig<kD>::kBlockN>(
-      smem_raw, p, [](const Params<T>&) { return bwd_present(); },
-      [&](auto& sw, int64_t head, int i0, int n, int tid) { dq_rows<T, kD>(sw, p, head, i0, n, tid); });
-#else
-  __trap();
-#endif
-}
-
-// The warp-specialised dK dV sweep: HopperKeySweepWs with Q and dO only (no Qt), and at d = 128
-// the consumers' own K and V rows after it (KeyOwnSmem128: their fragments would not fit beside
-// the d = 128 accumulators; d = 64 keeps them as register A operands).
-template <typename T, int kD>
-using DkdvSweepWs = HopperKeySweepWs<T, kD, HopperBwdWsConfig::kBlockN, HopperBwdWsConfig::kStages, 2>;
+// The dK dV sweep (d = 128): HopperKeySweepWs with Q and dO only (no Qt), the consumers' own K and
+// V rows after it (KeyOwnSmem128: their fragments would not fit beside the accumulators).
 struct KeyOwnSmem128 : SmemAfterSweep<KeyOwnSmem128> {
   static constexpr size_t kBytes = 2 * 2 * 64 * 128 * 2;  // [consumer][K, V][64 x 128] (bf16/f16)
 };
-template <typename T, int kD>
-constexpr size_t dkdv_ws_smem() {
-  if constexpr (kD == 64) return DkdvSweepWs<T, 64>::kSmem;
-  else return KeyOwnSmem128::total<DkdvSweepWs<T, 128>>();
-}
-// The dQ sweep: HopperQuerySweepWs with own Q, dO and K, V tiles only.
-template <typename T, int kD>
-using DqSweepWs = HopperQuerySweepWs<T, kD, HopperBwdWsConfig::kBlockN, HopperBwdWsConfig::kStages, 2, 2>;
+template <typename T>
+using DkdvSweep128 = HopperKeySweepWs<T, 128, BwdSm90Traits::kBlockN, BwdSm90Traits::kStages, 2>;
+// The dQ sweep (d = 128): HopperQuerySweepWs with own Q, dO and K, V tiles only.
+template <typename T>
+using DqSweep128 = HopperQuerySweepWs<T, 128, BwdSm90Traits::kBlockN, BwdSm90Traits::kStages, 2, 2>;
 
-// Warp-specialised dK dV (d = 64, 128): blocks of 128 keys. At d = 128 the row loop is not
-// pipelined (dkdv_rows): a second set of score tiles beside the 64 x 128 accumulators dK, dV
-// would not fit in the consumers' 240 registers (ptxas serialises the wgmma), so the consumers'
-// turns (ping-pong) are what overlaps one's tensor-core products with the other's elementwise work.
-template <typename T, int kD>
+// dK dV (d = 128): blocks of 128 keys. The row loop is not pipelined (dkdv_rows): a second set of
+// score tiles beside the 64 x 128 accumulators dK, dV would not fit in the consumers' 240
+// registers (ptxas serialises the wgmma), so the consumers' turns (ping-pong) are what overlaps
+// one's tensor-core products with the other's elementwise work.
+template <typename T>
 __global__ void __launch_bounds__(384, 1)
     attention_bwd_dkdv_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps,
                                  const __grid_constant__ TailSplit split) {
 #if defined(GG_WGMMA_AVAILABLE)
-  using Cfg = HopperBwdWsConfig;
+  using Cfg = BwdSm90Traits;
+  constexpr int kD = 128;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  constexpr int kOwnInSmem = kD == 64 ? 0 : 2;
-  T* const own_smem = kD == 64 ? nullptr : reinterpret_cast<T*>(smem_raw + KeyOwnSmem128::offset<DkdvSweepWs<T, kD>>());
-  key_sweep_ws_block<T, kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, kOwnInSmem, 2>(
+  T* const own_smem = reinterpret_cast<T*>(smem_raw + KeyOwnSmem128::offset<DkdvSweep128<T>>());
+  key_sweep_ws_block<T, kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 2, 2>(
       smem_raw, p, maps, sweep_unit<128, Cfg::kBlockN>(p.N, p.causal, split),
       [](const Params<T>&) { return bwd_present(); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
-        if constexpr (kD == 64)
-          dkdv_rows_pipelined<T, 64>(sw, own, p, head, j0, q_begin, n, tid, NoDqPart{}, split);
-        else
-          dkdv_rows<T, kD>(sw, own, p, head, j0, q_begin, n, tid, split);
+        dkdv_rows<T, kD>(sw, own, p, head, j0, q_begin, n, tid, split);
       },
       own_smem);
 #else
@@ -802,29 +674,29 @@ __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
-// Warp-specialised dQ (d = 64, 128): blocks of 128 queries, own rows copied once by the producer.
-template <typename T, int kD>
+// dQ (d = 128): blocks of 128 queries, own rows copied once by the producer.
+template <typename T>
 __global__ void __launch_bounds__(384, 1)
     attention_bwd_dq_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps) {
 #if defined(GG_WGMMA_AVAILABLE)
-  using Cfg = HopperBwdWsConfig;
+  using Cfg = BwdSm90Traits;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  query_sweep_ws_block<T, kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 2, 2>(
+  query_sweep_ws_block<T, 128, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 2, 2>(
       smem_raw, p, maps, [](const Params<T>&) { return bwd_present(); },
-      [&](auto& sw, int64_t head, int i0, int n, int tid) { dq_rows_pipelined<T, kD>(sw, p, head, i0, n, tid); });
+      [&](auto& sw, int64_t head, int i0, int n, int tid) { dq_rows_pipelined<T, 128>(sw, p, head, i0, n, tid); });
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
 #endif
 }
 
-// The fused backward (d = 64), warp-specialised like attention_bwd_dkdv_ws_kernel, with the shared
-// memory of FusedBwdSmem after the key sweep's; kOrdered: deterministic (p.add_order set).
+// The fused backward (d = 64): blocks of 128 keys, a producer and two consumer warpgroups, the
+// shared memory of FusedBwdSmem after the key sweep's; kOrdered: deterministic (p.add_order set).
 template <typename T, bool kOrdered>
 __global__ void __launch_bounds__(384, 1)
     attention_bwd_fused_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps, float* dq_acc,
                                   const __grid_constant__ TailSplit split) {
 #if defined(GG_WGMMA_AVAILABLE)
-  using Cfg = HopperBwdWsConfig;
+  using Cfg = BwdSm90Traits;
   using Sweep = HopperKeySweepWs<T, 64, Cfg::kBlockN, Cfg::kStages>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* extra = smem_raw + FusedBwdSmem::offset<Sweep>();
@@ -852,8 +724,8 @@ __global__ void __launch_bounds__(384, 1)
 // ------------------------------------------------------------------------ launchers
 
 template <typename T, int kD>
-void launch_bwd_tc(const Params<T>& p) {
-  using Cfg = TcConfig<kD>;
+void launch_bwd_sm80(const Params<T>& p) {
+  using Cfg = Sm80Traits<kD>;
   const unsigned grid = grid_x(p.BH, cdiv(p.N, Cfg::kBlockM));
   {
     const size_t smem = (2 * Cfg::kOwnElems + 4 * Cfg::kTileElems) * sizeof(T) + 4 * Cfg::kBlockN * sizeof(float);
@@ -871,93 +743,57 @@ void launch_bwd_tc(const Params<T>& p) {
   }
 }
 
-template <typename T, int kD>
-void launch_bwd_wgmma(const Params<T>& p) {
-  using Cfg = HopperBwdConfig<kD>;
+// d = 64: the fused sweep, then dQ from its f32 buffer.
+template <typename T>
+void launch_bwd_sm90_fused(const Params<T>& p) {
+  using Cfg = BwdSm90Traits;
   constexpr int kBN = Cfg::kBlockN;
   const bool det = attention_deterministic();
-  if (kD == 64 && attention_ws_enabled() && attention_fused_enabled()) {
-    using Sweep = HopperKeySweepWs<T, 64, kBN, HopperBwdWsConfig::kStages>;
-    const int tiles = cdiv(p.N, 64);
-    Scratch acc(static_cast<size_t>(p.BH) * tiles * 4096 * sizeof(float));
-    CUDA_CHECK(cudaMemsetAsync(acc.as<float>(), 0, acc.bytes(), cuda_stream()));
-    // deterministic: dQ's additions in a fixed order (a counter per tile), the split's rows per piece
-    Scratch order(det ? static_cast<size_t>(p.BH) * tiles * sizeof(int) : 0);
-    Params<T> q = p;
-    if (det) {
-      q.add_order = order.as<int>();
-      CUDA_CHECK(cudaMemsetAsync(q.add_order, 0, order.bytes(), cuda_stream()));
-    }
-    const size_t smem = FusedBwdSmem::total<Sweep>();
-    auto kernel = det ? attention_bwd_fused_ws_kernel<T, true> : attention_bwd_fused_ws_kernel<T, false>;
-    set_smem(kernel, smem);
-    const TailSplitRun tail(grid_x(p.BH, cdiv(p.N, 128)), cdiv(p.N, kBN), p.causal, /*ordered=*/det);
-    kernel<<<tail.split().blocks(), 384, smem, cuda_stream()>>>(
-        q, with_ping_pong(make_sweep_maps(p, kD, kBN, 0), kPingPongBwdFused), acc.as<float>(), tail.split());
-    CUDA_CHECK_LAUNCH();
-    tail.finish(p, p.scale);
-    rows_from_acc_kernel<T, 64, 1>
-        <<<grid_x(p.BH, tiles), 256, 0, cuda_stream()>>>(acc.as<float>(), p.out0, nullptr, p.N, p.scale, 1.f);
-    CUDA_CHECK_LAUNCH();
-    return;
+  using Sweep = HopperKeySweepWs<T, 64, kBN, Cfg::kStages>;
+  const int tiles = cdiv(p.N, 64);
+  Scratch acc(static_cast<size_t>(p.BH) * tiles * 4096 * sizeof(float));
+  CUDA_CHECK(cudaMemsetAsync(acc.as<float>(), 0, acc.bytes(), cuda_stream()));
+  // deterministic: dQ's additions in a fixed order (a counter per tile), the split's rows per piece
+  Scratch order(det ? static_cast<size_t>(p.BH) * tiles * sizeof(int) : 0);
+  Params<T> q = p;
+  if (det) {
+    q.add_order = order.as<int>();
+    CUDA_CHECK(cudaMemsetAsync(q.add_order, 0, order.bytes(), cuda_stream()));
   }
-  if (attention_ws_enabled()) {
-    const SweepMaps maps = make_sweep_maps(p, kD, kBN, kBN);  // dK dV: query tiles; dQ: key tiles
-    const unsigned grid = grid_x(p.BH, cdiv(p.N, 128));
-    {
-      constexpr size_t smem = dkdv_ws_smem<T, kD>();
-      auto kernel = attention_bwd_dkdv_ws_kernel<T, kD>;
-      set_smem(kernel, smem);
-      // its last wave split, each piece storing its own rows (deterministic)
-      const TailSplitRun tail(grid, cdiv(p.N, kBN), p.causal, /*ordered=*/true, kD);
-      kernel<<<tail.split().blocks(), 384, smem, cuda_stream()>>>(p, with_ping_pong(maps, kPingPongDkdv),
-                                                                 tail.split());
-      CUDA_CHECK_LAUNCH();
-      tail.finish(p, p.scale);
-    }
-    {
-      constexpr size_t smem = DqSweepWs<T, kD>::kSmem;
-      auto kernel = attention_bwd_dq_ws_kernel<T, kD>;
-      set_smem(kernel, smem);
-      kernel<<<grid, 384, smem, cuda_stream()>>>(p, with_ping_pong(maps, kPingPongDq));
-      CUDA_CHECK_LAUNCH();
-    }
-    return;
-  }
-  const unsigned grid = grid_x(p.BH, cdiv(p.N, 64));
-  {
-    const size_t smem = HopperKeySweep<T, kD, kBN>::smem_bytes(bwd_present());
-    auto kernel = attention_bwd_dkdv_wgmma_kernel<T, kD>;
-    set_smem(kernel, smem);
-    kernel<<<grid, 128, smem, cuda_stream()>>>(p);
-    CUDA_CHECK_LAUNCH();
-  }
-  {
-    const size_t smem = HopperQuerySweep<T, kD, kBN>::smem_bytes(bwd_present());
-    auto kernel = attention_bwd_dq_wgmma_kernel<T, kD>;
-    set_smem(kernel, smem);
-    kernel<<<grid, 128, smem, cuda_stream()>>>(p);
-    CUDA_CHECK_LAUNCH();
-  }
+  const size_t smem = FusedBwdSmem::total<Sweep>();
+  auto kernel = det ? attention_bwd_fused_ws_kernel<T, true> : attention_bwd_fused_ws_kernel<T, false>;
+  set_smem(kernel, smem);
+  const TailSplitRun tail(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), cdiv(p.N, kBN), p.causal, /*ordered=*/det);
+  kernel<<<tail.split().blocks(), Cfg::kThreads, smem, cuda_stream()>>>(
+      q, with_ping_pong(make_sweep_maps(p, 64, kBN, 0), Cfg::kPingPongFused), acc.as<float>(), tail.split());
+  CUDA_CHECK_LAUNCH();
+  tail.finish(p, p.scale);
+  rows_from_acc_kernel<T, 64, 1>
+      <<<grid_x(p.BH, tiles), 256, 0, cuda_stream()>>>(acc.as<float>(), p.out0, nullptr, p.N, p.scale, 1.f);
+  CUDA_CHECK_LAUNCH();
 }
 
+// d = 128: the dK dV sweep (its last wave split, each piece storing its own rows), then dQ.
 template <typename T>
-void launch_bwd_generic(const Params<T>& p) {
-  using C = GenConfig;
-  using Acc = typename Elem<T>::Acc;
-  const dim3 grid(grid_x(p.BH, cdiv(p.N, C::kRows)), cdiv(p.d, C::kCols));
+void launch_bwd_sm90_two_sweeps(const Params<T>& p) {
+  using Cfg = BwdSm90Traits;
+  const SweepMaps maps = make_sweep_maps(p, 128, Cfg::kBlockN, Cfg::kBlockN);  // dK dV: query tiles; dQ: key tiles
+  const unsigned grid = grid_x(p.BH, cdiv(p.N, Cfg::kBlockM));
   {
-    const size_t smem = (4 * C::kStage + 2 * C::kTile) * sizeof(Acc);
-    auto kernel = attention_bwd_dkdv_generic_kernel<T>;
+    constexpr size_t smem = KeyOwnSmem128::total<DkdvSweep128<T>>();
+    auto kernel = attention_bwd_dkdv_ws_kernel<T>;
     set_smem(kernel, smem);
-    kernel<<<grid, C::kThreads, smem, cuda_stream()>>>(p);
+    const TailSplitRun tail(grid, cdiv(p.N, Cfg::kBlockN), p.causal, /*ordered=*/true, 128);
+    kernel<<<tail.split().blocks(), Cfg::kThreads, smem, cuda_stream()>>>(
+        p, with_ping_pong(maps, Cfg::kPingPongDkdv), tail.split());
     CUDA_CHECK_LAUNCH();
+    tail.finish(p, p.scale);
   }
   {
-    const size_t smem = (4 * C::kStage + C::kTile) * sizeof(Acc);
-    auto kernel = attention_bwd_dq_generic_kernel<T>;
+    constexpr size_t smem = DqSweep128<T>::kSmem;
+    auto kernel = attention_bwd_dq_ws_kernel<T>;
     set_smem(kernel, smem);
-    kernel<<<grid, C::kThreads, smem, cuda_stream()>>>(p);
+    kernel<<<grid, Cfg::kThreads, smem, cuda_stream()>>>(p, with_ping_pong(maps, Cfg::kPingPongDq));
     CUDA_CHECK_LAUNCH();
   }
 }
@@ -970,18 +806,17 @@ void bwd(const AttentionArgs& a) {
   Scratch D(static_cast<size_t>(rows) * sizeof(Acc));
   p.D = D.as<Acc>();
   launch_row_dot<T>(p.dO, p.O, p.D, rows, p.d);  // phase 1: D = rowsum(dO∘O)
-  if constexpr (is_half_type<T>()) {
-    if (tc_supported(a)) {
-      if (attention_wgmma_active()) {
-        if (p.d == 64) return launch_bwd_wgmma<T, 64>(p);
-        if (p.d == 128) return launch_bwd_wgmma<T, 128>(p);
-      }
-      if (p.d == 32) return launch_bwd_tc<T, 32>(p);
-      if (p.d == 64) return launch_bwd_tc<T, 64>(p);
-      return launch_bwd_tc<T, 128>(p);
-    }
-  }
-  launch_bwd_generic<T>(p);
+  on_path<T>(
+      a, Level::kBwd,
+      [&](auto d) {
+        if constexpr (d() == 64) launch_bwd_sm90_fused<T>(p);
+        else launch_bwd_sm90_two_sweeps<T>(p);
+      },
+      [&](auto d) { launch_bwd_sm80<T, d()>(p); },
+      [&] {
+        launch_generic(attention_bwd_dkdv_generic_kernel<T>, p, 4, 2);
+        launch_generic(attention_bwd_dq_generic_kernel<T>, p, 4, 1);
+      });
 }
 
 }  // namespace

@@ -17,8 +17,8 @@
 // Shapes: Q, K, V, O, dO, Qt, Kt, Vt and the four outputs are (B, H, N, d) contiguous; L, D, E, F
 // are (B, H, N), Acc (f32 for bf16/f16/f32, f64 for f64); D, E, F are stream-ordered scratch.
 //
-// Schedule: the two-pass schedule of docs/attention.md (section 4), no atomics, no N x N buffer,
-// bitwise deterministic. The outputs depend on E and F only affinely, so a query block
+// Schedule (sm_80 and generic kernels): the two-pass schedule of docs/attention.md (section 4), no atomics,
+// no N x N buffer, bitwise deterministic. The outputs depend on E and F only affinely, so a query block
 // accumulates pieces and combines them once its sweep ends:
 //   grad_Q_i  = s·(XA_i - E_i·X2_i - F_i·X3_i)
 //       XA = [P∘((dP - D)∘G + H)]·K + dS·Kt,   X2 = (P∘dP)·K,   X3 = P·K
@@ -36,14 +36,18 @@
 //      L, D, E, F: score tiles Sᵀ, dPᵀ, Gᵀ (2), Hᵀ; outputs S̄ᵀ·Q, dSᵀ·Qt (grad_K), dP̄ᵀ·dO
 //      (grad_V): 5 + 3 = 8 products. 19 in all (38·N²·d flops per head; causal halves it), 23 as
 //      issued on tensor cores (the 4 split products).
-// Tensor-core kernels (bf16/f16, d in {32, 64, 128}; TcConfig): 4 warps x 16 own rows; the other
-// side's rows double-buffered by cp.async; per warp, 16x16 sub-tiles of every score product by
-// mma, coefficient tiles built in registers and fed straight back as mma A operands. Pass 1 holds
-// four f32 accumulators of 16 x kBobCols per warp; at d = 128 the columns are split in two
-// slices over grid.y (the score tiles are recomputed per slice). Generic kernels: GenConfig.
-// Hopper (sm_90a, bf16/f16, d in {64, 128}): both passes as warpgroup MMAs (one warpgroup per 64
-// own rows, 128-byte swizzled tiles; attention_hopper.cuh): pass 1 sweeps key tiles of 32 rows in
-// 16-key sub-tiles, pass 2 query tiles of 32 rows.
+// sm_80 kernels (mma.sync; bf16/f16, d in {32, 64, 128}; Sm80Traits): 4 warps x 16 own rows; the
+// other side's rows double-buffered by cp.async; per warp, 16x16 sub-tiles of every score product
+// by mma, coefficient tiles built in registers and fed straight back as mma A operands. Pass 1
+// holds four f32 accumulators of 16 x kBobCols per warp; at d = 128 the columns are split in two
+// slices over grid.y (the score tiles are recomputed per slice). Generic kernels: GenericTraits.
+// sm_90a kernels (warp-specialised, bf16/f16, d in {64, 128}; BobQuerySm90Traits,
+// BobKeySm90Traits), "E and F first": pass 0 (query-parallel) computes E and F alone; pass 1
+// (query-parallel) forms S̄, dS, dP̄ from them exactly as pass 2 does and accumulates grad_Q and
+// grad_dO; pass 2 (key-parallel) grad_K and grad_V. With all three cotangents pass 0 also forms
+// D and P·Vt (one product fewer in pass 1). At d = 64 with all three cotangents, the fused BoB
+// instead: pass 0 (also dS·Kt), then one key sweep for all four outputs, grad_Q and grad_dO added
+// into f32 buffers (in a fixed order, or atomically with set_attention_deterministic(false)).
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_hopper.cuh"
 #include "kernels/cuda/attention_sweeps.cuh"
@@ -58,39 +62,22 @@ using namespace attn;
 
 // Pass 1 for query rows [i0, i0 + kRows): thread (o, r) owns query i0 + o and keys j0 + r + 8k.
 template <typename T>
-__global__ void __launch_bounds__(GenConfig::kThreads, 1) attention_bob_pass1_generic_kernel(const Params<T> p) {
+__global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_bob_pass1_generic_kernel(const Params<T> p) {
   using Acc = typename Elem<T>::Acc;
-  using C = GenConfig;
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  Acc* sQ = reinterpret_cast<Acc*>(smem_raw);  // own chunks
-  Acc* sdO = sQ + C::kStage;
-  Acc* sQt = sdO + C::kStage;
-  Acc* sK = sQt + C::kStage;                    // other chunks
-  Acc* sV = sK + C::kStage;
-  Acc* sKt = sV + C::kStage;
-  Acc* sVt = sKt + C::kStage;
-  Acc* sC1 = sVt + C::kStage;                   // coefficient tiles [query][key]
-  Acc* sP = sC1 + C::kTile;
-  Acc* sPdP = sP + C::kTile;
-  Acc* sPG = sPdP + C::kTile;
-  Acc* sdS = sPG + C::kTile;
-
+  using C = GenericTraits;
   // ---- prologue
+  GenBlock<T> b(p);
+  Acc *sQ = b.stage(), *sdO = b.stage(), *sQt = b.stage();                   // own chunks
+  Acc *sK = b.stage(), *sV = b.stage(), *sKt = b.stage(), *sVt = b.stage();  // other chunks
+  Acc *sC1 = b.tile(), *sP = b.tile(), *sPdP = b.tile(), *sPG = b.tile();   // coefficient tiles
+  Acc* sdS = b.tile();                                                        // [query][key]
   const bool has_Qt = p.Qt != nullptr, has_Kt = p.Kt != nullptr, has_Vt = p.Vt != nullptr;
   const bool has_G = has_Qt || has_Kt, has_H = has_Vt;
-  const GenThread th = gen_thread();
-  const BlockCoord bc = block_coord(cdiv(p.N, C::kRows));
-  const int i0 = bc.blk * C::kRows, i = i0 + th.o;
-  const int c0 = blockIdx.y * C::kCols;
-  const int64_t head = bc.bh * p.N;
-  const int64_t hd = head * p.d;
-  const T* Qh = p.Q + hd;
-  const T* Kh = p.K + hd;
-  const T* Vh = p.V + hd;
-  const T* dOh = p.dO + hd;
-  const T* Qth = has_Qt ? p.Qt + hd : nullptr;
-  const T* Kth = has_Kt ? p.Kt + hd : nullptr;
-  const T* Vth = has_Vt ? p.Vt + hd : nullptr;
+  const GenThread th = b.th;
+  const int i0 = b.r0, i = i0 + th.o;
+  const int c0 = b.c0;
+  const int64_t head = b.head;
+  const T *Qh = b.Q, *Kh = b.K, *Vh = b.V, *dOh = b.dO, *Qth = b.Qt, *Kth = b.Kt, *Vth = b.Vt;
   const Acc L_i = i < p.N ? p.L[head + i] : Acc(0);
   const Acc D_i = i < p.N ? p.D[head + i] : Acc(0);
   Acc XA[C::kColsPerThread] = {}, X2[C::kColsPerThread] = {}, X3[C::kColsPerThread] = {},
@@ -177,37 +164,21 @@ __global__ void __launch_bounds__(GenConfig::kThreads, 1) attention_bob_pass1_ge
 
 // Pass 2 for key rows [j0, j0 + kRows): thread (o, r) owns key j0 + o and queries i0 + r + 8k.
 template <typename T>
-__global__ void __launch_bounds__(GenConfig::kThreads, 1) attention_bob_pass2_generic_kernel(const Params<T> p) {
+__global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_bob_pass2_generic_kernel(const Params<T> p) {
   using Acc = typename Elem<T>::Acc;
-  using C = GenConfig;
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  Acc* sK = reinterpret_cast<Acc*>(smem_raw);  // own chunks
-  Acc* sV = sK + C::kStage;
-  Acc* sKt = sV + C::kStage;
-  Acc* sVt = sKt + C::kStage;
-  Acc* sQ = sVt + C::kStage;                    // other chunks
-  Acc* sdO = sQ + C::kStage;
-  Acc* sQt = sdO + C::kStage;
-  Acc* sSbar = sQt + C::kStage;                 // coefficient tiles [key][query]
-  Acc* sdS = sSbar + C::kTile;
-  Acc* sdPbar = sdS + C::kTile;
-
+  using C = GenericTraits;
   // ---- prologue
+  GenBlock<T> b(p);
+  Acc *sK = b.stage(), *sV = b.stage(), *sKt = b.stage(), *sVt = b.stage();  // own chunks
+  Acc *sQ = b.stage(), *sdO = b.stage(), *sQt = b.stage();                   // other chunks
+  Acc *sSbar = b.tile(), *sdS = b.tile(), *sdPbar = b.tile();                // [key][query]
   const bool has_Qt = p.Qt != nullptr, has_Kt = p.Kt != nullptr, has_Vt = p.Vt != nullptr;
   const bool has_G = has_Qt || has_Kt, has_H = has_Vt;
-  const GenThread th = gen_thread();
-  const BlockCoord bc = block_coord(cdiv(p.N, C::kRows));
-  const int j0 = bc.blk * C::kRows, j = j0 + th.o;
-  const int c0 = blockIdx.y * C::kCols;
-  const int64_t head = bc.bh * p.N;
-  const int64_t hd = head * p.d;
-  const T* Qh = p.Q + hd;
-  const T* Kh = p.K + hd;
-  const T* Vh = p.V + hd;
-  const T* dOh = p.dO + hd;
-  const T* Qth = has_Qt ? p.Qt + hd : nullptr;
-  const T* Kth = has_Kt ? p.Kt + hd : nullptr;
-  const T* Vth = has_Vt ? p.Vt + hd : nullptr;
+  const GenThread th = b.th;
+  const int j0 = b.r0, j = j0 + th.o;
+  const int c0 = b.c0;
+  const int64_t head = b.head;
+  const T *Qh = b.Q, *Kh = b.K, *Vh = b.V, *dOh = b.dO, *Qth = b.Qt, *Kth = b.Kt, *Vth = b.Vt;
   Acc gK[C::kColsPerThread] = {}, gV[C::kColsPerThread] = {};
   const int num_q_tiles = cdiv(p.N, C::kOther);
   const int q_begin = p.causal ? j0 / C::kOther : 0;
@@ -288,7 +259,7 @@ __device__ __forceinline__ void coef_entry(float P, float scale, float D, float 
   dP = P * dd;
 }
 
-// One entry of the split pass 1 (mma.sync and Hopper kernels), in place, from P = exp(S - L):
+// One entry of the split pass 1 (the sm_80 kernel), in place, from P = exp(S - L):
 // S <- P, dP <- P∘dP, G <- P∘G·s, Hs <- C1 = P∘((dP - D)∘G·s + H), dS = P∘(dP - D); the row sums
 // e += P∘G·s and f += P∘(dP∘G·s + H) (E and F, before the epilogue's -2·D·E).
 __device__ __forceinline__ void split_pass1_entry(float P, float scale, float D, float& S, float& dP, float& G,
@@ -341,8 +312,8 @@ __device__ __forceinline__ void bob_pass1_epilogue(const Params<T>& p, const flo
 // Pass 1 for query rows [i0, i0 + kBlockM), output columns [c0, c0 + kCols); warp w owns
 // queries [iw, iw + 16).
 template <typename T, int kD>
-__global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_bob_pass1_tc_kernel(const Params<T> p) {
-  using Cfg = TcConfig<kD>;
+__global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pass1_tc_kernel(const Params<T> p) {
+  using Cfg = Sm80Traits<kD>;
   constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride, kCols = Cfg::kBobCols;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);  // own   [kBM][kStride]
@@ -476,8 +447,8 @@ __global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_bob_pass1
 
 // Pass 2 for key rows [j0, j0 + kBlockM); warp w owns keys [jw, jw + 16).
 template <typename T, int kD>
-__global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_bob_pass2_tc_kernel(const Params<T> p) {
-  using Cfg = TcConfig<kD>;
+__global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pass2_tc_kernel(const Params<T> p) {
+  using Cfg = Sm80Traits<kD>;
   constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);  // own   [kBM][kStride]
@@ -606,19 +577,13 @@ __global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_bob_pass2
 }
 
 
-// ------------------------------------------------------------------------ Hopper query sweep
+// ------------------------------------------------------------------------ sm_90a, shared pieces
 //
-// What the Hopper pass-1 kernels share (the split pass 1 and both passes of the E/F-first
-// schedule, each with cp.async or with warp-specialised loads): a warpgroup owning 64 query rows
-// keeps Q, dO and Qt in shared memory and sweeps the key tiles K, V, Kt, Vt (kBN rows each); per
-// sub-tile of kSub keys it computes the four score tiles S = Q·Kᵀ, dP = dO·Vᵀ,
-// G = Qt·Kᵀ + Q·Ktᵀ (unscaled) and H = dO·Vtᵀ, dropping the products of absent cotangents (their
-// tiles are zero). Tiles are 128-byte swizzled. A sweep (HopperQuerySweep: cp.async, one
-// warpgroup per block; HopperQuerySweepWs: bulk tensor copies by a producer warpgroup for two
-// consumer warpgroups) gives the row loops below:
-//   begin_tile(kb) / end_tile(kb)  around the use of key tile kb (wait for it / release it)
-//   tiles(kb)                      descriptors of key tile kb
-//   own, cot                       descriptors of the warpgroup's own rows; present cotangents
+// A consumer warpgroup owning 64 query rows keeps Q, dO and Qt in shared memory (or, d = 64, in
+// registers) and sweeps the key tiles K, V, Kt, Vt; per sub-tile of kSub keys it computes the four
+// score tiles S = Q·Kᵀ, dP = dO·Vᵀ, G = Qt·Kᵀ + Q·Ktᵀ (unscaled) and H = dO·Vtᵀ, dropping the
+// products of absent cotangents (their tiles are zero). Tiles are 128-byte swizzled; the sweeps
+// are attention_sweeps.cuh's (HopperQuerySweepWs, HopperKeySweepWs).
 
 struct Cotangents {
   bool Qt, Kt, Vt, G, H;
@@ -694,140 +659,13 @@ __device__ __forceinline__ void query_scores(const Sweep& sw, float (&S)[kSub / 
   wgmma_fence_regs(Hs);
 }
 
-// ------------------------------------------------------------------------ Hopper pass 1
-//
-// Pass 1 for query rows [i0, i0 + 64) and output columns [c0, c0 + 64) (d = 128: two column slices
-// over grid.y, score tiles recomputed per slice, as in the mma.sync kernel). Key tiles of kBN rows,
-// each swept in sub-tiles of 16 keys so that the five score tiles of a warp (S, dP, G, H and dS,
-// 16 x 16 each) and the split coefficient operands fit in registers beside the four 16 x 64
-// accumulators. Score products: wgmma m64n16k16 (own rows from shared memory); coefficient
-// products: wgmma m64n64k16 with register A operands, hi + lo pairs where the mma.sync kernel
-// splits them.
-
-template <int kD>
-struct HopperBobPass1Config {
-  static constexpr int kBlockN = kD == 64 ? 64 : 32;  // keys per loaded tile (d = 128: 2 blocks/SM in smem)
-  static constexpr int kSub = 16;                     // keys per sub-tile
-  static_assert(kBlockN % kSub == 0, "whole sub-tiles");
-  static constexpr int kCols = 64;  // output columns per block
-};
-
-// The split pass 1 of one warpgroup (thread tid of 128) owning query rows [i0, i0 + 64), output
-// columns [64·blockIdx.y, 64·blockIdx.y + 64), over key tiles [0, num_k_tiles) of the sweep.
-template <typename T, int kD, typename Sweep>
-__device__ __forceinline__ void split_pass1_rows(Sweep& sw, const Params<T>& p, int64_t head, int i0,
-                                                 int num_k_tiles, int tid) {
-  using Cfg = HopperBobPass1Config<kD>;
-  constexpr int kBN = Cfg::kBlockN, kSub = Cfg::kSub;
-  const int warp = tid / 32, lane = tid % 32;
-  const int iw = i0 + 16 * warp;
-  const int half = blockIdx.y;  // output columns [64·half, 64·half + 64)
-  const int c0 = Cfg::kCols * half;
-  const Cotangents cot(p);
-  const int key_end = p.causal ? min(p.N, i0 + 64) : p.N;  // no key at or past this is visible
-  const float sl2 = p.scale * kLog2e;
-  float L2[2], D[2];
-  row_scalars(p, head, iw, lane, L2, D);
-
-  float XA[8][4], X2[8][4], X3[8][4], Y[8][4];
-  zero(XA);
-  zero(X2);
-  zero(X3);
-  zero(Y);
-  float e_part[2] = {0.f, 0.f}, f_part[2] = {0.f, 0.f};
-
-  for (int kb = 0; kb < num_k_tiles; ++kb) {
-    sw.begin_tile(kb);
-    const int j0 = kb * kBN;
-    const KeyTiles t = sw.tiles(kb);
-
-#pragma unroll 1
-    for (int q = 0; q < kBN / kSub; ++q) {
-      const int js = j0 + kSub * q;
-      if (js >= key_end) {  // uniform over the warpgroup: no row of it sees these keys
-        sw.skip_turns(2);
-        continue;
-      }
-
-      float S[2][4], dP[2][4], G[2][4], Hs[2][4], dS[2][4];
-      query_scores<T, kD, kBN, kSub>(sw, S, dP, G, Hs, cot, sw.own, t, q);
-
-      // coefficient tiles, in place: S <- P, dP <- P∘dP, G <- P∘G, Hs <- C1; and dS
-      for_query_tile_entries<kSub>(S, p, js, i0, iw, L2, sl2, lane, [&](int n, int e, float P) {
-        const int h = e / 2;
-        split_pass1_entry(P, p.scale, D[h], S[n][e], dP[n][e], G[n][e], Hs[n][e], dS[n][e], e_part[h], f_part[h]);
-      });
-
-      uint32_t c1_hi[4], c1_lo[4], p_hi[4], p_lo[4], pdp_hi[4], pdp_lo[4], pg_hi[4], pg_lo[4], ds_a[4];
-      to_a_frag_split<T>(c1_hi, c1_lo, Hs);
-      to_a_frag_split<T>(p_hi, p_lo, S);
-      to_a_frag_split<T>(pdp_hi, pdp_lo, dP);
-      to_a_frag_split<T>(pg_hi, pg_lo, G);
-      to_a_frag<T>(ds_a, dS);
-
-      // output products on columns [c0, c0 + 64): B = rows [16·q, 16·q + 16) of the key tiles
-      const uint64_t bK = t.K + mn_major_step(q, half, kBN), bV = t.V + mn_major_step(q, half, kBN),
-                     bKt = t.Kt + mn_major_step(q, half, kBN), bVt = t.Vt + mn_major_step(q, half, kBN);
-      wgmma_fence_regs(XA);
-      wgmma_fence_regs(X2);
-      wgmma_fence_regs(X3);
-      wgmma_fence_regs(Y);
-      sw.turn_begin();
-      wgmma_fence();
-      wgmma_rs<T, 64>(XA, c1_hi, bK, true);  // XA += C1·K
-      wgmma_rs<T, 64>(XA, c1_lo, bK, true);
-      wgmma_rs<T, 64>(X3, p_hi, bK, true);  // X3 += P·K
-      wgmma_rs<T, 64>(X3, p_lo, bK, true);
-      if (cot.Vt) wgmma_rs<T, 64>(Y, p_hi, bVt, true);  // Y += P·Vt
-      if (cot.G) {
-        wgmma_rs<T, 64>(X2, pdp_hi, bK, true);  // X2 += (P∘dP)·K
-        wgmma_rs<T, 64>(X2, pdp_lo, bK, true);
-        wgmma_rs<T, 64>(Y, pg_hi, bV, true);  // Y += (P∘G)·V
-        wgmma_rs<T, 64>(Y, pg_lo, bV, true);
-      }
-      if (cot.Kt) wgmma_rs<T, 64>(XA, ds_a, bKt, true);  // XA += dS·Kt
-      wgmma_commit();
-      sw.turn_end();
-      wgmma_wait<0>();
-      wgmma_fence_regs(XA);
-      wgmma_fence_regs(X2);
-      wgmma_fence_regs(X3);
-      wgmma_fence_regs(Y);
-    }
-    sw.end_tile(kb);
-  }
-
-  bob_pass1_epilogue<T, kD, Cfg::kCols>(p, XA, X2, X3, Y, e_part, f_part, D, head, iw, c0, lane);
-}
-
-template <typename T, int kD>
-__global__ void __launch_bounds__(128, 2) attention_bob_pass1_wgmma_kernel(const Params<T> p) {
-#if defined(GG_WGMMA_AVAILABLE)
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  query_sweep_block<T, kD, HopperBobPass1Config<kD>::kBlockN>(
-      smem_raw, p, [](const Params<T>& q) { return bob_present(q); },
-      [&](auto& sw, int64_t head, int i0, int n, int tid) { split_pass1_rows<T, kD>(sw, p, head, i0, n, tid); });
-#else
-  __trap();
-#endif
-}
-
-// ------------------------------------------------------------------------ Hopper pass 2
+// ------------------------------------------------------------------------ sm_90a pass 2
 //
 // Pass 2, key-parallel: a warpgroup owning 64 key rows [j0, j0 + 64) sweeps the query tiles Q, dO,
 // Qt (kBN rows) with their row scalars L, D, E, F; per tile: score tiles Sᵀ, dPᵀ, Gᵀ (unscaled), Hᵀ
 // (64 keys x kBN queries), coefficient tiles S̄ᵀ, dSᵀ, dP̄ᵀ in place, then grad_K += S̄ᵀ·Q + dSᵀ·Qt
-// and grad_V += dP̄ᵀ·dO. As for pass 1, a sweep gives the row loop its tiles:
-// HopperKeySweep (cp.async, own rows in shared memory, one warpgroup per block) or
-// HopperKeySweepWs (a producer warpgroup for two consumer warpgroups; own rows in registers at
-// d = 64, in shared memory at d = 128).
-
-template <int kD>
-struct HopperBobConfig {
-  static_assert(kD == 64 || kD == 128, "Hopper BoB: d in {64, 128}");
-  static constexpr int kBlockN = 32;    // query rows per tile (four score tiles live at once)
-  static constexpr int kMinBlocks = kD == 64 ? 3 : 2;  // d = 64: 3 x 57 KB smem, <= 168 registers
-};
+// and grad_V += dP̄ᵀ·dO. Blocks of 128 keys, a producer and two consumer warpgroups
+// (HopperKeySweepWs); own rows in registers at d = 64, in shared memory at d = 128.
 
 // The transposed score tiles of a key-side row loop (the own 64 keys x the kBN queries of tile t):
 // Sᵀ, dPᵀ, Gᵀ (unscaled), Hᵀ of the cotangents present, issued and committed. vt: the A operand
@@ -858,7 +696,7 @@ __device__ __forceinline__ void issue_key_scores(float (&S)[kBN / 8][4], float (
 // [q_begin, num_q_tiles) of the sweep; own: the own rows (OwnKeyTiles or OwnKeyFrags).
 template <typename T, int kD, int kBN, typename Cot = Cotangents, typename Sweep, typename Own>
 __device__ __forceinline__ void pass2_rows(Sweep& sw, const Own& own, const Params<T>& p, int64_t head, int j0,
-                                           int q_begin, int num_q_tiles, int tid, const TailSplit* split = nullptr) {
+                                           int q_begin, int num_q_tiles, int tid, const TailSplit& split) {
   const int warp = tid / 32, lane = tid % 32;
   const int jw = j0 + 16 * warp;
   const Cot cot(p);
@@ -915,44 +753,17 @@ __device__ __forceinline__ void pass2_rows(Sweep& sw, const Own& own, const Para
     sw.end_tile(qt);
   }
 
-  if (split != nullptr) {  // warp-specialised: a piece of a split unit stores into the scratch
-    key_rows_out(p, *split, head, jw, gK, gV, p.scale, lane);
-    return;
-  }
-  const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
-  store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, gK, scale, jw, p.N, lane);
-  store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, gV, one, jw, p.N, lane);
+  key_rows_out(p, split, head, jw, gK, gV, p.scale, lane);  // stored, or a piece's into the scratch
 }
 
-// Pass 2 for key rows [j0, j0 + 64), one warpgroup.
-template <typename T, int kD>
-__global__ void __launch_bounds__(128, HopperBobConfig<kD>::kMinBlocks) attention_bob_pass2_wgmma_kernel(const Params<T> p) {
-#if defined(GG_WGMMA_AVAILABLE)
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  key_sweep_block<T, kD, HopperBobConfig<kD>::kBlockN>(
-      smem_raw, p, [](const Params<T>& q) { return bob_present(q); }, [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
-        pass2_rows<T, kD, HopperBobConfig<kD>::kBlockN>(sw, own, p, head, j0, q_begin, n, tid);
-      });
-#else
-  __trap();  // launched only where sm_90a code was built and the device is 9.x
-#endif
-}
-
-// Pass 2, warp-specialised: blocks of 128 keys, a producer and two consumer warpgroups
-// (HopperKeySweepWs). At d = 64 the own rows of both consumers fit in registers beside the
+// Pass 2's kernel: at d = 64 the own rows of both consumers fit in registers beside the
 // accumulators; at d = 128 they are 64-row tiles in shared memory after the sweep's (K, V, Kt, Vt
 // of each consumer: Pass2OwnSmem128), and the ring has three stages instead of four to fit.
-template <int kD_>
-struct HopperBobPass2WsConfig {
-  static constexpr int kD = kD_;
-  static constexpr int kThreads = 384, kBlockM = 128, kBlockN = 32, kStages = kD_ == 64 ? 4 : 3;
-  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
-};
 struct Pass2OwnSmem128 : SmemAfterSweep<Pass2OwnSmem128> {
   static constexpr size_t kBytes = 2 * 4 * 64 * 128 * 2;  // [consumer][K, V, Kt, Vt][64 x 128]
 };
 template <typename T, int kD>
-using Pass2SweepWs = HopperKeySweepWs<T, kD, HopperBobPass2WsConfig<kD>::kBlockN, HopperBobPass2WsConfig<kD>::kStages>;
+using Pass2SweepWs = HopperKeySweepWs<T, kD, BobKeySm90Traits<kD>::kBlockN, BobKeySm90Traits<kD>::kStages>;
 template <typename T, int kD>
 constexpr size_t pass2_ws_smem() {
   if constexpr (kD == 64) return Pass2SweepWs<T, 64>::kSmem;
@@ -964,7 +775,7 @@ __global__ void __launch_bounds__(384, 1)
     attention_bob_pass2_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps,
                                   const __grid_constant__ TailSplit split) {
 #if defined(GG_WGMMA_AVAILABLE)
-  using Cfg = HopperBobPass2WsConfig<kD>;
+  using Cfg = BobKeySm90Traits<kD>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   constexpr int kOwnInSmem = kD == 64 ? 0 : 4;
   T* const own_smem =
@@ -974,7 +785,7 @@ __global__ void __launch_bounds__(384, 1)
       [](const Params<T>& q) { return bob_present(q); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
         with_cotangents(p, [&](auto cot) {
-          pass2_rows<T, kD, Cfg::kBlockN, decltype(cot)>(sw, own, p, head, j0, q_begin, n, tid, &split);
+          pass2_rows<T, kD, Cfg::kBlockN, decltype(cot)>(sw, own, p, head, j0, q_begin, n, tid, split);
         });
       },
       own_smem);
@@ -985,24 +796,23 @@ __global__ void __launch_bounds__(384, 1)
 
 template <typename T, int kD>
 void launch_bob_pass2_ws(const Params<T>& p, const SweepMaps& maps) {
-  using Cfg = HopperBobPass2WsConfig<kD>;
+  using Cfg = BobKeySm90Traits<kD>;
   constexpr size_t smem = pass2_ws_smem<T, kD>();
   auto kernel = attention_bob_pass2_ws_kernel<T, kD>;
   set_smem(kernel, smem);
   // its last wave split, each piece storing its own rows (deterministic)
   const TailSplitRun tail(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), cdiv(p.N, Cfg::kBlockN), p.causal, /*ordered=*/true,
                           kD);
-  kernel<<<tail.split().blocks(), Cfg::kThreads, smem, cuda_stream()>>>(p, with_ping_pong(maps, kPingPongBobPass2),
+  kernel<<<tail.split().blocks(), Cfg::kThreads, smem, cuda_stream()>>>(p, with_ping_pong(maps, false),
                                                                         tail.split());
   CUDA_CHECK_LAUNCH();
   tail.finish(p, p.scale);
 }
 
-// ------------------------------------------------------------------------ Hopper, fused BoB
+// ------------------------------------------------------------------------ sm_90a, fused BoB
 //
-// The fused BoB (d = 64, all three cotangents; set_attention_fused, as the fused backward): after
-// pass 0 (E and F, P·Vt, and dS·Kt), one key-parallel sweep computes all four outputs, the
-// attention-bob.md schedule with atomics. Per query tile the consumers form the score and
+// The fused BoB (d = 64, all three cotangents): after pass 0 (E and F, P·Vt, and dS·Kt), one
+// key-parallel sweep computes all four outputs (docs/attention.md: the one-sweep schedule). Per query tile the consumers form the score and
 // coefficient tiles exactly as pass 2 does (grad_K, grad_V bitwise equal to pass 2's after the same
 // E and F), and also the block's parts of grad_Q = s·(S̄·K + dS·Kt) and of grad_dO = dP̄·V + P·Vt
 // for the tile's queries, which the blocks of a head add into f32 buffers by atomic additions, in
@@ -1143,14 +953,14 @@ __global__ void __launch_bounds__(384, 1)
     attention_bob_fused_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps, float* acc,
                                   const __grid_constant__ TailSplit split) {
 #if defined(GG_WGMMA_AVAILABLE)
-  using Cfg = HopperBobPass2WsConfig<64>;
-  using Sweep = HopperKeySweepWs<T, Cfg::kD, Cfg::kBlockN, Cfg::kStages>;
+  using Cfg = BobKeySm90Traits<64>;
+  using Sweep = HopperKeySweepWs<T, 64, Cfg::kBlockN, Cfg::kStages>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* const extra = reinterpret_cast<T*>(smem_raw + FusedBobSmem::offset<Sweep>());
   const SweepUnit unit = sweep_unit<128, Cfg::kBlockN>(p.N, p.causal, split);
   // launched while pass 0 may still run: its head's row scalars and buffer rows must be complete
   if (p.head_done != nullptr) wait_done(p.head_done + unit.bh, cdiv(p.N, 128));  // pass 0: blocks of 128 rows
-  key_sweep_ws_block<T, Cfg::kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 4>(
+  key_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 4>(
       smem_raw, p, maps, unit, [](const Params<T>& q) { return bob_present(q); },
       [&](auto& sw, const auto&, int64_t head, int j0, int q_begin, int n, int tid) {
         bob_fused_rows<T, kOrdered>(sw, p, head, j0, q_begin, n, tid, extra, acc, split);
@@ -1168,31 +978,13 @@ __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
-// ------------------------------------------------------------------------ Hopper, E and F first
+// ------------------------------------------------------------------------ sm_90a, E and F first
 //
-// A second pass-1 schedule (attention-bob.md calls the row scalars E and F): pass 0 computes E
-// and F alone (the five score products, no output product); pass 1 then forms the coefficient
-// tiles S̄ = P∘(P̄ - F), dS = P∘(dP - D), dP̄ = P∘(G - E) in f32 from the known E and F, exactly as
-// pass 2 does, and accumulates grad_Q = s·(S̄·K + dS·Kt) and grad_dO = dP̄·V + P·Vt. Two
-// accumulators instead of four, no hi/lo split (nothing cancels later), no column slices at
-// d = 128: 5 + 5 + 4 products against 5 + 9 issued by the split schedule (5·2 + 9 at d = 128).
-// Chosen per head dimension by measurement (bob_ef_schedule below).
-
-template <int kD>
-struct HopperBobEFConfig {
-  static constexpr int kBlockN = 32;  // keys per loaded tile
-  // d = 64: the own rows as register A operands of the score products (48 registers), so that
-  // only the key tiles are read from shared memory, and sub-tiles of 32 keys in both passes.
-  // d = 128: own rows from shared memory (their fragments would take 96 registers beside the
-  // 128 of the two accumulators); pass 1's sub-tiles of 16 keys.
-  static constexpr bool kRegOwn = kD == 64;
-  static constexpr int kSubOut = kD == 64 ? 32 : 16;  // keys per score sub-tile in pass 1
-  static constexpr int kSubEF = 32;                   // in pass 0 (no accumulators)
-  static_assert(kBlockN % kSubOut == 0 && kBlockN % kSubEF == 0, "whole sub-tiles");
-  // blocks per SM (one-warpgroup kernels): shared memory 57 KB (d = 64), 113 KB; registers: pass 1
-  // at d = 64 needs more than the 168 of three blocks
-  static constexpr int kMinBlocks0 = kD == 64 ? 3 : 2, kMinBlocks1 = 2;
-};
+// The query passes (docs/attention.md calls the row scalars E and F): pass 0 computes E and F
+// alone (the five score products, no output product); pass 1 then forms the coefficient tiles
+// S̄ = P∘(P̄ - F), dS = P∘(dP - D), dP̄ = P∘(G - E) in f32 from the known E and F, exactly as pass 2
+// does, and accumulates grad_Q = s·(S̄·K + dS·Kt) and grad_dO = dP̄·V + P·Vt: two accumulators, no
+// hi/lo split (nothing cancels later), no column slices at d = 128.
 
 // Pass 0 of the fused BoB (d = 64), the warp's rows from iw: grad_Q's f32 buffer starts as dS·Kt
 // (this thread's values gQ), grad_dO's as P·Vt (gdO), in the buffers' register order (layout:
@@ -1200,7 +992,7 @@ struct HopperBobEFConfig {
 template <typename T>
 __device__ __forceinline__ void fill_fused_bob_acc(const Params<T>& p, int64_t head, int iw, int lane,
                                                    const float (&gQ)[8][4], const float (&gdO)[8][4]) {
-  constexpr int kRows = HopperBobPass2WsConfig<64>::kBlockN, kTile = kRows * 64;
+  constexpr int kRows = BobKeySm90Traits<64>::kBlockN, kTile = kRows * 64;
   static_assert(kRows == 32, "acc_index_of: tiles of 32 rows");
   const int tiles = cdiv(p.N, kRows);
   float* const gq = p.fused_acc + (head / p.N) * 2 * tiles * kTile;  // this head's grad_Q buffer
@@ -1261,7 +1053,7 @@ template <typename T, int kD, bool kOutputs, typename Cot = Cotangents, bool kPV
           typename Sweep>
 __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t head, int i0, int num_k_tiles,
                                         int tid) {
-  using Cfg = HopperBobEFConfig<kD>;
+  using Cfg = BobQuerySm90Traits<kD>;
   constexpr int kBN = Cfg::kBlockN;
   constexpr int kSub = kOutputs ? Cfg::kSubOut : Cfg::kSubEF;
   const int warp = tid / 32, lane = tid % 32;
@@ -1442,65 +1234,32 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
   }
 }
 
-template <typename T, int kD, bool kOutputs>
-__global__ void __launch_bounds__(128, kOutputs ? HopperBobEFConfig<kD>::kMinBlocks1 : HopperBobEFConfig<kD>::kMinBlocks0)
-    attention_bob_ef_wgmma_kernel(const Params<T> p) {
-#if defined(GG_WGMMA_AVAILABLE)
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  query_sweep_block<T, kD, HopperBobEFConfig<kD>::kBlockN>(
-      smem_raw, p, [](const Params<T>& q) { return bob_present(q); },
-      [&](auto& sw, int64_t head, int i0, int n, int tid) { ef_rows<T, kD, kOutputs>(sw, p, head, i0, n, tid); });
-#else
-  __trap();  // launched only where sm_90a code was built and the device is 9.x
-#endif
-}
-
-// ------------------------------------------------------------------------ Hopper, warp-specialised
-//
-// The query passes above (the split pass 1, E/F pass 0 and pass 1) on HopperQuerySweepWs: blocks
-// of 128 query rows, a producer warpgroup and two consumer warpgroups each running the same row
-// loop as the one-warpgroup kernels on 64 rows. Registers move from the producer to the consumers
-// with setmaxnreg. On by default with the warp-specialised forward (set_attention_ws).
-
+// The query passes' kernel: blocks of 128 query rows, a producer warpgroup and two consumer
+// warpgroups each running ef_rows on 64 rows (HopperQuerySweepWs); registers move from the
+// producer to the consumers with setmaxnreg. kEF0, kEF1: pass 0 and pass 1 with a cotangent absent.
 // kEF0PV, kEF1PV (all cotangents): pass 0 writes P·Vt to p.PV in place of the score product H,
 // pass 1 adds it to grad_dO (ef_rows, kPV). kEF0Fused (d = 64): the fused BoB's pass 0, which
 // starts the fused sweep's f32 buffers at dS·Kt and P·Vt (ef_rows, kDs).
-enum class QueryPass { kSplit, kEF0, kEF1, kEF0PV, kEF1PV, kEF0Fused };
-
-template <int kD, QueryPass kPass>
-struct HopperBobWsConfig {
-  static constexpr int kThreads = 384;  // producer + two consumer warpgroups
-  static constexpr int kBlockM = 128;   // query rows per block (64 per consumer)
-  static constexpr int kBlockN =
-      kPass == QueryPass::kSplit ? HopperBobPass1Config<kD>::kBlockN : HopperBobEFConfig<kD>::kBlockN;
-  static constexpr int kStages = 3;
-  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
-  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "register file");
-  static constexpr int kSlices = kPass == QueryPass::kSplit ? kD / HopperBobPass1Config<kD>::kCols : 1;  // grid.y
-};
+enum class QueryPass { kEF0, kEF1, kEF0PV, kEF1PV, kEF0Fused };
 
 template <typename T, int kD, QueryPass kPass>
 __global__ void __launch_bounds__(384, 1)
     attention_bob_query_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps) {
 #if defined(GG_WGMMA_AVAILABLE)
-  using Cfg = HopperBobWsConfig<kD, kPass>;
+  using Cfg = BobQuerySm90Traits<kD>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // the fused BoB's sweep may start on the SMs this pass leaves free (launch_bob_fused_ws)
   if constexpr (kPass == QueryPass::kEF0Fused) griddep_launch_dependents();
   query_sweep_ws_block<T, kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs>(
       smem_raw, p, maps, [](const Params<T>& q) { return bob_present(q); }, [&](auto& sw, int64_t head, int i0, int n, int tid) {
-        if constexpr (kPass == QueryPass::kSplit)
-          split_pass1_rows<T, kD>(sw, p, head, i0, n, tid);
-        else if constexpr (kPass == QueryPass::kEF0PV)
+        if constexpr (kPass == QueryPass::kEF0PV)
           ef_rows<T, kD, false, AllCotangentsNoH, true>(sw, p, head, i0, n, tid);
         else if constexpr (kPass == QueryPass::kEF0Fused)
           ef_rows<T, kD, false, AllCotangentsNoH, true, true>(sw, p, head, i0, n, tid);
         else if constexpr (kPass == QueryPass::kEF1PV)
           ef_rows<T, kD, true, AllCotangents, true>(sw, p, head, i0, n, tid);
-        else
-          with_cotangents(p, [&](auto cot) {
-            ef_rows<T, kD, kPass == QueryPass::kEF1, decltype(cot)>(sw, p, head, i0, n, tid);
-          });
+        else  // a cotangent absent: all three go to kEF0PV, kEF1PV or the fused BoB
+          ef_rows<T, kD, kPass == QueryPass::kEF1, Cotangents>(sw, p, head, i0, n, tid);
       });
   if constexpr (kPass == QueryPass::kEF0Fused) {
     if (p.head_done != nullptr) signal_done(p.head_done + blockIdx.x / cdiv(p.N, Cfg::kBlockM));
@@ -1518,22 +1277,21 @@ void launch_D(const Params<T>& p) {
 
 template <typename T, int kD, QueryPass kPass>
 void launch_bob_query_ws(const Params<T>& p, const SweepMaps& maps) {
-  using Cfg = HopperBobWsConfig<kD, kPass>;
+  using Cfg = BobQuerySm90Traits<kD>;
   constexpr size_t smem = HopperQuerySweepWs<T, kD, Cfg::kBlockN, Cfg::kStages>::kSmem;
   auto kernel = attention_bob_query_ws_kernel<T, kD, kPass>;
   set_smem(kernel, smem);
-  const int bit = kPass == QueryPass::kEF1 || kPass == QueryPass::kEF1PV ? kPingPongBobEF1 : kPingPongBobPass1;
-  kernel<<<dim3(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), Cfg::kSlices), Cfg::kThreads, smem, cuda_stream()>>>(
-      p, with_ping_pong(maps, bit));
+  kernel<<<dim3(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), 1), Cfg::kThreads, smem, cuda_stream()>>>(
+      p, with_ping_pong(maps, false));
   CUDA_CHECK_LAUNCH();
 }
 
 // The fused BoB: pass 0 (D, E, F; dS·Kt and P·Vt into grad_Q's and grad_dO's buffers), the key
 // sweep, then grad_Q and grad_dO from their buffers.
 template <typename T>
-void launch_bob_fused_ws(const Params<T>& p) {
-  using Cfg = HopperBobPass2WsConfig<64>;
-  using Sweep = HopperKeySweepWs<T, Cfg::kD, Cfg::kBlockN, Cfg::kStages>;
+void launch_bob_sm90_fused(const Params<T>& p) {
+  using Cfg = BobKeySm90Traits<64>;
+  using Sweep = HopperKeySweepWs<T, 64, Cfg::kBlockN, Cfg::kStages>;
   constexpr int kBN = Cfg::kBlockN;
   const int tiles = cdiv(p.N, kBN);
   const size_t per_output = static_cast<size_t>(p.BH) * tiles * kBN * 64;  // floats
@@ -1553,12 +1311,12 @@ void launch_bob_fused_ws(const Params<T>& p) {
   q.head_done = done.as<int>();
   if (ordered) q.add_order = q.head_done + p.BH;
   CUDA_CHECK(cudaMemsetAsync(q.head_done, 0, done.bytes(), cuda_stream()));
-  launch_bob_query_ws<T, 64, QueryPass::kEF0Fused>(q, make_sweep_maps(q, 64, 64, HopperBobEFConfig<64>::kBlockN));
+  launch_bob_query_ws<T, 64, QueryPass::kEF0Fused>(q, make_sweep_maps(q, 64, 64, BobQuerySm90Traits<64>::kBlockN));
   constexpr size_t smem = FusedBobSmem::total<Sweep>();
   static_assert(smem <= 227 * 1024, "shared memory");
   auto kernel = ordered ? attention_bob_fused_ws_kernel<T, true> : attention_bob_fused_ws_kernel<T, false>;
   set_smem(kernel, smem);
-  const SweepMaps maps = make_sweep_maps(q, Cfg::kD, kBN, 0);
+  const SweepMaps maps = make_sweep_maps(q, 64, kBN, 0);
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(tail.split().blocks());
   cfg.blockDim = dim3(Cfg::kThreads);
@@ -1580,86 +1338,10 @@ void launch_bob_fused_ws(const Params<T>& p) {
 
 // ------------------------------------------------------------------------ launchers
 
-// Which pass-1 schedule the Hopper BoB runs (attention_bob_ef_mode in kernels.h): E and F first,
-// or the split pass 1. By default, as measured on the H200 (docs/kernel-notes.md, v12-v13): E and F
-// first at d = 128, and at d = 64 with the warp-specialised kernels (without them the split
-// pass 1 is faster at d = 64).
-bool bob_ef_schedule(int d) {
-  const int mode = attention_bob_ef_mode();
-  return mode < 0 ? (d == 128 || attention_ws_enabled()) : mode == 1;
-}
-
-// The warp-specialised query passes: pass 0 and pass 1 (ef), or the split pass 1. With all three
-// cotangents, pass 0 also forms P·Vt, which pass 1 then adds instead of recomputing it: 21
-// products, not 22 (ef_rows, kPV).
 template <typename T, int kD>
-void launch_bob_pass1_ws(const Params<T>& p, const SweepMaps& maps, bool ef) {
-  if (ef && Cotangents(p).all()) {  // pass 0 also forms D
-    Scratch pv(static_cast<size_t>(p.BH) * p.N * kD * sizeof(float));
-    Params<T> q = p;
-    q.PV = pv.as<float>();
-    launch_bob_query_ws<T, kD, QueryPass::kEF0PV>(q, maps);
-    launch_bob_query_ws<T, kD, QueryPass::kEF1PV>(q, maps);
-    return;
-  }
+void launch_bob_sm80(const Params<T>& p) {
   launch_D(p);
-  if (!ef) return launch_bob_query_ws<T, kD, QueryPass::kSplit>(p, maps);
-  launch_bob_query_ws<T, kD, QueryPass::kEF0>(p, maps);
-  launch_bob_query_ws<T, kD, QueryPass::kEF1>(p, maps);
-}
-
-template <typename T, int kD>
-void launch_bob_tc(const Params<T>& p) {
-  if constexpr (kD == 64 || kD == 128) {
-    if (attention_wgmma_active()) {
-      if (kD == 64 && attention_ws_enabled() && attention_fused_enabled() && Cotangents(p).all()) {
-        // opt-in: pass 0, then the fused BoB (grad_Q and grad_dO added atomically)
-        launch_bob_fused_ws<T>(p);
-        return;
-      }
-      const bool ef = bob_ef_schedule(kD);
-      if (attention_ws_enabled()) {
-        const SweepMaps maps = make_sweep_maps(p, kD, 64, ef ? HopperBobEFConfig<kD>::kBlockN : HopperBobPass1Config<kD>::kBlockN);
-        launch_bob_pass1_ws<T, kD>(p, maps, ef);
-      } else if (ef) {
-        launch_D(p);
-        using Sweep = HopperQuerySweep<T, kD, HopperBobEFConfig<kD>::kBlockN>;
-        const unsigned grid = grid_x(p.BH, cdiv(p.N, 64));
-        auto pass0 = attention_bob_ef_wgmma_kernel<T, kD, false>;
-        const size_t smem = Sweep::smem_bytes(bob_present(p));
-        set_smem(pass0, smem);
-        pass0<<<grid, Sweep::kThreads, smem, cuda_stream()>>>(p);
-        CUDA_CHECK_LAUNCH();
-        auto pass1 = attention_bob_ef_wgmma_kernel<T, kD, true>;
-        set_smem(pass1, smem);
-        pass1<<<grid, Sweep::kThreads, smem, cuda_stream()>>>(p);
-        CUDA_CHECK_LAUNCH();
-      } else {
-        launch_D(p);
-        using H1 = HopperBobPass1Config<kD>;
-        using Sweep = HopperQuerySweep<T, kD, H1::kBlockN>;
-        auto pass1 = attention_bob_pass1_wgmma_kernel<T, kD>;
-        const size_t smem = Sweep::smem_bytes(bob_present(p));
-        set_smem(pass1, smem);
-        pass1<<<dim3(grid_x(p.BH, cdiv(p.N, 64)), kD / H1::kCols), Sweep::kThreads, smem, cuda_stream()>>>(p);
-        CUDA_CHECK_LAUNCH();
-      }
-      if (attention_ws_enabled()) {
-        const SweepMaps maps = make_sweep_maps(p, kD, HopperBobPass2WsConfig<kD>::kBlockN, 0);
-        launch_bob_pass2_ws<T, kD>(p, maps);
-      } else {
-        using Sweep = HopperKeySweep<T, kD, HopperBobConfig<kD>::kBlockN>;
-        auto pass2 = attention_bob_pass2_wgmma_kernel<T, kD>;
-        const size_t smem = Sweep::smem_bytes(bob_present(p));
-        set_smem(pass2, smem);
-        pass2<<<grid_x(p.BH, cdiv(p.N, 64)), Sweep::kThreads, smem, cuda_stream()>>>(p);
-        CUDA_CHECK_LAUNCH();
-      }
-      return;
-    }
-  }
-  launch_D(p);
-  using Cfg = TcConfig<kD>;
+  using Cfg = Sm80Traits<kD>;
   const unsigned grid = grid_x(p.BH, cdiv(p.N, Cfg::kBlockM));
   {
     const size_t smem = (3 * Cfg::kOwnElems + 8 * Cfg::kTileElems) * sizeof(T);
@@ -1677,26 +1359,25 @@ void launch_bob_tc(const Params<T>& p) {
   }
 }
 
-template <typename T>
-void launch_bob_generic(const Params<T>& p) {
-  using C = GenConfig;
-  using Acc = typename Elem<T>::Acc;
-  const dim3 grid(grid_x(p.BH, cdiv(p.N, C::kRows)), cdiv(p.d, C::kCols));
-  launch_D(p);
-  {
-    const size_t smem = (7 * C::kStage + 5 * C::kTile) * sizeof(Acc);
-    auto kernel = attention_bob_pass1_generic_kernel<T>;
-    set_smem(kernel, smem);
-    kernel<<<grid, C::kThreads, smem, cuda_stream()>>>(p);
-    CUDA_CHECK_LAUNCH();
+// The query passes (with all three cotangents pass 0 also forms D and P·Vt, which pass 1 adds
+// instead of recomputing it: 21 products, not 22), then pass 2; at d = 64 with all three
+// cotangents the fused BoB.
+template <typename T, int kD>
+void launch_bob_sm90(const Params<T>& p) {
+  if (kD == 64 && Cotangents(p).all()) return launch_bob_sm90_fused<T>(p);
+  const SweepMaps maps = make_sweep_maps(p, kD, 64, BobQuerySm90Traits<kD>::kBlockN);
+  if (Cotangents(p).all()) {
+    Scratch pv(static_cast<size_t>(p.BH) * p.N * kD * sizeof(float));
+    Params<T> q = p;
+    q.PV = pv.as<float>();
+    launch_bob_query_ws<T, kD, QueryPass::kEF0PV>(q, maps);
+    launch_bob_query_ws<T, kD, QueryPass::kEF1PV>(q, maps);
+  } else {
+    launch_D(p);
+    launch_bob_query_ws<T, kD, QueryPass::kEF0>(p, maps);
+    launch_bob_query_ws<T, kD, QueryPass::kEF1>(p, maps);
   }
-  {
-    const size_t smem = (7 * C::kStage + 3 * C::kTile) * sizeof(Acc);
-    auto kernel = attention_bob_pass2_generic_kernel<T>;
-    set_smem(kernel, smem);
-    kernel<<<grid, C::kThreads, smem, cuda_stream()>>>(p);
-    CUDA_CHECK_LAUNCH();
-  }
+  launch_bob_pass2_ws<T, kD>(p, make_sweep_maps(p, kD, BobKeySm90Traits<kD>::kBlockN, 0));
 }
 
 template <typename T>
@@ -1713,15 +1394,14 @@ void bwd_bwd(const AttentionArgs& a) {
   p.D = scalars.as<Acc>();
   p.E = p.D + rows;
   p.F = p.E + rows;
-  // D = rowsum(dO∘O): by launch_D in each path, or in the Hopper BoB's pass 0 with P·Vt
-  if constexpr (is_half_type<T>()) {
-    if (tc_supported(a)) {
-      if (p.d == 32) return launch_bob_tc<T, 32>(p);
-      if (p.d == 64) return launch_bob_tc<T, 64>(p);
-      return launch_bob_tc<T, 128>(p);
-    }
-  }
-  launch_bob_generic<T>(p);
+  // D = rowsum(dO∘O): by launch_D in each path, or in the sm_90a BoB's pass 0 with P·Vt
+  on_path<T>(
+      a, Level::kBob, [&](auto d) { launch_bob_sm90<T, d()>(p); }, [&](auto d) { launch_bob_sm80<T, d()>(p); },
+      [&] {
+        launch_D(p);
+        launch_generic(attention_bob_pass1_generic_kernel<T>, p, 7, 5);
+        launch_generic(attention_bob_pass2_generic_kernel<T>, p, 7, 3);
+      });
 }
 
 }  // namespace

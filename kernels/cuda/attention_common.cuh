@@ -1,24 +1,21 @@
 // Shared pieces of the CUDA attention kernels (attention_fwd.cu, attention_bwd.cu,
-// attention_bwd_bwd.cu): the kernel parameter struct, element types, the tile constants of both
-// paths (all of them here, in one place), PTX wrappers (cp.async, ldmatrix, mma.sync) and the
-// warp-level tile products the tensor-core kernels are built from.
+// attention_bwd_bwd.cu): the kernel parameter struct, element types, scratch memory, the row dot
+// D = rowsum(dO∘O), the generic kernels' staging and products, PTX wrappers (cp.async, ldmatrix,
+// mma.sync) and the warp-level tile products the sm_80 kernels are built from, and the swizzled
+// shared-memory tiles of the sm_90a kernels. Which path a call takes and every tile constant:
+// attention_traits.cuh.
 //
-// Two paths, chosen per call by the launchers:
-//
-//   tensor-core path  bf16/f16 with d in {32, 64, 128} and 16-byte aligned pointers.
-//                     mma.sync.m16n8k16 (bf16/f16 operands, f32 accumulators), operands read
-//                     from padded shared-memory tiles with ldmatrix, tiles brought in by cp.async
-//                     (two stages). A block has kWarps warps; each warp owns 16 "own" rows (query
-//                     rows in a query-parallel kernel, key rows in a key-parallel one) and sweeps
-//                     the "other" side 16 rows at a time: it computes 16x16 score tiles
-//                     (Own·Otherᵀ), turns them into coefficient tiles in registers, and multiplies
-//                     those into the other side's rows (Coef·Other) into f32 accumulators.
-//   generic path      everything else: f64 (double arithmetic), f32 (exact FFMA, no TF32),
-//                     bf16/f16 with other head dims (f32 arithmetic), any d. Scalar FMA:
-//                     kRows own rows per block, kLanes threads per own row, score dots from
-//                     shared-memory chunks of kChunk columns, output products reading the other
-//                     side's rows from global memory (L1). d is split over the grid's y dimension
-//                     in kCols-column slices (score tiles are recomputed per slice).
+//   sm_80 path    mma.sync.m16n8k16 (bf16/f16 operands, f32 accumulators), operands read from
+//                 padded shared-memory tiles with ldmatrix, tiles brought in by cp.async (two
+//                 stages). A block has kWarps warps; each warp owns 16 "own" rows (query rows in a
+//                 query-parallel kernel, key rows in a key-parallel one) and sweeps the "other"
+//                 side 16 rows at a time: it computes 16x16 score tiles (Own·Otherᵀ), turns them
+//                 into coefficient tiles in registers, and multiplies those into the other side's
+//                 rows (Coef·Other) into f32 accumulators.
+//   generic path  scalar FMA: kRows own rows per block, kLanes threads per own row, score dots
+//                 from shared-memory chunks of kChunk columns, output products reading the other
+//                 side's rows from global memory (L1). d is split over the grid's y dimension in
+//                 kCols-column slices (score tiles are recomputed per slice).
 //
 // Row scalars (L, D, E, F) and all accumulators are "Acc": float, or double for f64.
 #pragma once
@@ -31,6 +28,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "kernels/cuda/attention_traits.cuh"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/runtime.h"
 #include "kernels/params.h"
@@ -272,23 +270,6 @@ void launch_row_dot(const T* a, const T* b, typename Elem<T>::Acc* out, int64_t 
 
 // ======================================================================== generic path
 
-struct GenConfig {
-  static constexpr int kThreads = 256;
-  static constexpr int kRows = 32;   // own rows per block
-  static constexpr int kOther = 32;  // other rows per tile
-  static constexpr int kLanes = 8;   // threads per own row (consecutive lanes of one warp)
-  static constexpr int kPerThread = kOther / kLanes;  // score entries per thread per tile
-  static constexpr int kChunk = 32;  // columns of d staged per score step
-  static constexpr int kStride = kChunk + 1;          // padded smem row (bank spread)
-  static constexpr int kCols = 64;   // output columns per block (grid y splits d)
-  static constexpr int kColsPerThread = kCols / kLanes;
-  static constexpr int kStage = kRows * kStride;      // one staged operand chunk (Acc elements)
-  static constexpr int kTile = kRows * kStride;       // one coefficient tile (own x other)
-  static_assert(kRows * kLanes == kThreads, "one thread group of kLanes per own row");
-  static_assert(kRows == kOther, "staging helper assumes square tiles");
-  static_assert(kLanes == 8, "row reductions use shuffles over 8 lanes");
-  static_assert(kChunk == 32 && kRows == 32, "staging index math uses 32 x 32");
-};
 
 // Thread -> (own row o, lane r within the row). Thread (o, r) owns score entries (o, r + 8k),
 // k < kPerThread, and output columns c0 + r + 8k, k < kColsPerThread.
@@ -296,6 +277,39 @@ struct GenThread {
   int o, r;
 };
 __device__ __forceinline__ GenThread gen_thread() { return {static_cast<int>(threadIdx.x) / 8, static_cast<int>(threadIdx.x) % 8}; }
+
+// What every generic kernel starts from: this thread's place th, the block's own rows
+// [r0, r0 + kRows) (blocks reversed within a head, block_coord), its output columns
+// [c0, c0 + kCols) (grid.y), the head's first row (bh·N) and its rows of every tensor (nullptr
+// where absent). Shared memory is carved in the order of the calls: stage() one staged operand
+// chunk, tile() one coefficient tile (kStages, kTiles of them: gen_smem_bytes, launch_generic).
+template <typename T>
+struct GenBlock {
+  using Acc = typename Elem<T>::Acc;
+  GenThread th;
+  int r0, c0;
+  int64_t head;
+  const T *Q, *K, *V, *dO, *Qt, *Kt, *Vt;
+  Acc* next;
+  __device__ explicit GenBlock(const Params<T>& p) : th(gen_thread()) {
+    extern __shared__ __align__(1024) unsigned char gen_smem[];  // the kernel's dynamic shared memory
+    next = reinterpret_cast<Acc*>(gen_smem);
+    const BlockCoord bc = block_coord(cdiv(p.N, GenericTraits::kRows));
+    r0 = bc.blk * GenericTraits::kRows;
+    c0 = blockIdx.y * GenericTraits::kCols;
+    head = bc.bh * p.N;
+    const int64_t hd = head * p.d;
+    auto rows = [&](const T* x) { return x != nullptr ? x + hd : nullptr; };
+    Q = rows(p.Q), K = rows(p.K), V = rows(p.V), dO = rows(p.dO), Qt = rows(p.Qt), Kt = rows(p.Kt), Vt = rows(p.Vt);
+  }
+  __device__ Acc* stage() { return take(GenericTraits::kStage); }
+  __device__ Acc* tile() { return take(GenericTraits::kTile); }
+  __device__ Acc* take(int n) {
+    Acc* s = next;
+    next += n;
+    return s;
+  }
+};
 
 // Sum / max over the 8 lanes of a row group.
 template <typename Acc>
@@ -314,40 +328,40 @@ __device__ __forceinline__ Acc group_max(Acc v) {
 template <typename T>
 __device__ __forceinline__ void gen_stage(typename Elem<T>::Acc* sdst, const T* g, int r0, int c0, int N, int d) {
   if (g == nullptr) return;
-  for (int idx = threadIdx.x; idx < 32 * 32; idx += GenConfig::kThreads) {
+  for (int idx = threadIdx.x; idx < 32 * 32; idx += GenericTraits::kThreads) {
     const int r = idx / 32, c = idx % 32;
     const int gr = r0 + r, gc = c0 + c;
-    sdst[r * GenConfig::kStride + c] =
+    sdst[r * GenericTraits::kStride + c] =
         (gr < N && gc < d) ? Elem<T>::to_acc(g[static_cast<int64_t>(gr) * d + gc]) : typename Elem<T>::Acc(0);
   }
 }
 
 // s[k] += Σ_c Own[o][c] · Other[r + 8k][c] over one staged chunk.
 template <typename Acc>
-__device__ __forceinline__ void gen_dot(Acc (&s)[GenConfig::kPerThread], const Acc* sown, const Acc* sother,
+__device__ __forceinline__ void gen_dot(Acc (&s)[GenericTraits::kPerThread], const Acc* sown, const Acc* sother,
                                         GenThread th) {
-  const Acc* a = sown + th.o * GenConfig::kStride;
+  const Acc* a = sown + th.o * GenericTraits::kStride;
 #pragma unroll 8
-  for (int c = 0; c < GenConfig::kChunk; ++c) {
+  for (int c = 0; c < GenericTraits::kChunk; ++c) {
     const Acc av = a[c];
 #pragma unroll
-    for (int k = 0; k < GenConfig::kPerThread; ++k)
-      s[k] += av * sother[(th.r + 8 * k) * GenConfig::kStride + c];
+    for (int k = 0; k < GenericTraits::kPerThread; ++k)
+      s[k] += av * sother[(th.r + 8 * k) * GenericTraits::kStride + c];
   }
 }
 
 // acc[k] += Σ_{x < nx} C[o][x] · Other[x][c0 + r + 8k]: a coefficient tile (smem) times the other
 // side's rows (global memory, the head's rows x0 ..), output columns of this block's slice.
 template <typename T>
-__device__ __forceinline__ void gen_accumulate(typename Elem<T>::Acc (&acc)[GenConfig::kColsPerThread],
+__device__ __forceinline__ void gen_accumulate(typename Elem<T>::Acc (&acc)[GenericTraits::kColsPerThread],
                                                const typename Elem<T>::Acc* sC, const T* other, int x0, int nx,
                                                int c0, int d, GenThread th) {
-  const typename Elem<T>::Acc* crow = sC + th.o * GenConfig::kStride;
+  const typename Elem<T>::Acc* crow = sC + th.o * GenericTraits::kStride;
   for (int x = 0; x < nx; ++x) {
     const auto cv = crow[x];
     const T* orow = other + static_cast<int64_t>(x0 + x) * d;
 #pragma unroll
-    for (int k = 0; k < GenConfig::kColsPerThread; ++k) {
+    for (int k = 0; k < GenericTraits::kColsPerThread; ++k) {
       const int c = c0 + th.r + 8 * k;
       if (c < d) acc[k] += cv * Elem<T>::to_acc(orow[c]);
     }
@@ -356,35 +370,29 @@ __device__ __forceinline__ void gen_accumulate(typename Elem<T>::Acc (&acc)[GenC
 
 // out[row][c0 + r + 8k] = acc[k] (columns < d).
 template <typename T>
-__device__ __forceinline__ void gen_store(T* out_row, const typename Elem<T>::Acc (&acc)[GenConfig::kColsPerThread],
+__device__ __forceinline__ void gen_store(T* out_row, const typename Elem<T>::Acc (&acc)[GenericTraits::kColsPerThread],
                                           int c0, int d, GenThread th) {
 #pragma unroll
-  for (int k = 0; k < GenConfig::kColsPerThread; ++k) {
+  for (int k = 0; k < GenericTraits::kColsPerThread; ++k) {
     const int c = c0 + th.r + 8 * k;
     if (c < d) out_row[c] = Elem<T>::from_acc(acc[k]);
   }
 }
 
-// ======================================================================== tensor-core path
+// Launches a generic kernel over (BH · blocks of kRows own rows) x (column slices of kCols), with
+// the shared memory of `stages` staged chunks and `tiles` coefficient tiles.
+template <typename T>
+void launch_generic(void (*kernel)(Params<T>), const Params<T>& p, int stages, int tiles) {
+  using C = GenericTraits;
+  const size_t smem = (stages * C::kStage + tiles * C::kTile) * sizeof(typename Elem<T>::Acc);
+  set_smem(kernel, smem);
+  const dim3 grid(grid_x(p.BH, cdiv(p.N, C::kRows)), cdiv(p.d, C::kCols));
+  kernel<<<grid, C::kThreads, smem, cuda_stream()>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
 
-// Tile constants per head dim. kBlockM: own rows per block (16 per warp). kBlockN: other rows per
-// pipeline stage. kStride: smem row length in elements, padded by 16 bytes so that the 8 row
-// addresses of an ldmatrix hit distinct bank groups.
-template <int kD>
-struct TcConfig {
-  static_assert(kD == 32 || kD == 64 || kD == 128, "tensor-core path: d in {32, 64, 128}");
-  static constexpr int kWarps = 4;
-  static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kBlockM = 16 * kWarps;
-  static constexpr int kBlockN = kD <= 64 ? 64 : 32;
-  static constexpr int kStride = kD + 8;
-  static constexpr int kTileElems = kBlockN * kStride;  // one other-side operand, one stage
-  static constexpr int kOwnElems = kBlockM * kStride;   // one own-side operand
-  // BoB pass 1 holds four kCols-wide accumulators per thread: d = 128 is split over the grid.
-  static constexpr int kBobCols = kD <= 64 ? kD : 64;
-  static_assert(kBlockN % 16 == 0 && kBlockM % 16 == 0, "16-row sub-tiles");
-  static_assert((kStride * 2) % 16 == 0, "cp.async / ldmatrix rows are 16-byte aligned");
-};
+// ======================================================================== sm_80 (mma.sync) path
+
 
 // Calls f(T{}) with T the element type of `dtype` (the launchers' dtype switch, written once).
 template <typename F>
@@ -399,18 +407,25 @@ void dispatch_dtype(DType dtype, const char* op, F&& f) {
   throw DTypeError(std::string(op) + " (CUDA): unsupported dtype " + dtype_name(dtype));
 }
 
-// Whether the tensor-core kernels apply: d in {32, 64, 128} and every row 16-byte aligned.
-inline bool tc_aligned(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-inline bool tc_supported(const AttentionArgs& a) {
-  const int64_t d = a.shape.d;
-  if (!(a.dtype == DType::bf16 || a.dtype == DType::f16)) return false;
-  if (d != 32 && d != 64 && d != 128) return false;
-  for (const void* p : {a.Q, a.K, a.V, a.O, a.dO, a.Qt, a.Kt, a.Vt, static_cast<const void*>(a.out0),
-                        static_cast<const void*>(a.out1), static_cast<const void*>(a.out2),
-                        static_cast<const void*>(a.out3)})
-    if (!tc_aligned(p)) return false;
-  return true;
+// The launchers' path switch, written once: sm90(HeadDim<d>{}) for d in {64, 128}, sm80(...) for d in
+// {32, 64, 128}, or generic(), as choose_path (attention_traits.cuh) says. For T other than
+// bf16/f16 only generic() is compiled.
+template <int kD>
+using HeadDim = std::integral_constant<int, kD>;
+template <typename T, typename Sm90, typename Sm80, typename Generic>
+void on_path(const AttentionArgs& a, Level level, Sm90&& sm90, Sm80&& sm80, Generic&& generic) {
+  if constexpr (is_half_type<T>()) {
+    switch (choose_path(a, level)) {
+      case Path::kSm90: return a.shape.d == 64 ? sm90(HeadDim<64>{}) : sm90(HeadDim<128>{});
+      case Path::kSm80:
+        if (a.shape.d == 32) return sm80(HeadDim<32>{});
+        return a.shape.d == 64 ? sm80(HeadDim<64>{}) : sm80(HeadDim<128>{});
+      case Path::kGeneric: break;
+    }
+  }
+  generic();
 }
+
 
 // ---------------------------------------------------------------- PTX wrappers
 
@@ -551,7 +566,7 @@ __device__ __forceinline__ void zero(float (&c)[N][4]) {
 // sother: the sub-tile's first other row; both row-major with row stride kStride.
 template <typename T, int kD>
 __device__ __forceinline__ void mma_scores(float (&c)[2][4], const T* sown, const T* sother, int lane) {
-  constexpr int kStride = TcConfig<kD>::kStride;
+  constexpr int kStride = Sm80Traits<kD>::kStride;
   // A: matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
   const T* a_ptr = sown + (lane % 16) * kStride + (lane / 16) * 8;
   // B (k = column of d, n = other row): matrices (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7),
@@ -573,7 +588,7 @@ __device__ __forceinline__ void mma_scores(float (&c)[2][4], const T* sown, cons
 template <typename T, int kD, int kCols>
 __device__ __forceinline__ void mma_accumulate(float (&acc)[kCols / 8][4], const uint32_t (&a)[4], const T* sother,
                                                int lane) {
-  constexpr int kStride = TcConfig<kD>::kStride;
+  constexpr int kStride = Sm80Traits<kD>::kStride;
   static_assert(kCols % 16 == 0, "pairs of n8 tiles");
   // B (k = other row, n = column), transposed load: matrices (k 0-7, n 0-7), (k 8-15, n 0-7),
   // (k 0-7, n 8-15), (k 8-15, n 8-15): b0, b1 of n-tile 2p, then of n-tile 2p + 1.
@@ -593,7 +608,7 @@ __device__ __forceinline__ void mma_accumulate(float (&acc)[kCols / 8][4], const
 template <typename T, int kD, int kCols>
 __device__ __forceinline__ void mma_accumulate_split(float (&acc)[kCols / 8][4], const uint32_t (&hi)[4],
                                                      const uint32_t (&lo)[4], const T* sother, int lane) {
-  constexpr int kStride = TcConfig<kD>::kStride;
+  constexpr int kStride = Sm80Traits<kD>::kStride;
   const int mi = lane / 8;
   const T* b_ptr = sother + ((lane % 8) + 8 * (mi % 2)) * kStride + 8 * (mi / 2);
 #pragma unroll
@@ -613,7 +628,7 @@ __device__ __forceinline__ void mma_accumulate_split(float (&acc)[kCols / 8][4],
 // past N are zero-filled. No-op for an absent (null) operand.
 template <typename T, int kD, int kRows>
 __device__ __forceinline__ void load_rows_async(T* s, const T* g, int r0, int N) {
-  using Cfg = TcConfig<kD>;
+  using Cfg = Sm80Traits<kD>;
   if (g == nullptr) return;
   constexpr int kVecs = kD * static_cast<int>(sizeof(T)) / 16;  // 16-byte vectors per row
   for (int v = threadIdx.x; v < kRows * kVecs; v += Cfg::kThreads) {

@@ -13,26 +13,31 @@
 // O = acc / l and L = m + log(l). Causal: key blocks after the query block are never loaded;
 // the diagonal block is masked entry by entry. Every real row sees key 0, so l > 0 at the end.
 //
-// Tensor-core kernel (bf16/f16, d in {32, 64, 128}; TcConfig in attention_common.cuh):
+// Three paths (attention_traits.cuh: choose_path, and the tile constants of each kernel):
+//
+// sm_80 kernel (mma.sync; bf16/f16, d in {32, 64, 128}; Sm80Traits):
 //   block = 4 warps x 16 query rows (kBlockM = 64); Q rows stay in shared memory, K/V tiles of
 //   kBlockN rows are double-buffered by cp.async. Per warp and key tile:
 //     S   = Q·Kᵀ            mma (16 x kBlockN, f32), scaled to log2 units: exp2 replaces exp
 //     P   = exp2(S - m)     registers; row max/sum over the quad
 //     O  += P·V             mma, P converted in registers to the A operand
 //   Products: 2 per key tile (4·N²·d flops per head, halved by causality).
-// Hopper kernel (sm_90a, bf16/f16, d in {64, 128}; HopperFwdConfig below): the same schedule
-//   with one warpgroup (4 warps, 64 query rows) per block and warpgroup MMAs reading the tiles
-//   straight from shared memory (128-byte swizzled layout, attention_common.cuh):
-//     S   = Q·Kᵀ            wgmma m64n{kBN}k16, A = Q (smem), B = K (smem, K-major)
-//     O  += P·V             wgmma m64n64k16 per 64 columns, A = P (registers), B = V (smem, MN-major)
-//   K/V tiles double-buffered by cp.async, K one tile ahead of V so that S of the next tile is on
-//   the tensor cores while this tile's softmax runs; the softmax is the tensor-core kernel's (the
-//   wgmma accumulators have the mma.sync tile layout).
-// Generic kernel (f64, f32 exact FFMA, bf16/f16 with other d): GenConfig; 32 query rows x 8
+// sm_90a kernel (warp-specialised; bf16/f16, d in {64, 128}, scale > 0; FwdSm90Traits):
+//   1 + kC warpgroups per block of 64·kC query rows (kC = 3 at d = 64, 2 at d = 128). Warpgroup 0
+//   is the producer: one thread copies Q once and the K and V tiles (128 keys) by TMA into a ring
+//   of 3 stages. Each consumer owns 64 query rows and runs, per key tile j,
+//     S_{j+1} = Q·K_{j+1}ᵀ   wgmma m64n128k16, A = Q (smem), B = K (smem, K-major)
+//     O      += P_j·V_j      wgmma m64n64k16 per 64 columns, A = P (registers), B = V (MN-major)
+//   with the softmax of tile j + 1 on the CUDA cores while P_j·V_j runs on the tensor cores. With
+//   two consumers they issue their products in turns (ping-pong). Tiles are 128-byte swizzled
+//   (attention_common.cuh); the wgmma accumulators have the mma.sync tile layout, so the softmax
+//   and the epilogue are shared with the sm_80 kernel. Tail split (non-causal): the units of a
+//   last, partial wave are swept in pieces whose partial rows fwd_merge_kernel combines.
+// Generic kernel (f64, f32 exact FFMA, bf16/f16 with other d; GenericTraits): 32 query rows x 8
 //   lanes per block, score dots from staged chunks, P·V from global rows, d split over grid.y.
 
 #include <algorithm>
-#include <cstdlib>
+#include <atomic>
 
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/kernels.h"
@@ -64,23 +69,19 @@ __device__ __forceinline__ void fwd_epilogue(const Params<T>& p, const float (&a
 // ------------------------------------------------------------------------ generic kernel
 
 template <typename T>
-__global__ void __launch_bounds__(GenConfig::kThreads, 1) attention_fwd_generic_kernel(const Params<T> p) {
+__global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_fwd_generic_kernel(const Params<T> p) {
   using Acc = typename Elem<T>::Acc;
-  using C = GenConfig;
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  Acc* sQ = reinterpret_cast<Acc*>(smem_raw);  // [kRows][kStride] a chunk of Q's columns
-  Acc* sK = sQ + C::kStage;                     // [kOther][kStride] the same chunk of K
-  Acc* sP = sK + C::kStage;                     // [kRows][kStride] exp(S - m) of the tile
-
+  using C = GenericTraits;
   // ---- prologue: query rows [i0, i0 + kRows), output columns [c0, c0 + kCols)
-  const GenThread th = gen_thread();
-  const BlockCoord bc = block_coord(cdiv(p.N, C::kRows));
-  const int i0 = bc.blk * C::kRows, i = i0 + th.o;  // this thread's query row
-  const int c0 = blockIdx.y * C::kCols;
-  const int64_t head = bc.bh * p.N;
-  const T* Qh = p.Q + head * p.d;
-  const T* Kh = p.K + head * p.d;
-  const T* Vh = p.V + head * p.d;
+  GenBlock<T> b(p);
+  Acc* sQ = b.stage();  // [kRows][kStride] a chunk of Q's columns
+  Acc* sK = b.stage();  // [kOther][kStride] the same chunk of K
+  Acc* sP = b.stage();  // [kRows][kStride] exp(S - m) of the tile
+  const GenThread th = b.th;
+  const int i0 = b.r0, i = i0 + th.o;  // this thread's query row
+  const int c0 = b.c0;
+  const int64_t head = b.head;
+  const T *Qh = b.Q, *Kh = b.K, *Vh = b.V;
   const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + C::kRows), C::kOther) : cdiv(p.N, C::kOther);
   Acc m = neg_inf<Acc>(), l = 0;  // row max and row sum of exp(S - m): uniform over the row group
   Acc acc[C::kColsPerThread] = {};
@@ -141,8 +142,8 @@ __global__ void __launch_bounds__(GenConfig::kThreads, 1) attention_fwd_generic_
 // ------------------------------------------------------------------------ tensor-core kernel
 
 template <typename T, int kD>
-__global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_fwd_tc_kernel(const Params<T> p) {
-  using Cfg = TcConfig<kD>;
+__global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_fwd_tc_kernel(const Params<T> p) {
+  using Cfg = Sm80Traits<kD>;
   constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);  // [kBM][kStride]
@@ -256,24 +257,18 @@ __global__ void __launch_bounds__(TcConfig<kD>::kThreads, 1) attention_fwd_tc_ke
 }
 
 
-// ------------------------------------------------------------------------ Hopper kernel
-
-template <int kD>
-struct HopperFwdConfig {
-  static_assert(kD == 64 || kD == 128, "Hopper forward: d in {64, 128}");
-  static constexpr int kThreads = 128;                 // one warpgroup
-  static constexpr int kBlockM = 64;                   // query rows per block (16 per warp)
-  static constexpr int kBlockN = kD == 64 ? 128 : 64;  // keys per tile
-  static constexpr int kMinBlocks = 2;                 // per SM (registers <= 255 per thread)
-  static constexpr int kQElems = kBlockM * kD;
-  static constexpr int kTileElems = kBlockN * kD;
-  static constexpr size_t kSmemBytes = (kQElems + 4 * kTileElems) * 2;  // Q + 2 stages of K and of V
-};
+// ------------------------------------------------------------------------ sm_90a kernel
+//
+// On the H200, N = 16384, B = 1, H = 16: 2.26 ms at d = 64 (three consumers) and 3.54 ms at
+// d = 128 (two, in turns); docs/kernel-notes.md (v11, v15, v16, v20). The consumers read the same
+// K and V tiles (a half or a third of the loads per flop of 64-row blocks), and no consumer
+// instruction is a load or a block barrier; registers move from the producer to the consumers
+// with setmaxnreg.
 
 // Online-softmax step of one 16 x kBN score tile (this warp's rows g and g + 8), in place:
 // s (raw scores Q·Kᵀ) becomes P = exp2(s·sl2 - m) with keys past N and (causal) after the row
 // masked out; m (log2 units) and l are updated, and alpha is the factor by which the output
-// accumulator must be rescaled (softmax_update does it). Requires sl2 > 0, so the row maximum can
+// accumulator must be rescaled (rescale_rows). Requires sl2 > 0, so the row maximum can
 // be taken over the raw scores and each entry costs one FFMA before its exp2. Tiles with no
 // masked entry (most) run a copy without the index arithmetic (with_mask).
 template <int kBN>
@@ -320,161 +315,6 @@ __device__ __forceinline__ void rescale_rows(float (&acc)[kD / 8][4], const floa
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[j][e] *= alpha[e / 2];
 }
-
-// softmax_scores, then the accumulator rescaled.
-template <int kBN, int kD>
-__device__ __forceinline__ void softmax_update(float (&s)[kBN / 8][4], float (&m)[2], float (&l)[2],
-                                               float (&acc)[kD / 8][4], float sl2, int j0, int iw, int N,
-                                               bool causal, int lane) {
-  float alpha[2];
-  softmax_scores<kBN>(s, m, l, alpha, sl2, j0, iw, N, causal, lane);
-  rescale_rows<kD>(acc, alpha);
-}
-
-template <typename T, int kD>
-__global__ void __launch_bounds__(HopperFwdConfig<kD>::kThreads, HopperFwdConfig<kD>::kMinBlocks)
-    attention_fwd_wgmma_kernel(const Params<T> p) {
-#if defined(GG_WGMMA_AVAILABLE)
-  using Cfg = HopperFwdConfig<kD>;
-  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kThreads = Cfg::kThreads;
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  T* sQ = reinterpret_cast<T*>(smem_raw);  // [kBM x kD], swizzled layout
-  T* sK = sQ + Cfg::kQElems;               // [2][kBN x kD]: K tile j in stage j % 2
-  T* sV = sK + 2 * Cfg::kTileElems;        // [2][kBN x kD]: V tile j in stage j % 2
-
-  // ---- prologue: query rows [i0, i0 + 64); this warp's rows [iw, iw + 16)
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const BlockCoord bc = block_coord(cdiv(p.N, kBM));
-  const int i0 = bc.blk * kBM, iw = i0 + 16 * warp;
-  const int64_t head = bc.bh * p.N;
-  const T* Qh = p.Q + head * kD;
-  const T* Kh = p.K + head * kD;
-  const T* Vh = p.V + head * kD;
-  const int n_tiles = p.causal ? cdiv(min(p.N, i0 + kBM), kBN) : cdiv(p.N, kBN);
-  const float sl2 = p.scale * kLog2e;  // S in log2 units
-  auto load_k = [&](int j) { load_rows_swz_async<T, kD, kBN, kThreads>(sK + (j % 2) * Cfg::kTileElems, Kh, j * kBN, p.N); };
-  auto load_v = [&](int j) { load_rows_swz_async<T, kD, kBN, kThreads>(sV + (j % 2) * Cfg::kTileElems, Vh, j * kBN, p.N); };
-
-  // Swizzled tiles and their descriptors: attention_common.cuh; the two products:
-  // attention_hopper.cuh (Q, K K-major; V MN-major, issued 64 output columns at a time).
-  const uint64_t dQ = make_desc_sw128(sQ);
-  auto scores = [&](float (&s)[kBN / 8][4], int j) {  // issue S = Q·K_jᵀ (not waited)
-    wgmma_fence();
-    wgmma_fence_regs(s);
-    wgmma_score_product<T, kD, kBN>(s, dQ, make_desc_sw128(sK + (j % 2) * Cfg::kTileElems));
-    wgmma_commit();
-  };
-
-  // Pipeline: K runs one tile ahead of V. While the softmax of tile j runs on the CUDA cores, the
-  // tensor cores compute S for tile j + 1 (issued just before); then P_j·V_j is issued and both
-  // are waited for. Loads: K_{j+2} and V_{j+1} are in flight during iteration j.
-  load_rows_swz_async<T, kD, kBM, kThreads>(sQ, Qh, i0, p.N);
-  load_k(0);
-  cp_async_commit();
-  load_v(0);
-  if (n_tiles > 1) load_k(1);
-  cp_async_commit();
-  cp_async_wait<1>();  // Q, K_0
-  fence_proxy_async();
-  __syncthreads();
-
-  float m[2] = {-INFINITY, -INFINITY};  // running max (log2 units) of rows g and g + 8
-  float l[2] = {0.f, 0.f};              // this thread's part of the running row sums
-  float acc[kD / 8][4];
-  zero(acc);
-  float s_cur[kBN / 8][4], s_next[kBN / 8][4];
-  scores(s_cur, 0);
-  wgmma_wait<0>();
-  wgmma_fence_regs(s_cur);
-
-  for (int j = 0; j < n_tiles; ++j) {
-    cp_async_wait<0>();  // V_j and K_{j+1}
-    fence_proxy_async();
-    __syncthreads();  // visible to all; every warp is done with K_j's... S and V_{j-1}'s product
-    if (j + 2 < n_tiles) load_k(j + 2);  // into K_j's stage: S_j was waited for last iteration
-    if (j + 1 < n_tiles) load_v(j + 1);  // into V_{j-1}'s stage
-    cp_async_commit();
-
-    if (j + 1 < n_tiles) scores(s_next, j + 1);  // tensor cores: S_{j+1} ...
-    softmax_update<kBN, kD>(s_cur, m, l, acc, sl2, j * kBN, iw, p.N, p.causal, lane);  // ... meanwhile P_j
-
-    // O += P_j·V_j, P as register A operands (one k16 slice of keys each)
-    uint32_t pa[kBN / 16][4];
-    tile_to_a_frags<T, kBN>(pa, s_cur);
-    wgmma_fence_regs(acc);
-    wgmma_fence();
-    wgmma_coef_product<T, kD, kBN>(acc, pa, make_desc_sw128(sV + (j % 2) * Cfg::kTileElems));
-    wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_fence_regs(acc);
-    wgmma_fence_regs(s_next);
-#pragma unroll
-    for (int x = 0; x < kBN / 8; ++x)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s_cur[x][e] = s_next[x][e];
-  }
-
-  fwd_epilogue<T, kD>(p, acc, m, l, head, iw, lane);  // O = acc / l, L = (m + log2 l)·ln 2
-#else
-  __trap();  // launched only where sm_90a code was built (GG_CUDA_SM90A) and the device is 9.x
-#endif
-}
-
-// ------------------------------------------------------------------------ launchers
-
-template <typename T, int kD>
-void launch_fwd_tc(const Params<T>& p) {
-  using Cfg = TcConfig<kD>;
-  const size_t smem = (Cfg::kOwnElems + 4 * Cfg::kTileElems) * sizeof(T);
-  auto kernel = attention_fwd_tc_kernel<T, kD>;
-  set_smem(kernel, smem);
-  kernel<<<grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), Cfg::kThreads, smem, cuda_stream()>>>(p);
-  CUDA_CHECK_LAUNCH();
-}
-
-template <typename T, int kD>
-void launch_fwd_wgmma(const Params<T>& p) {
-  using Cfg = HopperFwdConfig<kD>;
-  auto kernel = attention_fwd_wgmma_kernel<T, kD>;
-  set_smem(kernel, Cfg::kSmemBytes);
-  kernel<<<grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), Cfg::kThreads, Cfg::kSmemBytes, cuda_stream()>>>(p);
-  CUDA_CHECK_LAUNCH();
-}
-
-// ------------------------------------------------------------------------ Hopper, warp-specialised
-//
-// The default where it applies (set_attention_ws(false) / GG_ATTENTION_WS=0 turns it off): on the
-// H200, with 128-key tiles, 2.59 / 3.50 ms against the kernel above's 4.47 / 8.36 ms at d = 64 / 128
-// (N = 16384, B = 1, H = 16); docs/kernel-notes.md (v11, v15).
-//
-// 1 + kC warpgroups per block of 64·kC query rows (kC = 3 at d = 64, 2 at d = 128): warpgroup 0 is
-// the producer (one thread issues bulk tensor copies of Q once and of the K and V tiles into a
-// ring of kStages stages, waiting on the "empty" barrier of a stage before refilling it), the
-// others are consumers, each owning 64 query rows and running the softmax loop of attention_fwd_wgmma_kernel on tiles it
-// waits for on the "full" barriers. The consumers read the same K and V tiles (a half or a third
-// of the loads per flop of 64-row blocks), and no consumer instruction is a load or a block barrier.
-// Registers move from the producer to the consumers with setmaxnreg. Each consumer overlaps the
-// softmax of tile j + 1 with its own P_j·V_j product, and with two consumers (ping-pong, on by
-// default) they issue their products in turns, so that one's softmax runs beside the other's
-// products: 2.59 -> 2.55 ms at d = 64, 3.50 -> 3.54 at d = 128 (without the turns 4.03; kernel
-// notes v16). Three consumers do that without turns.
-
-template <int kD, int kC = 2>
-struct HopperFwdWsConfig {
-  static_assert(kD == 64 || kD == 128, "warp-specialised forward: d in {64, 128}");
-  static_assert(kC == 2 || kC == 3, "two or three consumer warpgroups");
-  static constexpr int kConsumers = kC;
-  static constexpr int kThreads = 128 * (1 + kC);  // producer + consumer warpgroups
-  static constexpr int kBlockM = 64 * kC;          // query rows per block (64 per consumer)
-  static constexpr int kBlockN = 128;   // keys per tile (64: 3.73 -> 128: 2.59 ms, docs/kernel-notes.md v15)
-  static constexpr int kStages = 3;
-  static constexpr int kProducerRegs = 24, kConsumerRegs = kC == 2 ? 240 : 160;
-  static_assert(128 * kProducerRegs + 128 * kC * kConsumerRegs <= 65536, "register file");
-  static constexpr int kQElems = 64 * kD;                        // per consumer
-  static constexpr int kTileElems = kBlockN * kD;
-  static constexpr size_t kBarBytes = 128;  // 1 + 4·kStages mbarriers of 8 bytes
-  static constexpr size_t kSmemBytes = (kC * kQElems + 2 * kStages * kTileElems) * 2 + kBarBytes;
-};
 
 // Tail split of the forward (non-causal; the fused sweeps' TailSplit and plan_tail_split, with
 // blocks of query rows and key tiles): the units of a last, partial wave are each swept by several
@@ -546,14 +386,14 @@ __global__ void __launch_bounds__(256) fwd_merge_kernel(const Params<T> p, const
   if (t == 0) p.L_out[uc.bh * p.N + row] = (M + log2f(lsum)) * kLn2;
 }
 
-template <typename T, int kD, int kC>
-__global__ void __launch_bounds__(HopperFwdWsConfig<kD, kC>::kThreads, 1)
+template <typename T, int kD>
+__global__ void __launch_bounds__(FwdSm90Traits<kD>::kThreads, 1)
     attention_fwd_ws_kernel(const Params<T> p, const __grid_constant__ CUtensorMap tmQ,
                             const __grid_constant__ CUtensorMap tmK, const __grid_constant__ CUtensorMap tmV,
-                            bool ping_pong, const __grid_constant__ TailSplit split) {
+                            const __grid_constant__ TailSplit split) {
 #if defined(GG_WGMMA_AVAILABLE)
-  using Cfg = HopperFwdWsConfig<kD, kC>;
-  constexpr int kBN = Cfg::kBlockN, kS = Cfg::kStages;
+  using Cfg = FwdSm90Traits<kD>;
+  constexpr int kC = Cfg::kConsumers, kBN = Cfg::kBlockN, kS = Cfg::kStages;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);  // [kC consumers][64 x kD], swizzled
   T* sK = sQ + kC * Cfg::kQElems;          // [kS][kBN x kD]
@@ -588,7 +428,7 @@ __global__ void __launch_bounds__(HopperFwdWsConfig<kD, kC>::kThreads, 1)
 
   const int wg = warpgroup_index();
   if (wg == 0) {
-    // ---- producer
+    // ---- phase 1 (producer): Q once, then K_j and V_j into stage j % kS once it is released
     setmaxnreg_dec<Cfg::kProducerRegs>();
     if (threadIdx.x == 0) {
       mbar_expect_tx(barQ, kC * Cfg::kQElems * 2);
@@ -608,7 +448,7 @@ __global__ void __launch_bounds__(HopperFwdWsConfig<kD, kC>::kThreads, 1)
       }
     }
   } else {
-    // ---- consumers: rows [iw0, iw0 + 64) of this warpgroup; this warp's rows [iw, iw + 16)
+    // ---- phase 2 (consumers): rows [iw0, iw0 + 64) of this warpgroup; this warp's rows [iw, iw + 16)
     setmaxnreg_inc<Cfg::kConsumerRegs>();
     const int c = wg - 1;
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
@@ -617,7 +457,7 @@ __global__ void __launch_bounds__(HopperFwdWsConfig<kD, kC>::kThreads, 1)
     const float sl2 = p.scale * kLog2e;
     const uint64_t dQ = make_desc_sw128(sQ + c * Cfg::kQElems);
     PingPong pp;  // turns: the first scores, then per tile the next scores with P·V
-    pp.ping_pong_open(c, kC == 2 && ping_pong);  // turns are for two consumers
+    pp.ping_pong_open(c, Cfg::kPingPong);  // turns are for two consumers
     float s[kBN / 8][4];  // scores of the next tile, then its P in place
     auto issue_scores = [&](int j) {  // s = Q·K_jᵀ, issued and committed (not waited)
       mbar_wait(&fullK[j % kS], (j / kS) & 1);
@@ -693,22 +533,34 @@ __global__ void __launch_bounds__(HopperFwdWsConfig<kD, kC>::kThreads, 1)
 #endif
 }
 
-template <typename T, int kD, int kC = 2>
-void launch_fwd_ws(const Params<T>& p) {
-  using Cfg = HopperFwdWsConfig<kD, kC>;
+// ------------------------------------------------------------------------ launchers
+
+template <typename T, int kD>
+void launch_fwd_sm80(const Params<T>& p) {
+  using Cfg = Sm80Traits<kD>;
+  const size_t smem = (Cfg::kOwnElems + 4 * Cfg::kTileElems) * sizeof(T);
+  auto kernel = attention_fwd_tc_kernel<T, kD>;
+  set_smem(kernel, smem);
+  kernel<<<grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), Cfg::kThreads, smem, cuda_stream()>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename T, int kD>
+void launch_fwd_sm90(const Params<T>& p) {
+  using Cfg = FwdSm90Traits<kD>;
   const CUtensorMap tmQ = make_tensor_map(p.Q, p.BH, p.N, kD, 64);
   const CUtensorMap tmK = make_tensor_map(p.K, p.BH, p.N, kD, Cfg::kBlockN);
   const CUtensorMap tmV = make_tensor_map(p.V, p.BH, p.N, kD, Cfg::kBlockN);
-  auto kernel = attention_fwd_ws_kernel<T, kD, kC>;
+  auto kernel = attention_fwd_ws_kernel<T, kD>;
   set_smem(kernel, Cfg::kSmemBytes);
   // pieces of at least 16 tiles of 128 keys: at N = 4096 (32 tiles), 3 pieces of 10 measured
   // 0.20-0.21 ms against 0.18 unsplit (a merge kernel and a scratch for a 0.06 ms wave)
   const TailSplitPlan plan = plan_tail_split(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), cdiv(p.N, Cfg::kBlockN), p.causal,
-                                             tail_split_sms(), 16);
+                                             tail_split_sms(), Cfg::kMinSplitTiles);
   Scratch scratch(static_cast<size_t>(plan.split_units) * plan.pieces * Cfg::kBlockM * (kD + 2) * sizeof(float));
   const TailSplit split{plan.whole, plan.pieces, plan.split_units, plan.pieces, scratch.as<float>()};
   kernel<<<split.blocks(), Cfg::kThreads, Cfg::kSmemBytes, cuda_stream()>>>(
-      p, tmQ, tmK, tmV, (attention_ping_pong_mask() & kPingPongFwd) != 0, split);
+      p, tmQ, tmK, tmV, split);
   CUDA_CHECK_LAUNCH();
   if (plan.split_units > 0) {
     fwd_merge_kernel<T, Cfg::kBlockM, kD><<<fwd_merge_blocks<Cfg::kBlockM>(plan.split_units), 256, 0, cuda_stream()>>>(
@@ -717,94 +569,28 @@ void launch_fwd_ws(const Params<T>& p) {
   }
 }
 
-// Consumer warpgroups of the warp-specialised forward at d = 64: three by default (blocks of 192
-// query rows, 160 registers per consumer, no ping-pong): on the H200 at N = 16384, 2.60 -> 2.26 ms
-// non-causal and 1.30 -> 1.22 causal (docs/kernel-notes.md v20). GG_ATTENTION_FWD_CONSUMERS=2 at
-// start-up for two (blocks of 128 rows, 240 registers, ping-pong), for A/B runs. d = 128 keeps two
-// (its consumers need more than 160 registers).
-inline int fwd_ws_consumers() {
-  static const int n = [] {
-    const char* env = std::getenv("GG_ATTENTION_FWD_CONSUMERS");
-    return env != nullptr && std::string(env) == "2" ? 2 : 3;
-  }();
-  return n;
-}
-
-template <typename T>
-void launch_fwd_generic(const Params<T>& p) {
-  using C = GenConfig;
-  const size_t smem = 3 * C::kStage * sizeof(typename Elem<T>::Acc);
-  auto kernel = attention_fwd_generic_kernel<T>;
-  set_smem(kernel, smem);
-  const dim3 grid(grid_x(p.BH, cdiv(p.N, C::kRows)), cdiv(p.d, C::kCols));
-  kernel<<<grid, C::kThreads, smem, cuda_stream()>>>(p);
-  CUDA_CHECK_LAUNCH();
-}
-
 template <typename T>
 void fwd(const AttentionArgs& a) {
   Params<T> p = make_params<T>(a);
   p.L_out = static_cast<typename Elem<T>::Acc*>(a.out1);
-  if constexpr (is_half_type<T>()) {
-    if (tc_supported(a)) {
-      if (attention_wgmma_active() && p.scale > 0) {  // softmax_update needs scale > 0
-        if (attention_ws_enabled()) {
-          if (p.d == 64) return fwd_ws_consumers() == 3 ? launch_fwd_ws<T, 64, 3>(p) : launch_fwd_ws<T, 64>(p);
-          if (p.d == 128) return launch_fwd_ws<T, 128>(p);
-        }
-        if (p.d == 64) return launch_fwd_wgmma<T, 64>(p);
-        if (p.d == 128) return launch_fwd_wgmma<T, 128>(p);
-      }
-      if (p.d == 32) return launch_fwd_tc<T, 32>(p);
-      if (p.d == 64) return launch_fwd_tc<T, 64>(p);
-      return launch_fwd_tc<T, 128>(p);
-    }
-  }
-  launch_fwd_generic<T>(p);
+  on_path<T>(
+      a, Level::kFwd, [&](auto d) { launch_fwd_sm90<T, d()>(p); }, [&](auto d) { launch_fwd_sm80<T, d()>(p); },
+      [&] { launch_generic(attention_fwd_generic_kernel<T>, p, 3, 0); });
 }
 
 }  // namespace
+
+// ------------------------------------------------------------------------ layer state
 
 namespace {
-bool wgmma_enabled_at_start() {
-  const char* env = std::getenv("GG_ATTENTION_WGMMA");
-  return env == nullptr || std::string(env) != "0";
-}
-bool g_wgmma_enabled = wgmma_enabled_at_start();
-bool g_ws_enabled = [] {
-  const char* env = std::getenv("GG_ATTENTION_WS");
-  return env == nullptr || std::string(env) != "0";
-}();
-int g_ping_pong_mask = [] {
-  const char* env = std::getenv("GG_ATTENTION_PINGPONG");
-  return env == nullptr || *env == '\0' ? kPingPongFwd | kPingPongDkdv | kPingPongDq : std::atoi(env) & kPingPongAll;
-}();
-int g_tail_split = [] {
-  const char* env = std::getenv("GG_ATTENTION_TAIL_SPLIT");
-  return env == nullptr || *env == '\0' ? -1 : std::max(-1, std::atoi(env));
-}();
-bool g_deterministic = [] {
-  const char* env = std::getenv("GG_ATTENTION_DETERMINISTIC");
-  return env == nullptr || std::string(env) != "0";
-}();
-bool g_fused = [] {
-  const char* env = std::getenv("GG_ATTENTION_FUSED");
-  return env == nullptr || std::string(env) != "0";
-}();
-int g_bob_ef_mode = [] {
-  const char* env = std::getenv("GG_ATTENTION_BOB_EF");
-  if (env == nullptr) return -1;
-  return std::string(env) == "1" ? 1 : std::string(env) == "0" ? 0 : -1;
-}();
+std::atomic<bool> g_deterministic{true};  // gg::set_attention_deterministic sets it (ops/attention.cpp)
+std::atomic<testing::AttentionPath> g_path{testing::AttentionPath::kAuto};
+std::atomic<int> g_tail_split_sms{-1};  // -1: the device's SM count
 }  // namespace
 
-void set_attention_wgmma(bool enabled) { g_wgmma_enabled = enabled; }
-void set_attention_ws(bool enabled) { g_ws_enabled = enabled; }
-bool attention_ws_enabled() { return g_ws_enabled; }
-void set_attention_ping_pong(int mask) { g_ping_pong_mask = mask & kPingPongAll; }
-int attention_ping_pong_mask() { return g_ping_pong_mask; }
-void set_attention_tail_split(int sms) { g_tail_split = sms < 0 ? -1 : sms; }
-int attention_tail_split() { return g_tail_split; }
+void set_attention_deterministic(bool deterministic) { g_deterministic = deterministic; }
+bool attention_deterministic() { return g_deterministic; }
+
 TailSplitPlan plan_tail_split(int64_t units, int tiles, bool causal, int sms, int min_tiles) {
   const TailSplitPlan none{static_cast<int>(units), 1, 0};
   if (sms <= 0 || causal || units <= sms || units % sms == 0) return none;
@@ -824,31 +610,24 @@ TailSplitPlan plan_tail_split(int64_t units, int tiles, bool causal, int sms, in
   }
   return best == 1 ? none : TailSplitPlan{static_cast<int>(units - r), best, r};
 }
-void set_attention_bob_ef_mode(int mode) { g_bob_ef_mode = mode < 0 ? -1 : mode > 0 ? 1 : 0; }
-int attention_bob_ef_mode() { return g_bob_ef_mode; }
-void set_attention_deterministic(bool deterministic) { g_deterministic = deterministic; }
-bool attention_deterministic() { return g_deterministic; }
-void set_attention_fused(bool enabled) { g_fused = enabled; }
-bool attention_fused_enabled() { return g_fused; }
-bool attention_wgmma_enabled() { return g_wgmma_enabled; }
 
-int compute_capability_major() {
+namespace testing {
+void set_attention_path(AttentionPath path) { g_path = path; }
+AttentionPath attention_path() { return g_path; }
+void set_tail_split_sms(int sms) { g_tail_split_sms = sms < 0 ? -1 : sms; }
+int tail_split_sms_override() { return g_tail_split_sms; }
+bool sm90_path_available() {
+#if defined(GG_CUDA_SM90A)
   static int major[64] = {};  // per device, read once
   const int dev = current_device();
-  if (dev < 0 || dev >= 64) return 0;
+  if (dev < 0 || dev >= 64) return false;
   if (major[dev] == 0) CUDA_CHECK(cudaDeviceGetAttribute(&major[dev], cudaDevAttrComputeCapabilityMajor, dev));
-  return major[dev];
-}
-
-bool attention_wgmma_built() {
-#if defined(GG_CUDA_SM90A)
-  return true;
+  return major[dev] == 9;
 #else
   return false;
 #endif
 }
-
-bool attention_wgmma_active() { return attention_wgmma_built() && g_wgmma_enabled && compute_capability_major() == 9; }
+}  // namespace testing
 
 void attention_fwd(const AttentionArgs& a) {
   dispatch_dtype(a.dtype, "gg::attention", [&](auto tag) { fwd<decltype(tag)>(a); });

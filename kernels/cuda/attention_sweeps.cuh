@@ -1,26 +1,24 @@
-// Sweeps of the Hopper (sm_90a) backward and BoB kernels: how a warpgroup that owns 64 rows gets
-// the other side's tiles, separated from what it computes with them (the row loops in
-// attention_bwd.cu and attention_bwd_bwd.cu).
+// Sweeps of the sm_90a backward and BoB kernels: how a warpgroup that owns 64 rows gets the other
+// side's tiles, separated from what it computes with them (the row loops in attention_bwd.cu and
+// attention_bwd_bwd.cu).
 //
-//   query sweep  own query rows Q, dO (, Qt); sweeps key tiles K (, V, Kt, Vt)    dQ, BoB pass 1
+//   query sweep  own query rows Q, dO (, Qt); sweeps key tiles K (, V, Kt, Vt)    dQ, BoB passes 0, 1
 //   key sweep    own key rows K (, V, Kt, Vt); sweeps query tiles Q, dO (, Qt) and
 //                their row scalars L, D (, E, F)                                   dK dV, BoB pass 2
 //
-// Each comes as a cp.async sweep (one warpgroup per block, two stages, a block barrier per tile;
-// shared memory carved for the present tensors only: smem_bytes) and a warp-specialised sweep
-// (blocks of two consumer warpgroups and one producer warpgroup whose threads copy the tiles by
-// bulk tensor copies into a ring of mbarrier-guarded stages; the consumers share every tile).
-// A row loop sees the same interface on both:
+// Both are warp-specialised: blocks of two consumer warpgroups and one producer warpgroup whose
+// threads copy the tiles by bulk tensor copies (TMA) into a ring of mbarrier-guarded stages; the
+// consumers share every tile. A row loop sees:
 //   begin_tile(t) / end_tile(t)  around the use of tile t (wait for it / release it)
 //   tiles(t)                     descriptors (and row scalars) of tile t
 //   own                          the own rows' descriptors (where they are in shared memory)
-//   turn_begin() / turn_end()    around the issue of a group of tensor-core products (PingPong;
-//   skip_turns(n)                no-ops in the one-warpgroup sweeps); a tile or sub-tile that a
-//                                warpgroup skips still takes its turns
-// Which optional tensors a sweep copies is a Present value chosen by the caller.
+//   turn_begin() / turn_end()    around the issue of a group of tensor-core products (PingPong,
+//   skip_turns(n)                tma.cuh; no-ops where the kernel runs without turns); a tile or
+//                                sub-tile that a warpgroup skips still takes its turns
+// Which optional tensors a sweep copies is a Present value chosen by the caller. Also here: the
+// tail split (TailSplitRun), the ordered additions of the fused sweeps, and the block bodies
+// (query_sweep_ws_block, key_sweep_ws_block) around a row loop.
 #pragma once
-#include <climits>
-
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_hopper.cuh"
 #include "kernels/cuda/kernels.h"
@@ -46,13 +44,6 @@ struct OwnKeyTiles {
 struct QueryTiles {
   uint64_t Q, dO, Qt;  // descriptors of one query tile
   const float *L, *D, *E, *F;  // its row scalars in shared memory
-};
-
-// The one-warpgroup sweeps have no turns.
-struct NoTurns {
-  __device__ void turn_begin() const {}
-  __device__ void turn_end() const {}
-  __device__ void skip_turns(int) const {}
 };
 
 // The own rows of one warp as register A operands (load_a_frags), for score products whose other
@@ -158,73 +149,14 @@ struct Carve {
 
 // ------------------------------------------------------------------------ query sweeps
 
-// cp.async query sweep: one warpgroup per block of 64 query rows [i0, i0 + 64), key tiles of kBN
-// rows double-buffered.
-template <typename T, int kD, int kBN>
-struct HopperQuerySweep : NoTurns {
-  static constexpr int kThreads = 128, kOwnElems = 64 * kD, kTileElems = kBN * kD;
-  static size_t smem_bytes(const Present& c) {
-    return ((2 + c.Qt) * kOwnElems + 2 * (1 + c.V + c.Kt + c.Vt) * kTileElems) * sizeof(T);
-  }
-  const Params<T>& p;
-  const int64_t hd;  // (b, h) · N · d: the head's first element
-  const int num_k_tiles;
-  const Present c;
-  OwnTiles own;
-  T *sK, *sV, *sKt, *sVt;  // an absent tensor's pointer aliases sK (never read)
-
-  // Carves shared memory and starts loading the own rows and key tile 0 (one cp.async group).
-  __device__ HopperQuerySweep(unsigned char* smem, const Params<T>& p_, const Present& c_, int64_t hd_, int i0,
-                              int num_k_tiles_)
-      : p(p_), hd(hd_), num_k_tiles(num_k_tiles_), c(c_) {
-    Carve cv{smem};
-    T* sQ = cv.take<T>(kOwnElems);
-    T* sdO = cv.take<T>(kOwnElems);
-    T* sQt = c.Qt ? cv.take<T>(kOwnElems) : sQ;
-    sK = cv.take<T>(2 * kTileElems);
-    sV = c.V ? cv.take<T>(2 * kTileElems) : sK;
-    sKt = c.Kt ? cv.take<T>(2 * kTileElems) : sK;
-    sVt = c.Vt ? cv.take<T>(2 * kTileElems) : sK;
-    load_rows_swz_async<T, kD, 64, kThreads>(sQ, p.Q + hd, i0, p.N);
-    load_rows_swz_async<T, kD, 64, kThreads>(sdO, p.dO + hd, i0, p.N);
-    if (c.Qt) load_rows_swz_async<T, kD, 64, kThreads>(sQt, p.Qt + hd, i0, p.N);
-    own = {make_desc_sw128(sQ), make_desc_sw128(sdO), make_desc_sw128(sQt)};
-    load_tile(0, 0);
-    cp_async_commit();
-  }
-  __device__ void load_tile(int kb, int stage) {
-    const int off = stage * kTileElems;
-    load_rows_swz_async<T, kD, kBN, kThreads>(sK + off, p.K + hd, kb * kBN, p.N);
-    if (c.V) load_rows_swz_async<T, kD, kBN, kThreads>(sV + off, p.V + hd, kb * kBN, p.N);
-    if (c.Kt) load_rows_swz_async<T, kD, kBN, kThreads>(sKt + off, p.Kt + hd, kb * kBN, p.N);
-    if (c.Vt) load_rows_swz_async<T, kD, kBN, kThreads>(sVt + off, p.Vt + hd, kb * kBN, p.N);
-  }
-  // Waits for key tile kb, then starts loading tile kb + 1 into the other stage.
-  __device__ void begin_tile(int kb) {
-    cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();  // tile kb visible; every warp is done with the other stage
-    if (kb + 1 < num_k_tiles) {
-      load_tile(kb + 1, 1 - kb % 2);
-      cp_async_commit();
-    }
-  }
-  __device__ void end_tile(int) {}
-  __device__ KeyTiles tiles(int kb) const {
-    const int off = (kb % 2) * kTileElems;
-    return {make_desc_sw128(sK + off), make_desc_sw128(sV + off), make_desc_sw128(sKt + off),
-            make_desc_sw128(sVt + off)};
-  }
-};
-
 // The tensor maps of the warp-specialised sweeps (make_sweep_maps below).
 struct SweepMaps {
   CUtensorMap Q, dO, Qt, K, V, Kt, Vt;
   int ping_pong;  // the consumers take turns (PingPong; set per kernel by with_ping_pong)
 };
-// maps for a launch of the kernel whose bit (kernels.h, PingPongKernels) is kernel.
-inline SweepMaps with_ping_pong(SweepMaps maps, int kernel) {
-  maps.ping_pong = (attention_ping_pong_mask() & kernel) != 0;
+// maps for a launch of a kernel whose consumers take turns (on) or not (the traits say which).
+inline SweepMaps with_ping_pong(SweepMaps maps, bool on) {
+  maps.ping_pong = on;
   return maps;
 }
 
@@ -331,76 +263,6 @@ SweepMaps make_sweep_maps(const Params<T>& p, int d, int query_rows, int key_row
 }
 
 // ------------------------------------------------------------------------ key sweeps
-
-// cp.async key sweep: one warpgroup per block of 64 key rows [j0, j0 + 64), query tiles of kBN
-// rows and their row scalars double-buffered.
-template <typename T, int kD, int kBN>
-struct HopperKeySweep : NoTurns {
-  static constexpr int kThreads = 128, kOwnElems = 64 * kD, kTileElems = kBN * kD;
-  static size_t smem_bytes(const Present& c) {
-    return ((1 + c.V + c.Kt + c.Vt) * kOwnElems + 2 * (2 + c.Qt) * kTileElems) * sizeof(T) +
-           2 * (c.EF ? 4 : 2) * kBN * sizeof(float);
-  }
-  const Params<T>& p;
-  const int64_t head, hd;
-  const int q_begin, num_q_tiles;
-  const Present c;
-  OwnKeyTiles own;
-  T *sQ, *sdO, *sQt;         // absent: aliases sQ (never read)
-  float *sL, *sD, *sE, *sF;  // absent: alias sL
-
-  __device__ HopperKeySweep(unsigned char* smem, const Params<T>& p_, const Present& c_, int64_t head_, int j0,
-                            int q_begin_, int num_q_tiles_)
-      : p(p_), head(head_), hd(head_ * kD), q_begin(q_begin_), num_q_tiles(num_q_tiles_), c(c_) {
-    Carve cv{smem};
-    T* sK = cv.take<T>(kOwnElems);  // own [64 x kD], swizzled
-    T* sV = c.V ? cv.take<T>(kOwnElems) : sK;
-    T* sKt = c.Kt ? cv.take<T>(kOwnElems) : sK;
-    T* sVt = c.Vt ? cv.take<T>(kOwnElems) : sK;
-    sQ = cv.take<T>(2 * kTileElems);  // other [2][kBN x kD]
-    sdO = cv.take<T>(2 * kTileElems);
-    sQt = c.Qt ? cv.take<T>(2 * kTileElems) : sQ;
-    sL = cv.take<float>(2 * kBN);  // [2][kBN] each
-    sD = cv.take<float>(2 * kBN);
-    sE = c.EF ? cv.take<float>(2 * kBN) : sL;
-    sF = c.EF ? cv.take<float>(2 * kBN) : sL;
-    load_rows_swz_async<T, kD, 64, kThreads>(sK, p.K + hd, j0, p.N);
-    if (c.V) load_rows_swz_async<T, kD, 64, kThreads>(sV, p.V + hd, j0, p.N);
-    if (c.Kt) load_rows_swz_async<T, kD, 64, kThreads>(sKt, p.Kt + hd, j0, p.N);
-    if (c.Vt) load_rows_swz_async<T, kD, 64, kThreads>(sVt, p.Vt + hd, j0, p.N);
-    own = {make_desc_sw128(sK), make_desc_sw128(sV), make_desc_sw128(sKt), make_desc_sw128(sVt)};
-    load_tile(q_begin, 0);
-    cp_async_commit();
-  }
-  __device__ void load_tile(int qt, int stage) {
-    load_rows_swz_async<T, kD, kBN, kThreads>(sQ + stage * kTileElems, p.Q + hd, qt * kBN, p.N);
-    load_rows_swz_async<T, kD, kBN, kThreads>(sdO + stage * kTileElems, p.dO + hd, qt * kBN, p.N);
-    if (c.Qt) load_rows_swz_async<T, kD, kBN, kThreads>(sQt + stage * kTileElems, p.Qt + hd, qt * kBN, p.N);
-    load_scalars_async<kThreads>(sL + stage * kBN, p.L + head, qt * kBN, kBN, p.N);
-    load_scalars_async<kThreads>(sD + stage * kBN, p.D + head, qt * kBN, kBN, p.N);
-    if (c.EF) {
-      load_scalars_async<kThreads>(sE + stage * kBN, p.E + head, qt * kBN, kBN, p.N);
-      load_scalars_async<kThreads>(sF + stage * kBN, p.F + head, qt * kBN, kBN, p.N);
-    }
-  }
-  // Waits for query tile qt, then starts loading tile qt + 1 into the other stage.
-  __device__ void begin_tile(int qt) {
-    const int stage = (qt - q_begin) % 2;
-    cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();  // tile qt visible; every warp is done with the other stage
-    if (qt + 1 < num_q_tiles) {
-      load_tile(qt + 1, 1 - stage);
-      cp_async_commit();
-    }
-  }
-  __device__ void end_tile(int) {}
-  __device__ QueryTiles tiles(int qt) const {
-    const int stage = (qt - q_begin) % 2, off = stage * kTileElems;
-    return {make_desc_sw128(sQ + off), make_desc_sw128(sdO + off), make_desc_sw128(sQt + off), sL + stage * kBN,
-            sD + stage * kBN, sE + stage * kBN, sF + stage * kBN};
-  }
-};
 
 // Warp-specialised key sweep: blocks of 128 key rows [j0, j0 + 128); warpgroup 0 produces,
 // warpgroups 1 and 2 own 64 keys each (their own rows: key_sweep_ws_block).
@@ -579,7 +441,7 @@ __device__ __forceinline__ void pipelined_tiles(Sweep& sw, int lo, int first, in
   }
 }
 
-// ---- outputs added atomically (the opt-in fused backward and fused BoB): the blocks of a head
+// ---- outputs added across blocks (the fused backward and fused BoB): the blocks of a head
 // add their parts of a tile of kRows rows x 64 columns of an output into an f32 buffer. A part is
 // a wgmma accumulator holding the tile transposed (64 columns x kRows rows: d[j][e] is column
 // 16·warp + lane/4 + 8·(e/2), row 8·j + 2·(lane%4) + e%2); the buffer keeps it in that register
@@ -763,9 +625,6 @@ struct TailSplit {
   int blocks() const { return whole + split_units * pieces; }
 };
 
-// No split: every block sweeps a whole unit (the one-warpgroup sweeps).
-__host__ __device__ constexpr TailSplit no_tail_split() { return {INT_MAX, 1, 0, 1, nullptr}; }
-
 // What a block of a sweep sweeps: row block blk (kBlock rows) of head bh, and the other side's
 // tiles (kBN rows each) [t_begin, t_end).
 struct SweepUnit {
@@ -876,14 +735,15 @@ __global__ void __launch_bounds__(256) rows_from_scratch_kernel(const float* scr
     *reinterpret_cast<uint32_t*>(out + 2 * (q * 16 + t)) = Elem<T>::pack(scale * v[q].x, scale * v[q].y);
 }
 
-// The SM count a tail split is planned for: attention_tail_split() (kernels.h), or the device's.
+// The SM count a tail split is planned for: the device's, or the tests' (kernels.h,
+// testing::ScopedTailSplitSms).
 inline int tail_split_sms() {
-  const int knob = attention_tail_split();
-  return knob < 0 ? sm_count() : knob;
+  const int sms = testing::tail_split_sms_override();
+  return sms < 0 ? sm_count() : sms;
 }
 
 // Host side: the split of `units` units of `tiles` query tiles each (plan_tail_split, kernels.h,
-// for attention_tail_split()'s SM count), its scratch for key rows of d (64 or 128) columns, and
+// for tail_split_sms()), its scratch for key rows of d (64 or 128) columns, and
 // finish() after the sweep. ordered: each piece stores its own slot and finish() sums them in order
 // (deterministic); else one zeroed slot that the pieces add into.
 class TailSplitRun {
@@ -919,22 +779,9 @@ class TailSplitRun {
 
 // ------------------------------------------------------------------------ kernel bodies
 //
-// What every Hopper backward and BoB kernel does around its row loop: block coordinates, the
-// sweep, and for the warp-specialised sweeps the barrier set-up, the producer's roles and the
-// register hand-over (setmaxnreg). The row loop of one warpgroup is the callable rows;
+// What every sm_90a backward and BoB kernel does around its row loop: block coordinates, the
+// sweep, the barrier set-up, the producer's roles and the register hand-over (setmaxnreg). The row loop of one warpgroup is the callable rows;
 // present_of(p) says what the sweep copies (evaluated where the sweep is made).
-
-// One warpgroup per block of 64 query rows [i0, i0 + 64): rows(sw, head, i0, num_k_tiles, tid).
-template <typename T, int kD, int kBN, typename PresentOf, typename Rows>
-__device__ __forceinline__ void query_sweep_block(unsigned char* smem, const Params<T>& p, PresentOf present_of,
-                                                  Rows&& rows) {
-  const BlockCoord bc = block_coord(cdiv(p.N, 64));
-  const int i0 = bc.blk * 64;
-  const int64_t head = bc.bh * p.N;
-  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + 64), kBN) : cdiv(p.N, kBN);
-  HopperQuerySweep<T, kD, kBN> sw(smem, p, present_of(p), head * kD, i0, num_k_tiles);
-  rows(sw, head, i0, num_k_tiles, static_cast<int>(threadIdx.x));
-}
 
 // Warp-specialised, blocks of 128 query rows (384 threads): in each consumer warpgroup,
 // rows(sw, head, its first row, num_k_tiles, tid of 128). kOwnN, kTileN: HopperQuerySweepWs.
@@ -959,20 +806,6 @@ __device__ __forceinline__ void query_sweep_ws_block(unsigned char* smem, const 
     rows(sw, bc.bh * p.N, i0 + 64 * (wg - 1), num_k_tiles, static_cast<int>(threadIdx.x % 128));
     sw.ping_pong_close();
   }
-}
-
-// One warpgroup per block of 64 key rows [j0, j0 + 64), own rows in shared memory:
-// rows(sw, sw.own, head, j0, q_begin, num_q_tiles, tid).
-template <typename T, int kD, int kBN, typename PresentOf, typename Rows>
-__device__ __forceinline__ void key_sweep_block(unsigned char* smem, const Params<T>& p, PresentOf present_of,
-                                                Rows&& rows) {
-  const BlockCoord bc = block_coord(cdiv(p.N, 64));
-  const int j0 = bc.blk * 64;
-  const int64_t head = bc.bh * p.N;
-  const int num_q_tiles = cdiv(p.N, kBN);
-  const int q_begin = p.causal ? j0 / kBN : 0;
-  HopperKeySweep<T, kD, kBN> sw(smem, p, present_of(p), head, j0, q_begin, num_q_tiles);
-  rows(sw, sw.own, head, j0, q_begin, num_q_tiles, static_cast<int>(threadIdx.x));
 }
 
 // Rows [j0, j0 + 64) of K, V (kN = 2) and Kt, Vt (kN = 4) into swizzled tiles of 64 rows (d = 128:
