@@ -31,6 +31,12 @@ status "build" "ok"
 gpu_rc=$?
 status "ctest -L gpu" "$(grep -E 'tests passed' "$OUT/ctest-gpu.log" | tail -1) (rc $gpu_rc)"
 if [ $gpu_rc -ne 0 ]; then grep -E "Failure|FAILED|Expected|error" "$OUT/ctest-gpu.log" | head -40; fi
+# the determinism switch's initial value from the environment (atomic mode), and the attention
+# tests that run the fused sweeps with it
+GG_REQUIRE_GPU=1 GG_ATTENTION_DETERMINISTIC=0 "$BUILD/tests/gg_gpu_tests" \
+  --gtest_filter="CudaAttention.DeterministicSwitch:CudaAttention.AutogradChain:*LowPrecisionLarge*" >"$OUT/atomic-mode.log" 2>&1
+atomic_rc=$?
+status "atomic mode" "$(grep -E '^\[  PASSED|^\[  FAILED' "$OUT/atomic-mode.log" | head -1) (rc $atomic_rc)"
 
 if command -v compute-sanitizer >/dev/null; then
   compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/tests/gg_gpu_tests" --gtest_filter="$MEMCHECK_FILTER" \
@@ -49,4 +55,4 @@ else
 fi
 echo
 cat "$OUT/summary.txt"
-[ $gpu_rc -eq 0 ]
+[ $gpu_rc -eq 0 ] && [ $atomic_rc -eq 0 ]

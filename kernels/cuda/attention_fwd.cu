@@ -390,7 +390,7 @@ template <typename T, int kD>
 __global__ void __launch_bounds__(FwdSm90Traits<kD>::kThreads, 1)
     attention_fwd_ws_kernel(const Params<T> p, const __grid_constant__ CUtensorMap tmQ,
                             const __grid_constant__ CUtensorMap tmK, const __grid_constant__ CUtensorMap tmV,
-                            const __grid_constant__ TailSplit split) {
+                            bool ping_pong, const __grid_constant__ TailSplit split) {
 #if defined(GG_WGMMA_AVAILABLE)
   using Cfg = FwdSm90Traits<kD>;
   constexpr int kC = Cfg::kConsumers, kBN = Cfg::kBlockN, kS = Cfg::kStages;
@@ -457,7 +457,7 @@ __global__ void __launch_bounds__(FwdSm90Traits<kD>::kThreads, 1)
     const float sl2 = p.scale * kLog2e;
     const uint64_t dQ = make_desc_sw128(sQ + c * Cfg::kQElems);
     PingPong pp;  // turns: the first scores, then per tile the next scores with P·V
-    pp.ping_pong_open(c, Cfg::kPingPong);  // turns are for two consumers
+    pp.ping_pong_open(c, kC == 2 && ping_pong);  // turns are for two consumers
     float s[kBN / 8][4];  // scores of the next tile, then its P in place
     auto issue_scores = [&](int j) {  // s = Q·K_jᵀ, issued and committed (not waited)
       mbar_wait(&fullK[j % kS], (j / kS) & 1);
@@ -560,7 +560,7 @@ void launch_fwd_sm90(const Params<T>& p) {
   Scratch scratch(static_cast<size_t>(plan.split_units) * plan.pieces * Cfg::kBlockM * (kD + 2) * sizeof(float));
   const TailSplit split{plan.whole, plan.pieces, plan.split_units, plan.pieces, scratch.as<float>()};
   kernel<<<split.blocks(), Cfg::kThreads, Cfg::kSmemBytes, cuda_stream()>>>(
-      p, tmQ, tmK, tmV, split);
+      p, tmQ, tmK, tmV, Cfg::kPingPong, split);  // turns as an argument, as the kernel was measured
   CUDA_CHECK_LAUNCH();
   if (plan.split_units > 0) {
     fwd_merge_kernel<T, Cfg::kBlockM, kD><<<fwd_merge_blocks<Cfg::kBlockM>(plan.split_units), 256, 0, cuda_stream()>>>(

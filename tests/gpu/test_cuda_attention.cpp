@@ -906,9 +906,12 @@ TEST(CudaAttention, HopperForwardTailSplit) {
 
 // ------------------------------------------------------------------------ determinism
 
-// The public switch (ops/ops.h) reaches the CUDA kernels' copy and reads back; no GPU needed.
+// The public switch (ops/ops.h) reaches the CUDA kernels' copy and reads back, and starts from
+// GG_ATTENTION_DETERMINISTIC (run with it set to 0 too: scripts/gpu-test.sh); no GPU needed.
 TEST(CudaAttention, DeterministicSwitch) {
-  const bool was = attention_deterministic();
+  const bool was = attention_deterministic();  // every test restores what it changes
+  const char* env = std::getenv("GG_ATTENTION_DETERMINISTIC");
+  EXPECT_EQ(was, env == nullptr || std::strcmp(env, "0") != 0) << "GG_ATTENTION_DETERMINISTIC=" << (env ? env : "");
   EXPECT_EQ(kernels::cuda::attention_deterministic(), was);
   for (bool on : {false, true, false}) {
     set_attention_deterministic(on);
