@@ -166,11 +166,34 @@ struct IndexParams {
   int64_t outer, dim_size, inner, n_idx;
 };
 
-// Fused attention over contiguous (B, H, N, d) tensors; L and the row scalars are (B, H, N).
+// Fused attention over contiguous row-major tensors: Q, O, dO (B, H, N, d); K, V (B, Hkv, Nk, d);
+// L and the row scalars (B, H, N). Query head h reads key/value head h / (H / Hkv).
+// Query i sees key j when  i' - window_left <= j <= i' + window_right,  i' = i + Nk - N (the
+// bottom-right alignment of FlashAttention); causal is window_right = 0. The defaults of the
+// fields after `causal` (-1) mean Hkv = H, Nk = N and unbounded windows, so a shape written as
+// {B, H, N, d, scale, causal} is the square, equal-heads case. The op layer leaves them at -1
+// whenever they would not change the result.
 struct AttentionShape {
-  int64_t B, H, N, d;  // Nq = Nk = N
-  double scale;        // s, resolved by the op (default 1/sqrt(d))
-  bool causal;         // mask key j > query i
+  int64_t B, H, N, d;         // H: query heads, N: query length (Nq)
+  double scale;               // s, resolved by the op (default 1/sqrt(d))
+  bool causal;                // mask key j > i' (window_right = 0)
+  int64_t Hkv = -1;           // key/value heads, H a multiple of it; -1: Hkv = H
+  int64_t Nk = -1;            // key length; -1: Nk = N
+  int64_t window_left = -1;   // keys before i' a query sees; -1: unbounded
+  int64_t window_right = -1;  // keys after i' a query sees; -1: unbounded (0 when causal)
+
+  int64_t kv_heads() const { return Hkv < 0 ? H : Hkv; }
+  int64_t keys() const { return Nk < 0 ? N : Nk; }
+  // The keys query i sees are [first_key(i), last_key(i)]; none when last_key(i) < first_key(i).
+  int64_t first_key(int64_t i) const {
+    const int64_t lo = i + keys() - N - window_left;
+    return (window_left < 0 || lo < 0) ? 0 : lo;
+  }
+  int64_t last_key(int64_t i) const {
+    const int64_t wr = causal ? 0 : window_right;
+    const int64_t hi = i + keys() - N + wr;
+    return (wr < 0 || hi > keys() - 1) ? keys() - 1 : hi;
+  }
 };
 struct AttentionArgs {
   AttentionShape shape;

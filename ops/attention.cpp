@@ -8,10 +8,17 @@
 // O and L are saved values, never inputs: no gradient flows into them, because the BoB
 // formulas already contain D = rowsum(dO∘O)'s dependence on Q, K, V and dO. The third level's
 // backward differentiates attention_composite (exact, O(N²) memory) and warns once.
+//
+// Options (ops.h): grouped-query heads (k, v with Hkv heads), Nq != Nk, and a window around the
+// bottom-right aligned position. check_qkv validates them and resolve_mask turns them into the
+// kernels' AttentionShape; the composite builds its mask from the same resolved shape, so the
+// reference and the fused op cannot disagree on which keys a query sees.
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <optional>
 
 // The one upward call from ops/ into autograd/: bob_composite_vjp (the order-3 fallback) runs
 // gg::grad, the engine, from inside a backward. Every other op only records nodes for it.
@@ -26,20 +33,63 @@
 namespace gg {
 namespace {
 
+void check_window(const char* op, const std::optional<int64_t>& w, const char* name) {
+  GG_CHECK(!w || *w >= 0, ValueError, "gg::", op, ": ", name, " must be >= 0 (or unset: unbounded), got ",
+           w.value_or(0));
+}
+
+// The mask of `o` for Nq queries and Nk keys, in the kernels' terms (kernels/params.h). Windows
+// that cannot hide a key are dropped and window_right = 0 becomes causal, so a mask that equals
+// the full or causal one always takes that form.
+void resolve_mask(const char* op, int64_t nq, int64_t nk, const AttentionOptions& o, kernels::AttentionShape& s) {
+  check_window(op, o.window_left, "window_left");
+  check_window(op, o.window_right, "window_right");
+  GG_CHECK(!(o.causal && o.window_right.value_or(0) > 0), ValueError, "gg::", op,
+           ": causal = true means window_right = 0, got window_right = ", o.window_right.value_or(0));
+  s.causal = o.causal;
+  s.window_left = o.window_left.value_or(-1);
+  s.window_right = o.causal ? -1 : o.window_right.value_or(-1);
+  if (s.window_left >= nk - 1) s.window_left = -1;    // i' - window_left <= 0 for every row
+  if (s.window_right >= nq - 1) s.window_right = -1;  // i' + window_right >= Nk - 1 for every row
+  if (s.window_right == 0) {
+    s.causal = true;
+    s.window_right = -1;
+  }
+}
+
 struct Checked {
   kernels::AttentionShape shape;
   Tensor q, k, v;  // contiguous
 };
 
+// The CUDA kernels know the square, equal-heads, full or causal case only.
+void check_cuda_support(const char* op, const kernels::AttentionShape& s) {
+  GG_CHECK(s.kv_heads() == s.H, DeviceError, "gg::", op,
+           ": grouped-query heads are not supported on CUDA yet (Hq = ", s.H, ", Hkv = ", s.kv_heads(),
+           "); use attention_composite, or the CPU");
+  GG_CHECK(s.keys() == s.N, DeviceError, "gg::", op, ": Nq != Nk is not supported on CUDA yet (Nq = ", s.N,
+           ", Nk = ", s.keys(), "); use attention_composite, or the CPU");
+  GG_CHECK(s.window_left < 0 && s.window_right < 0, DeviceError, "gg::", op,
+           ": windows are not supported on CUDA yet (window_left = ", s.window_left, ", window_right = ",
+           s.window_right, ", -1 = unbounded); use attention_composite, or the CPU");
+}
+
 Checked check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
   detail::check_defined(op, q, "q");
   detail::check_defined(op, k, "k");
   detail::check_defined(op, v, "v");
-  GG_CHECK(q.dim() == 4, ShapeError, "gg::", op, ": q must be (B, H, N, d), got shape ", shape_str(q.shape()));
-  GG_CHECK(k.shape() == q.shape() && v.shape() == q.shape(), ShapeError, "gg::", op,
-           ": q, k and v must have the same shape (B, H, N, d) (Nq = Nk and dv = d for the fused op; use "
-           "attention_composite otherwise), got q ", shape_str(q.shape()), ", k ", shape_str(k.shape()), ", v ",
-           shape_str(v.shape()));
+  GG_CHECK(q.dim() == 4, ShapeError, "gg::", op, ": q must be (B, Hq, Nq, d), got shape ", shape_str(q.shape()));
+  GG_CHECK(k.dim() == 4, ShapeError, "gg::", op, ": k must be (B, Hkv, Nk, d), got shape ", shape_str(k.shape()));
+  GG_CHECK(v.shape() == k.shape(), ShapeError, "gg::", op,
+           ": v must have k's shape (B, Hkv, Nk, d) (dv = d for the fused op; use attention_composite otherwise), "
+           "got k ", shape_str(k.shape()), ", v ", shape_str(v.shape()));
+  GG_CHECK(k.size(0) == q.size(0), ShapeError, "gg::", op, ": q and k must have the same batch size, got B = ",
+           q.size(0), " (q ", shape_str(q.shape()), ") and B = ", k.size(0), " (k ", shape_str(k.shape()), ")");
+  GG_CHECK(k.size(3) == q.size(3), ShapeError, "gg::", op, ": q and k must have the same head dim, got d = ",
+           q.size(3), " (q ", shape_str(q.shape()), ") and d = ", k.size(3), " (k ", shape_str(k.shape()), ")");
+  GG_CHECK(k.size(1) >= 1 && q.size(1) % k.size(1) == 0, ShapeError, "gg::", op, ": the query heads Hq = ",
+           q.size(1), " must be a multiple of the key/value heads Hkv = ", k.size(1), " (q ", shape_str(q.shape()),
+           ", k ", shape_str(k.shape()), ")");
   detail::check_same_dtype(op, q, k);
   detail::check_same_dtype(op, q, v);
   detail::check_same_device(op, q, k);
@@ -49,6 +99,10 @@ Checked check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor
   GG_CHECK(std::isfinite(scale), ValueError, "gg::", op, ": scale must be finite, got ", scale);
   Checked c;
   c.shape = {q.size(0), q.size(1), q.size(2), q.size(3), scale, o.causal};
+  if (k.size(1) != q.size(1)) c.shape.Hkv = k.size(1);  // left at -1 (Hkv = H) otherwise
+  if (k.size(2) != q.size(2)) c.shape.Nk = k.size(2);   // left at -1 (Nk = N) otherwise
+  resolve_mask(op, q.size(2), k.size(2), o, c.shape);
+  if (q.device().is_cuda()) check_cuda_support(op, c.shape);
   NoGradGuard ng;
   c.q = contiguous(q);
   c.k = contiguous(k);
@@ -56,12 +110,12 @@ Checked check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor
   return c;
 }
 
-Tensor contiguous_like(const char* op, const Tensor& t, const Tensor& q, const char* arg) {
+Tensor contiguous_like(const char* op, const Tensor& t, const Tensor& like, const char* arg) {
   detail::check_defined(op, t, arg);
-  GG_CHECK(t.shape() == q.shape(), ShapeError, "gg::", op, ": ", arg, " has shape ", shape_str(t.shape()),
-           ", expected ", shape_str(q.shape()));
-  detail::check_same_dtype(op, q, t);
-  detail::check_same_device(op, q, t);
+  GG_CHECK(t.shape() == like.shape(), ShapeError, "gg::", op, ": ", arg, " has shape ", shape_str(t.shape()),
+           ", expected ", shape_str(like.shape()));
+  detail::check_same_dtype(op, like, t);
+  detail::check_same_device(op, like, t);
   NoGradGuard ng;
   return contiguous(t);
 }
@@ -130,6 +184,64 @@ TensorList bob_composite_vjp(const TensorList& inputs, const TensorList& cots, c
 
 }  // namespace
 
+// The reference: every step an ordinary differentiable op, N×N scores stored. Grouped heads
+// are expanded to one key/value head per query head (a view, then a copy by reshape); the mask
+// is the fused op's (resolve_mask), added as 0 / -inf. A row that sees no key would make the
+// softmax 0/0, so its additive mask stays 0 and the row's probabilities are multiplied by 0
+// instead: O = 0 there, and every derivative of that row is an exact zero.
+Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
+  const char* op = "attention_composite";
+  detail::check_defined(op, q, "q");
+  detail::check_defined(op, k, "k");
+  detail::check_defined(op, v, "v");
+  GG_CHECK(q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim(), ShapeError,
+           "gg::attention_composite: q, k, v must have the same number (>= 2) of dims, got ", shape_str(q.shape()),
+           ", ", shape_str(k.shape()), ", ", shape_str(v.shape()));
+  GG_CHECK(q.size(-1) == k.size(-1), ShapeError, "gg::attention_composite: q and k need the same head dim, got ",
+           shape_str(q.shape()), " and ", shape_str(k.shape()));
+  GG_CHECK(k.size(-2) == v.size(-2), ShapeError, "gg::attention_composite: k and v need the same length, got ",
+           shape_str(k.shape()), " and ", shape_str(v.shape()));
+  const double scale = o.scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(-1))));
+  const int64_t nq = q.size(-2), nk = k.size(-2);
+  Tensor kk = k, vv = v;
+  if (q.dim() == 4 && k.size(1) != q.size(1)) {  // grouped-query heads (B, Hkv, Nk, d)
+    GG_CHECK(k.size(1) >= 1 && q.size(1) % k.size(1) == 0 && v.size(1) == k.size(1), ShapeError,
+             "gg::attention_composite: the query heads Hq = ", q.size(1),
+             " must be a multiple of the key/value heads Hkv = ", k.size(1), " (q ", shape_str(q.shape()), ", k ",
+             shape_str(k.shape()), ", v ", shape_str(v.shape()), ")");
+    const int64_t group = q.size(1) / k.size(1);
+    auto widen = [&](const Tensor& t) {
+      const Shape grouped = {t.size(0), t.size(1), group, t.size(2), t.size(3)};
+      return reshape(expand(unsqueeze(t, 2), grouped), {t.size(0), q.size(1), t.size(2), t.size(3)});
+    };
+    kk = widen(k);
+    vv = widen(v);
+  }
+  kernels::AttentionShape m{1, 1, nq, q.size(-1), scale, false};
+  m.Nk = nk;
+  resolve_mask(op, nq, nk, o, m);
+  Tensor s = matmul(q, transpose(kk, -1, -2)) * scale;  // (.., Nq, Nk)
+  std::vector<double> add(static_cast<size_t>(nq * nk), 0.0), keep(static_cast<size_t>(nq), 1.0);
+  bool any_masked = false, any_empty = false;
+  for (int64_t i = 0; i < nq; ++i) {
+    const int64_t lo = m.first_key(i), hi = m.last_key(i);
+    if (hi < lo) {  // no visible key: leave the scores alone, zero the probabilities
+      keep[static_cast<size_t>(i)] = 0.0;
+      any_empty = true;
+      continue;
+    }
+    for (int64_t j = 0; j < nk; ++j)
+      if (j < lo || j > hi) {
+        add[static_cast<size_t>(i * nk + j)] = -std::numeric_limits<double>::infinity();
+        any_masked = true;
+      }
+  }
+  if (any_masked) s = s + from_vector(add, {nq, nk}, q.dtype(), q.device());
+  Tensor p = softmax(s, -1);
+  if (any_empty) p = p * from_vector(keep, {nq, 1}, q.dtype(), q.device());
+  return matmul(p, vv);
+}
+
 AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
   Checked c = check_qkv("attention", q, k, v, o);
   const auto& s = c.shape;
@@ -159,8 +271,8 @@ TensorList attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   GG_CHECK(L.shape() == Shape({c.shape.B, c.shape.H, c.shape.N}) && L.is_contiguous() && L.dtype() == lse_dtype(q.dtype()),
            ShapeError, "gg::", op, ": L must be the contiguous (B, H, N) log-sum-exp from attention_forward, got shape ",
            shape_str(L.shape()));
-  TensorList grads = {empty(q.shape(), q.dtype(), q.device()), empty(q.shape(), q.dtype(), q.device()),
-                      empty(q.shape(), q.dtype(), q.device())};
+  TensorList grads = {empty(q.shape(), q.dtype(), q.device()), empty(k.shape(), q.dtype(), q.device()),
+                      empty(k.shape(), q.dtype(), q.device())};
   kernels::AttentionArgs a = args_for(c);
   a.O = Oc.raw_data();
   a.L = L.raw_data();
@@ -184,10 +296,10 @@ TensorList attention_backward_backward(const Tensor& q, const Tensor& k, const T
   Checked c = check_qkv(op, q, k, v, o);
   Tensor Oc = contiguous_like(op, O, q, "O"), dOc = contiguous_like(op, dO, q, "dO");
   Tensor qtc = qt.defined() ? contiguous_like(op, qt, q, "qt") : Tensor();
-  Tensor ktc = kt.defined() ? contiguous_like(op, kt, q, "kt") : Tensor();
-  Tensor vtc = vt.defined() ? contiguous_like(op, vt, q, "vt") : Tensor();
-  TensorList outs;
-  for (int i = 0; i < 4; ++i) outs.push_back(empty(q.shape(), q.dtype(), q.device()));
+  Tensor ktc = kt.defined() ? contiguous_like(op, kt, k, "kt") : Tensor();
+  Tensor vtc = vt.defined() ? contiguous_like(op, vt, k, "vt") : Tensor();
+  TensorList outs;  // gQ, gK, gV, gdO
+  for (const Tensor* like : {&q, &k, &k, &q}) outs.push_back(empty(like->shape(), q.dtype(), q.device()));
   kernels::AttentionArgs a = args_for(c);
   a.O = Oc.raw_data();
   a.L = L.raw_data();

@@ -1,5 +1,5 @@
 // Neural-network ops: softmax and log-softmax (own kernels, backward in ops), and the
-// composite ops built from other ops: cross-entropy, MSE, layer norm, composite attention.
+// composite ops built from other ops: cross-entropy, MSE, layer norm.
 #include <cmath>
 #include <limits>
 
@@ -92,27 +92,6 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   if (weight.defined()) y = y * weight;
   if (bias.defined()) y = y + bias;
   return y;
-}
-
-Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
-  for (const Tensor* t : {&q, &k, &v}) detail::check_defined("attention_composite", *t, "q/k/v");
-  GG_CHECK(q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim(), ShapeError,
-           "gg::attention_composite: q, k, v must have the same number (>= 2) of dims, got ", shape_str(q.shape()),
-           ", ", shape_str(k.shape()), ", ", shape_str(v.shape()));
-  GG_CHECK(q.size(-1) == k.size(-1), ShapeError, "gg::attention_composite: q and k need the same head dim, got ",
-           shape_str(q.shape()), " and ", shape_str(k.shape()));
-  GG_CHECK(k.size(-2) == v.size(-2), ShapeError, "gg::attention_composite: k and v need the same length, got ",
-           shape_str(k.shape()), " and ", shape_str(v.shape()));
-  const double scale = o.scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(-1))));
-  Tensor s = matmul(q, transpose(k, -1, -2)) * scale;  // (.., Nq, Nk)
-  if (o.causal) {
-    const int64_t nq = q.size(-2), nk = k.size(-2);
-    std::vector<double> mask(static_cast<size_t>(nq * nk), 0.0);
-    for (int64_t i = 0; i < nq; ++i)
-      for (int64_t j = i + 1; j < nk; ++j) mask[static_cast<size_t>(i * nk + j)] = -std::numeric_limits<double>::infinity();
-    s = s + from_vector(mask, {nq, nk}, q.dtype(), q.device());
-  }
-  return matmul(softmax(s, -1), v);
 }
 
 }  // namespace gg

@@ -117,26 +117,53 @@ Tensor mse_loss(const Tensor& input, const Tensor& target);  // mean squared err
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
 
+// Options of gg::attention, gg::attention_composite and the attention primitives.
+//
+// Masks. With Nq queries and Nk keys, query i sits at the aligned position i' = i + Nk - Nq
+// (bottom-right alignment, as in FlashAttention: the last query lines up with the last key) and
+// sees the keys j with  i' - window_left <= j <= i' + window_right.  An unset window is
+// unbounded on that side. `causal` is window_right = 0, i.e. j <= i + Nk - Nq; at Nq = Nk it is
+// the usual lower triangle. This differs from PyTorch's is_causal, which aligns the top left
+// (j <= i) whenever Nq != Nk: for Nq < Nk, PyTorch's first query sees key 0 only, here it sees
+// the first Nk - Nq + 1 keys (the natural mask for queries that continue a cached prefix).
+// causal = true with window_right > 0 is a ValueError; with window_right = 0 it is redundant
+// and allowed. Windows must be >= 0 (a ValueError otherwise).
+//
+// Rows that see no key (possible with causal or window_right when Nq > Nk, e.g. the first
+// Nq - Nk queries under causal) give O = 0, L = -inf and zero gradients at every order, in the
+// fused op and the composite alike.
 struct AttentionOptions {
-  std::optional<double> scale;  // default 1/sqrt(d)
-  bool causal = false;          // query i sees keys j <= i
+  std::optional<double> scale;          // default 1/sqrt(d)
+  bool causal = false;                  // window_right = 0: query i sees keys j <= i + Nk - Nq
+  std::optional<int64_t> window_left;   // keys before i' that a query sees; unset: all of them
+  std::optional<int64_t> window_right;  // keys after i' that a query sees; unset: all of them
 };
-// softmax(scale·Q·Kᵀ + mask)·V, built from the ops above (stores N×N scores): the ground truth.
-// q, k, v: (B, H, N, d) (any leading dims; k, v may have their own N).
+// softmax(scale·Q·Kᵀ + mask)·V, built from the ops above (stores Nq×Nk scores): the ground truth.
+// q (.., Nq, d), k (.., Nk, d), v (.., Nk, dv) with the same leading dims, or 4-D with grouped
+// heads as for gg::attention (k and v are then expanded to Hq heads). Same options and masks.
 Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options = {});
 
 // ------------------------------------------------------- fused attention (ops/attention.cpp)
-// softmax(scale·Q·Kᵀ + mask)·V for q, k, v of shape (B, H, N, d), without any N×N buffer in the
-// forward, the backward or the backward-over-backward. Differentiable to any order: orders 1
-// and 2 run fused kernels, order 3 and up fall back to differentiating attention_composite.
+// softmax(scale·Q·Kᵀ + mask)·V without any Nq×Nk buffer in the forward, the backward or the
+// backward-over-backward. Differentiable to any order: orders 1 and 2 run fused kernels, order
+// 3 and up fall back to differentiating attention_composite.
+//   q: (B, Hq, Nq, d);  k, v: (B, Hkv, Nk, d);  result (B, Hq, Nq, d).
+// Grouped-query / multi-query attention: Hq must be a multiple of Hkv, and query head h uses
+// key/value head h / (Hq / Hkv) (PyTorch's enable_gqa, FlashAttention). The gradients of k and
+// v sum over their group of query heads inside the kernels. Masks: see AttentionOptions.
+// Bad shapes, dtypes or options raise ShapeError / DTypeError / ValueError naming the op. On
+// CUDA only Hq = Hkv, Nq = Nk and the full or causal mask run for now; other inputs raise a
+// DeviceError there (windows that cannot hide a key, and window_right = 0 alone, count as full
+// and causal).
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options = {});
 
 // The three recorded primitives behind gg::attention, public for tests and for users who
-// want the pieces. L is the row log-sum-exp (B, H, N); it and O are saved values that take no
-// gradient. Absent (undefined) cotangents qt/kt/vt drop their terms.
+// want the pieces. L is the row log-sum-exp (B, Hq, Nq) (-inf for a row that sees no key); it
+// and O are saved values that take no gradient. Absent (undefined) cotangents qt/kt/vt drop
+// their terms. dO, qt are q-shaped; kt, vt are k-shaped.
 struct AttentionForward {
-  Tensor O;  // (B, H, N, d)
-  Tensor L;  // (B, H, N), a constant to autograd
+  Tensor O;  // (B, Hq, Nq, d)
+  Tensor L;  // (B, Hq, Nq), a constant to autograd
 };
 AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options = {});
 TensorList attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,

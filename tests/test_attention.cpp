@@ -2,6 +2,9 @@
 // the fallback) 3, plus the edge cases: partial cotangents, zero dO, rows that see only
 // themselves, huge logits, and a MAML step whose outer gradient runs through BoB.
 #include <cmath>
+#include <limits>
+#include <optional>
+#include <string>
 #include <tuple>
 
 #include "test_util.h"
@@ -15,15 +18,19 @@ struct Chain {
   Values O;
   std::vector<Values> first;   // dQ, dK, dV
   std::vector<Values> second;  // gQ, gK, gV, gdO
+  std::vector<Values> third;   // gradient of <W, second> with respect to (Q, K, V, dO), when asked
 };
 
 // O, then (dQ, dK, dV) for cotangent dO with create_graph, then the gradient of
 // <Qt,dQ> + <Kt,dK> + <Vt,dV> with respect to (Q, K, V, dO). Absent cotangents are skipped.
-Chain run_chain(AttnFn f, const TensorList& qkv, const Tensor& dO_in, const TensorList& tilde, bool causal) {
+// With four weights `w` (shaped like Q, K, V, dO), also the third-order gradient of
+// <w, (gQ, gK, gV, gdO)> with respect to (Q, K, V, dO).
+Chain run_chain(AttnFn f, const TensorList& qkv, const Tensor& dO_in, const TensorList& tilde, const AttentionOptions& o,
+                const TensorList& w = {}) {
   TensorList x;
   for (const Tensor& t : qkv) x.push_back(leaf(t));
   Tensor dO = leaf(dO_in);
-  Tensor O = f(x[0], x[1], x[2], {std::nullopt, causal});
+  Tensor O = f(x[0], x[1], x[2], o);
   TensorList d = grad({O}, x, {dO}, {/*create_graph=*/true});
   Chain c;
   c.O = O.to_vector<double>();
@@ -32,9 +39,21 @@ Chain run_chain(AttnFn f, const TensorList& qkv, const Tensor& dO_in, const Tens
   for (size_t i = 0; i < 3; ++i)
     if (tilde[i].defined()) inner = inner.defined() ? inner + sum(tilde[i] * d[i]) : sum(tilde[i] * d[i]);
   if (!inner.defined()) return c;
-  TensorList g = grad({inner}, {x[0], x[1], x[2], dO}, {}, {false, -1, /*allow_unused=*/true});
-  for (const Tensor& t : g) c.second.push_back(t.defined() ? t.to_vector<double>() : Values(c.O.size(), 0.0));
+  const TensorList wrt = {x[0], x[1], x[2], dO};
+  TensorList g = grad({inner}, wrt, {}, {/*create_graph=*/!w.empty(), -1, /*allow_unused=*/true});
+  for (size_t i = 0; i < g.size(); ++i)
+    c.second.push_back(g[i].defined() ? g[i].to_vector<double>() : Values(static_cast<size_t>(wrt[i].numel()), 0.0));
+  if (w.empty()) return c;
+  Tensor outer;
+  for (size_t i = 0; i < g.size(); ++i)
+    if (g[i].defined() && g[i].requires_grad()) outer = outer.defined() ? outer + sum(w[i] * g[i]) : sum(w[i] * g[i]);
+  TensorList h = outer.defined() ? grad({outer}, wrt, {}, {false, -1, /*allow_unused=*/true}) : TensorList(4);
+  for (size_t i = 0; i < h.size(); ++i)
+    c.third.push_back(h[i].defined() ? h[i].to_vector<double>() : Values(static_cast<size_t>(wrt[i].numel()), 0.0));
   return c;
+}
+Chain run_chain(AttnFn f, const TensorList& qkv, const Tensor& dO_in, const TensorList& tilde, bool causal) {
+  return run_chain(f, qkv, dO_in, tilde, AttentionOptions{std::nullopt, causal});
 }
 
 Tensor fused(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) { return attention(q, k, v, o); }
@@ -60,6 +79,20 @@ void expect_chains_equal(const Chain& a, const Chain& b, double tol, const std::
   ASSERT_EQ(a.second.size(), b.second.size()) << what;
   for (size_t i = 0; i < a.second.size(); ++i)
     EXPECT_LE(rel_error(a.second[i], b.second[i], s2), tol) << what << " order 2, output " << i;
+  ASSERT_EQ(a.third.size(), b.third.size()) << what;
+  const double s3 = family_scale(b.third);
+  for (size_t i = 0; i < a.third.size(); ++i)
+    EXPECT_LE(rel_error(a.third[i], b.third[i], s3), tol) << what << " order 3, output " << i;
+}
+
+bool all_finite(const Chain& c) {
+  for (const auto* vs : {&c.first, &c.second, &c.third})
+    for (const Values& g : *vs)
+      for (double v : g)
+        if (!std::isfinite(v)) return false;
+  for (double v : c.O)
+    if (!std::isfinite(v)) return false;
+  return true;
 }
 
 TensorList random_inputs(const Shape& s, int count, double scale = 1.0) {
@@ -229,6 +262,292 @@ TEST(Attention, BadInputsAreTypedErrors) {
   EXPECT_THROW(attention(q, q, zeros({1, 2, 4, 8})), DTypeError);
   EXPECT_THROW(attention(zeros({2, 4, 8}, DType::f64), zeros({2, 4, 8}, DType::f64), zeros({2, 4, 8}, DType::f64)), ShapeError);
   EXPECT_THROW(attention(q, q, q, {std::nan(""), false}), ValueError);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Grouped heads, Nq != Nk, windows: every option and their combinations against the composite.
+
+struct OptCase {
+  const char* name;
+  int64_t Hq, Hkv, Nq, Nk, d;
+  bool causal;
+  std::optional<int64_t> left, right;
+};
+
+AttentionOptions options_of(const OptCase& c, std::optional<double> scale = std::nullopt) {
+  return {scale, c.causal, c.left, c.right};
+}
+
+struct OptInputs {
+  TensorList qkv, tilde;
+  Tensor dO;
+  TensorList w;  // order-3 weights, shaped like Q, K, V, dO
+};
+
+OptInputs opt_inputs(const OptCase& c, int64_t B, uint64_t seed, DType dtype = DType::f64) {
+  manual_seed(seed);
+  const Shape qs = {B, c.Hq, c.Nq, c.d}, ks = {B, c.Hkv, c.Nk, c.d};
+  auto r = [&](const Shape& s) { return to(randn(s, DType::f64), dtype); };
+  OptInputs in;
+  in.qkv = {r(qs), r(ks), r(ks)};
+  in.dO = r(qs);
+  in.tilde = {r(qs), r(ks), r(ks)};
+  in.w = {r(qs), r(ks), r(ks), r(qs)};
+  return in;
+}
+
+std::string nullable(const std::optional<int64_t>& w) { return w ? std::to_string(*w) : "none"; }
+
+std::string describe(const OptCase& c) {
+  return std::string(c.name) + " (Hq=" + std::to_string(c.Hq) + " Hkv=" + std::to_string(c.Hkv) +
+         " Nq=" + std::to_string(c.Nq) + " Nk=" + std::to_string(c.Nk) + " d=" + std::to_string(c.d) +
+         " causal=" + std::to_string(c.causal) + " left=" + nullable(c.left) + " right=" + nullable(c.right) + ")";
+}
+
+const std::vector<OptCase>& option_cases() {
+  static const std::vector<OptCase> cases = {
+      {"gqa2", 4, 2, 7, 7, 5, false, {}, {}},
+      {"gqa3_causal", 6, 2, 7, 7, 5, true, {}, {}},
+      {"mqa", 3, 1, 7, 13, 5, false, {}, {}},
+      {"nq_lt_nk", 2, 2, 7, 13, 5, false, {}, {}},
+      {"nq_gt_nk", 2, 2, 13, 7, 5, false, {}, {}},
+      {"causal_nq_lt_nk", 2, 2, 7, 13, 5, true, {}, {}},
+      {"causal_nq_gt_nk_empty_rows", 2, 2, 13, 7, 5, true, {}, {}},
+      {"left", 2, 2, 7, 13, 5, false, 3, {}},
+      {"right", 2, 2, 13, 7, 5, false, {}, 2},
+      {"two_sided", 2, 2, 7, 13, 5, false, 2, 1},
+      {"two_sided_square", 2, 2, 9, 9, 5, false, 1, 3},
+      {"left_causal", 2, 2, 13, 7, 5, true, 2, {}},
+      {"left_causal_nq_lt_nk", 2, 2, 7, 13, 5, true, 4, 0},
+      {"zero_width", 2, 2, 7, 13, 5, false, 0, 0},
+      {"right_empty_rows", 2, 2, 13, 7, 5, false, 1, 1},
+      {"mqa_causal_window_empty_rows", 3, 1, 13, 7, 5, true, 2, {}},
+      {"gqa2_two_sided_nq_gt_nk", 4, 2, 13, 7, 5, false, 3, 2},
+      {"gqa3_left_nq_lt_nk", 6, 2, 7, 13, 5, false, 2, {}},
+  };
+  return cases;
+}
+
+class OptionsVsComposite : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(OptionsVsComposite, OrdersZeroToThree) {
+  const OptCase& c = option_cases()[GetParam()];
+  const OptInputs in = opt_inputs(c, 2, 100 + GetParam());
+  const AttentionOptions o = options_of(c);
+  Chain a = run_chain(fused, in.qkv, in.dO, in.tilde, o, in.w);
+  Chain b = run_chain(composite, in.qkv, in.dO, in.tilde, o, in.w);
+  ASSERT_EQ(a.third.size(), 4u);
+  EXPECT_TRUE(all_finite(a)) << describe(c);
+  EXPECT_TRUE(all_finite(b)) << describe(c);
+  expect_chains_equal(a, b, 1e-10, describe(c));
+}
+
+INSTANTIATE_TEST_SUITE_P(Attention, OptionsVsComposite, ::testing::Range<size_t>(0, option_cases().size()),
+                         [](const auto& info) { return std::string(option_cases()[info.param].name); });
+
+// Sizes that cross the 64-row tiles, so that whole tiles are skipped or taken unmasked and the
+// window edges cut through blocks: orders 0-2 (order 3 would hold Nq×Nk graphs three deep).
+TEST(Attention, OptionsAcrossTiles) {
+  const std::vector<OptCase> cases = {
+      {"gqa_window", 4, 2, 70, 150, 8, false, 20, 5},
+      {"causal_window_empty_rows", 2, 1, 150, 70, 8, true, 10, {}},
+      {"right_window", 2, 2, 130, 130, 8, false, {}, 3},
+      {"causal_nq_lt_nk", 3, 1, 65, 200, 8, true, {}, {}},
+      {"wide_left", 2, 2, 200, 200, 8, false, 70, 0},
+  };
+  uint64_t seed = 200;
+  for (const OptCase& c : cases) {
+    const OptInputs in = opt_inputs(c, 1, seed++);
+    Chain a = run_chain(fused, in.qkv, in.dO, in.tilde, options_of(c));
+    Chain b = run_chain(composite, in.qkv, in.dO, in.tilde, options_of(c));
+    expect_chains_equal(a, b, 1e-10, describe(c));
+  }
+}
+
+// A window that cannot hide a key is no window, and window_right = 0 alone is causal: the
+// results are bitwise those of the plain options (the op resolves them to the same kernel call).
+TEST(Attention, EquivalentMasksGiveIdenticalResults) {
+  const OptCase c{"base", 2, 1, 9, 12, 4, false, {}, {}};
+  const OptInputs in = opt_inputs(c, 1, 300);
+  auto chain = [&](const AttentionOptions& o) { return run_chain(fused, in.qkv, in.dO, in.tilde, o); };
+  auto same = [](const Chain& a, const Chain& b, const std::string& what) {
+    EXPECT_EQ(a.O, b.O) << what;
+    EXPECT_EQ(a.first, b.first) << what;
+    EXPECT_EQ(a.second, b.second) << what;
+  };
+  const Chain full = chain({}), causal = chain({std::nullopt, true});
+  same(full, chain({std::nullopt, false, 11, 8}), "left = Nk - 1, right = Nq - 1");
+  same(full, chain({std::nullopt, false, 1000, 1000}), "huge windows");
+  same(causal, chain({std::nullopt, false, std::nullopt, 0}), "right = 0");
+  same(causal, chain({std::nullopt, true, 11, 0}), "causal, left = Nk - 1, right = 0");
+  // And a window that hides keys is not the full mask.
+  EXPECT_NE(full.O, chain({std::nullopt, false, 10, std::nullopt}).O);
+  EXPECT_NE(causal.O, chain({std::nullopt, false, std::nullopt, 1}).O);
+}
+
+// Bottom-right causal: query i sees keys j <= i + Nk - Nq, so with Nq < Nk the last query sees
+// every key, and with Nq > Nk the first Nq - Nk queries see none: O = 0, L = -inf there, exact
+// zero gradients, in the fused op and the composite.
+TEST(Attention, RowsWithoutKeysGiveZeros) {
+  const OptCase c{"empty", 2, 1, 9, 4, 3, true, {}, {}};
+  const OptInputs in = opt_inputs(c, 1, 301);
+  for (AttnFn f : {fused, composite}) {
+    Chain ch = run_chain(f, in.qkv, in.dO, in.tilde, options_of(c), in.w);
+    ASSERT_TRUE(all_finite(ch));
+    const int64_t empty_rows = c.Nq - c.Nk, d = c.d;
+    for (int64_t h = 0; h < c.Hq; ++h)
+      for (int64_t i = 0; i < c.Nq; ++i) {
+        const size_t at = static_cast<size_t>((h * c.Nq + i) * d);
+        bool zero = true;
+        for (int64_t k = 0; k < d; ++k)
+          for (const Values* v : {&ch.O, &ch.first[0], &ch.second[0], &ch.second[3], &ch.third[0], &ch.third[3]})
+            zero = zero && (*v)[at + static_cast<size_t>(k)] == 0.0;
+        EXPECT_EQ(zero, i < empty_rows) << "head " << h << " row " << i;
+      }
+  }
+  const AttentionForward fw = attention_forward(in.qkv[0], in.qkv[1], in.qkv[2], options_of(c));
+  const Values L = fw.L.to_vector<double>();
+  for (int64_t h = 0; h < c.Hq; ++h)
+    for (int64_t i = 0; i < c.Nq; ++i) {
+      const double l = L[static_cast<size_t>(h * c.Nq + i)];
+      if (i < c.Nq - c.Nk)
+        EXPECT_EQ(l, -std::numeric_limits<double>::infinity());
+      else
+        EXPECT_TRUE(std::isfinite(l));
+    }
+  // With Nq < Nk, the last query sees every key: its row equals unmasked attention's last row.
+  const OptCase w{"wide", 1, 1, 3, 8, 3, true, {}, {}};
+  const OptInputs wi = opt_inputs(w, 1, 302);
+  const Values causal = attention(wi.qkv[0], wi.qkv[1], wi.qkv[2], {std::nullopt, true}).to_vector<double>();
+  const Values full = attention(wi.qkv[0], wi.qkv[1], wi.qkv[2]).to_vector<double>();
+  for (size_t k = 6; k < 9; ++k) EXPECT_NEAR(causal[k], full[k], 1e-14);
+  EXPECT_GT(std::abs(causal[0] - full[0]), 1e-6);
+}
+
+// Grouped heads equal the same attention with k and v repeated per query head; dK and dV are
+// the sums over the group.
+TEST(Attention, GroupedHeadsEqualRepeatedHeads) {
+  const OptCase c{"gqa", 6, 2, 8, 11, 4, false, 3, 1};
+  const OptInputs in = opt_inputs(c, 2, 303);
+  auto repeat = [&](const Tensor& t) {
+    TensorList heads;
+    for (int64_t h = 0; h < c.Hq; ++h) heads.push_back(slice(t, 1, h / 3, h / 3 + 1));
+    return cat(heads, 1);
+  };
+  const TensorList wide = {in.qkv[0], repeat(in.qkv[1]), repeat(in.qkv[2])};
+  const Chain g = run_chain(fused, in.qkv, in.dO, {Tensor(), Tensor(), Tensor()}, options_of(c));
+  const Chain r = run_chain(fused, wide, in.dO, {Tensor(), Tensor(), Tensor()}, options_of(c));
+  EXPECT_LE(rel_error(g.O, r.O), 1e-14);
+  EXPECT_LE(rel_error(g.first[0], r.first[0]), 1e-14);
+  for (size_t t = 1; t < 3; ++t) {  // sum the repeated heads' gradients over each group
+    const Values& wv = r.first[t];
+    Values summed(g.first[t].size(), 0.0);
+    const size_t per_head = static_cast<size_t>(c.Nk * c.d);
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t h = 0; h < c.Hq; ++h)
+        for (size_t e = 0; e < per_head; ++e)
+          summed[static_cast<size_t>(b * c.Hkv + h / 3) * per_head + e] +=
+              wv[static_cast<size_t>(b * c.Hq + h) * per_head + e];
+    EXPECT_LE(rel_error(g.first[t], summed), 1e-13) << "output " << t;
+  }
+}
+
+TEST(Attention, OptionsGradcheckAndGradgradcheck) {
+  const std::vector<OptCase> cases = {
+      {"gqa_nq_lt_nk_window", 2, 1, 3, 5, 2, false, 1, 1},
+      {"mqa_causal_nq_gt_nk", 3, 1, 5, 3, 2, true, {}, {}},
+      {"left_causal", 2, 2, 4, 4, 3, true, 1, {}},
+  };
+  uint64_t seed = 310;
+  for (const OptCase& c : cases) {
+    const OptInputs in = opt_inputs(c, 1, seed++);
+    TensorList x;
+    for (const Tensor& t : in.qkv) x.push_back(leaf(t));
+    const AttentionOptions o = options_of(c, 0.7);
+    SingleFn f = [o](const TensorList& a) { return attention(a[0], a[1], a[2], o); };
+    GradcheckResult r1 = gradcheck(f, x);
+    EXPECT_TRUE(r1.ok) << describe(c) << ": " << r1.message;
+    GradcheckResult r2 = gradgradcheck(f, x);
+    EXPECT_TRUE(r2.ok) << describe(c) << ": " << r2.message;
+  }
+}
+
+TEST(Attention, OptionsF32MatchesF64) {
+  const std::vector<OptCase> cases = {
+      {"gqa_window", 4, 2, 70, 90, 16, false, 15, 4},
+      {"mqa_causal_empty_rows", 3, 1, 90, 70, 16, true, {}, {}},
+  };
+  uint64_t seed = 320;
+  for (const OptCase& c : cases) {
+    const OptInputs in64 = opt_inputs(c, 1, seed);
+    const OptInputs in32 = opt_inputs(c, 1, seed++, DType::f32);
+    const Chain a = run_chain(fused, in32.qkv, in32.dO, in32.tilde, options_of(c));
+    const Chain b = run_chain(fused, in64.qkv, in64.dO, in64.tilde, options_of(c));
+    EXPECT_TRUE(all_finite(a)) << describe(c);
+    // f32 inputs are f64's rounded, so the difference is rounding: about 1e-7 relative to each
+    // family's scale, times a small growth factor through the three levels.
+    expect_chains_equal(a, b, 2e-5, describe(c) + " f32");
+  }
+}
+
+template <typename E, typename F>
+void expect_error_naming(F&& f, const std::vector<std::string>& pieces) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception; expected one naming " << pieces.front();
+  } catch (const E& e) {
+    const std::string m = e.what();
+    for (const std::string& p : pieces) EXPECT_NE(m.find(p), std::string::npos) << m << " lacks " << p;
+  }
+}
+
+TEST(Attention, OptionErrorsAreTyped) {
+  const Tensor q = zeros({2, 6, 5, 4}, DType::f64), k = zeros({2, 4, 7, 4}, DType::f64);
+  expect_error_naming<ShapeError>([&] { attention(q, k, k); }, {"gg::attention", "Hq = 6", "Hkv = 4"});
+  const Tensor k2 = zeros({2, 2, 7, 4}, DType::f64);
+  expect_error_naming<ShapeError>([&] { attention(q, zeros({1, 2, 7, 4}, DType::f64), zeros({1, 2, 7, 4}, DType::f64)); },
+                                  {"gg::attention", "batch", "B = 2", "B = 1"});
+  expect_error_naming<ShapeError>([&] { attention(q, zeros({2, 2, 7, 3}, DType::f64), zeros({2, 2, 7, 3}, DType::f64)); },
+                                  {"gg::attention", "head dim", "d = 4", "d = 3"});
+  expect_error_naming<ShapeError>([&] { attention(q, k2, zeros({2, 2, 6, 4}, DType::f64)); },
+                                  {"gg::attention", "v", "[2, 2, 7, 4]", "[2, 2, 6, 4]"});
+  expect_error_naming<ShapeError>([&] { attention(q, zeros({2, 7, 4}, DType::f64), zeros({2, 7, 4}, DType::f64)); },
+                                  {"gg::attention", "k must be (B, Hkv, Nk, d)"});
+  expect_error_naming<ValueError>([&] { attention(q, k2, k2, {std::nullopt, false, -1, std::nullopt}); },
+                                  {"gg::attention", "window_left", "-1"});
+  expect_error_naming<ValueError>([&] { attention(q, k2, k2, {std::nullopt, false, std::nullopt, -3}); },
+                                  {"gg::attention", "window_right", "-3"});
+  expect_error_naming<ValueError>([&] { attention(q, k2, k2, {std::nullopt, true, std::nullopt, 2}); },
+                                  {"gg::attention", "causal", "window_right = 2"});
+  // The composite checks the same options.
+  expect_error_naming<ValueError>([&] { attention_composite(q, k2, k2, {std::nullopt, false, -2, std::nullopt}); },
+                                  {"gg::attention_composite", "window_left", "-2"});
+  expect_error_naming<ValueError>([&] { attention_composite(q, k2, k2, {std::nullopt, true, std::nullopt, 1}); },
+                                  {"gg::attention_composite", "causal", "window_right = 1"});
+  expect_error_naming<ShapeError>([&] { attention_composite(q, k, k); }, {"gg::attention_composite", "Hq = 6", "Hkv = 4"});
+  // The primitives check their extra tensors against q's or k's shape.
+  const Tensor v2 = zeros({2, 2, 7, 4}, DType::f64);
+  const AttentionForward f = attention_forward(q, k2, v2);
+  expect_error_naming<ShapeError>([&] { attention_backward(q, k2, v2, f.O, f.L, zeros({2, 6, 7, 4}, DType::f64)); },
+                                  {"gg::attention_backward", "dO", "[2, 6, 7, 4]", "[2, 6, 5, 4]"});
+  expect_error_naming<ShapeError>(
+      [&] { attention_backward_backward(q, k2, v2, f.O, f.L, q, Tensor(), q, Tensor()); },
+      {"gg::attention_backward_backward", "kt", "[2, 6, 5, 4]", "[2, 2, 7, 4]"});
+}
+
+// On CUDA the options the kernels do not know yet are refused before any kernel runs.
+TEST(Attention, CudaRefusesUnsupportedOptions) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  const Tensor q = zeros({1, 4, 8, 16}, DType::f32, gpu);
+  const Tensor k2 = zeros({1, 2, 8, 16}, DType::f32, gpu), k9 = zeros({1, 4, 9, 16}, DType::f32, gpu);
+  expect_error_naming<DeviceError>([&] { attention(q, k2, k2); }, {"gg::attention", "grouped-query", "Hkv = 2"});
+  expect_error_naming<DeviceError>([&] { attention(q, k9, k9); }, {"gg::attention", "Nq != Nk", "Nk = 9"});
+  expect_error_naming<DeviceError>([&] { attention(q, q, q, {std::nullopt, false, 2, std::nullopt}); },
+                                   {"gg::attention", "windows", "window_left = 2"});
+  // Masks that equal full or causal still run.
+  EXPECT_NO_THROW(attention(q, q, q, {std::nullopt, false, std::nullopt, 0}));
+  EXPECT_NO_THROW(attention(q, q, q, {std::nullopt, false, 7, 7}));
 }
 
 // MAML through the fused op: a one-layer attention regressor, one inner SGD step on a support

@@ -4,13 +4,23 @@
 // Kernels see raw pointers and an AttentionShape, never tensors: the op layer (ops/) checks
 // shapes, dtypes and contiguity and resolves the scale before calling in.
 //
-// Layout: Q, K, V, O, dO and every gradient are contiguous row-major (B, H, N, d); L and the
-// internal row scalars D, E, F are contiguous (B, H, N). Nq = Nk = N.
+// Layout: every tensor is contiguous row-major. Q, O, dO and the gradients of Q and dO are
+// (B, H, N, d) (N = Nq, the query length); K, V and their gradients are (B, Hkv, Nk, d); L and
+// the internal row scalars D, E, F are (B, H, N). Query head h reads key/value head h / (H / Hkv)
+// (grouped-query attention); the gradients of K and V sum over the query heads of their group
+// inside the kernels, one task per (b, kv head, key block), so no expanded copy of K or V exists.
+//
+// Masking (kernels/params.h): query i sees the keys [lo(i), hi(i)] of detail::Visibility, a
+// window around its bottom-right aligned position i' = i + Nk - Nq. A query block visits only
+// the key blocks that meet its rows' windows and a key block only the query blocks that see it,
+// so the work grows with N·window, not N². Rows that see no key get O = 0, L = -inf and zero
+// gradients.
 //
 // Tiling (the same schedule the GPU kernels use): a query block is kBlockM rows of Q, a key
 // block kBlockN rows of K and V. Work is split over (b, h, block); scratch is a few
 // kBlockM x kBlockN tiles per thread plus per-row vectors of length N per head. No N x N buffer.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -29,12 +39,13 @@ inline constexpr int64_t kBlockN = 64;  // key rows per block
 
 using kernels::AttentionShape;  // kernels/params.h
 
-// O = softmax(s*Q*K^T + mask) * V, L = row logsumexp of the masked scaled scores (natural log).
+// O = softmax(s*Q*K^T + mask) * V, L = row logsumexp of the masked scaled scores (natural log;
+// -inf and O = 0 for a row that sees no key). In the comments below K-shaped means (B, Hkv, Nk, d).
 template <typename T>
 void attention_fwd(const AttentionShape& p,
                    const T* Q,  // (B, H, N, d)
-                   const T* K,  // (B, H, N, d)
-                   const T* V,  // (B, H, N, d)
+                   const T* K,  // K-shaped
+                   const T* V,  // K-shaped
                    T* O,        // (B, H, N, d) out
                    T* L);       // (B, H, N)    out
 
@@ -42,14 +53,14 @@ void attention_fwd(const AttentionShape& p,
 template <typename T>
 void attention_bwd(const AttentionShape& p,
                    const T* Q,   // (B, H, N, d)
-                   const T* K,   // (B, H, N, d)
-                   const T* V,   // (B, H, N, d)
+                   const T* K,   // K-shaped
+                   const T* V,   // K-shaped
                    const T* O,   // (B, H, N, d) saved by the forward
                    const T* L,   // (B, H, N)    saved by the forward
                    const T* dO,  // (B, H, N, d)
                    T* dQ,        // (B, H, N, d) out
-                   T* dK,        // (B, H, N, d) out
-                   T* dV);       // (B, H, N, d) out
+                   T* dK,        // K-shaped out
+                   T* dV);       // K-shaped out
 
 // BoB: given cotangents Qt, Kt, Vt of dQ, dK, dV (each may be nullptr = absent, skip its terms,
 // do not multiply zeros), write grad_Q, grad_K, grad_V, grad_dO (all four always written, fully
@@ -57,17 +68,17 @@ void attention_bwd(const AttentionShape& p,
 template <typename T>
 void attention_bwd_bwd(const AttentionShape& p,
                        const T* Q,   // (B, H, N, d)
-                       const T* K,   // (B, H, N, d)
-                       const T* V,   // (B, H, N, d)
+                       const T* K,   // K-shaped
+                       const T* V,   // K-shaped
                        const T* O,   // (B, H, N, d) saved by the forward
                        const T* L,   // (B, H, N)    saved by the forward
                        const T* dO,  // (B, H, N, d)
                        const T* Qt,  // (B, H, N, d) cotangent of dQ, or nullptr
-                       const T* Kt,  // (B, H, N, d) cotangent of dK, or nullptr
-                       const T* Vt,  // (B, H, N, d) cotangent of dV, or nullptr
+                       const T* Kt,  // K-shaped cotangent of dK, or nullptr
+                       const T* Vt,  // K-shaped cotangent of dV, or nullptr
                        T* gQ,        // (B, H, N, d) out
-                       T* gK,        // (B, H, N, d) out
-                       T* gV,        // (B, H, N, d) out
+                       T* gK,        // K-shaped out
+                       T* gV,        // K-shaped out
                        T* gdO);      // (B, H, N, d) out
 
 // ---------------------------------------------------------------------------------------------
@@ -95,17 +106,56 @@ inline int64_t num_blocks(int64_t n, int64_t block) { return (n + block - 1) / b
 // Threads only pay when there is real work: below ~4M multiply-adds a parallel region costs
 // more than it saves, and far more when the machine is busy (spinning OpenMP workers).
 inline bool worth_threads(const AttentionShape& p) {
-  return static_cast<double>(p.B * p.H) * static_cast<double>(p.N) * static_cast<double>(p.N) *
+  return static_cast<double>(p.B * p.H) * static_cast<double>(p.N) * static_cast<double>(p.keys()) *
              static_cast<double>(p.d) > 4e6;
 }
 
-// Causal masking at tile granularity, for query rows [i0, i0 + mi) and key rows [j0, j0 + nj).
-inline bool tile_fully_masked(bool causal, int64_t i0, int64_t mi, int64_t j0) {
-  return causal && j0 > i0 + mi - 1;  // every key is after every query
-}
-inline bool tile_partly_masked(bool causal, int64_t i0, int64_t j0, int64_t nj) {
-  return causal && j0 + nj - 1 > i0;  // some key is after some query
-}
+// Which keys each query row sees. Query i sits at i' = i + off, off = Nk - Nq, and sees the keys
+// j with lo(i) <= j <= hi(i) (an empty range when hi(i) < lo(i)). Both ends grow with i, which
+// is what lets whole tiles be skipped or taken unmasked.
+struct Visibility {
+  AttentionShape p;
+  int64_t nq, nk, off;
+  bool left, right;  // is the window bounded on that side
+  int64_t wl, wr;
+
+  explicit Visibility(const AttentionShape& shape)
+      : p(shape), nq(shape.N), nk(shape.keys()), off(shape.keys() - shape.N), left(shape.window_left >= 0),
+        right(shape.causal || shape.window_right >= 0), wl(shape.window_left),
+        wr(shape.causal ? 0 : shape.window_right) {}
+
+  int64_t lo(int64_t i) const { return p.first_key(i); }
+  int64_t hi(int64_t i) const { return p.last_key(i); }
+  bool visible(int64_t i, int64_t j) const { return j >= lo(i) && j <= hi(i); }
+  // Key blocks (of `block` keys) that some row of [i0, i0 + mi) sees: [*first, *last), maybe empty.
+  void key_blocks(int64_t i0, int64_t mi, int64_t block, int64_t* first, int64_t* last) const {
+    const int64_t a = lo(i0), b = hi(i0 + mi - 1);
+    *first = a / block;
+    *last = b < a ? *first : b / block + 1;
+  }
+  // Query blocks (of `block` rows) that some key of [j0, j0 + nj) is seen by: [*first, *last).
+  void query_blocks(int64_t j0, int64_t nj, int64_t block, int64_t* first, int64_t* last) const {
+    const int64_t a = right ? std::max<int64_t>(0, j0 - wr - off) : 0;          // first i with hi(i) >= j0
+    const int64_t b = left ? std::min(nq - 1, j0 + nj - 1 + wl - off) : nq - 1;  // last i with lo(i) <= j end
+    *first = a / block;
+    *last = (b < a || a >= nq) ? *first : b / block + 1;
+  }
+  // Does the tile (rows [i0, i0 + mi), keys [j0, j0 + nj)) hold a masked entry?
+  bool partly_masked(int64_t i0, int64_t mi, int64_t j0, int64_t nj) const {
+    return lo(i0 + mi - 1) > j0 || hi(i0) < j0 + nj - 1;
+  }
+};
+
+// Task counts and head offsets for grouped heads: query head h of batch b reads the key/value
+// head kv_head(b, h); both return the first row of the head.
+struct Heads {
+  int64_t B, H, Hkv, group, nq, nk;
+  explicit Heads(const AttentionShape& p)
+      : B(p.B), H(p.H), Hkv(p.kv_heads()), group(p.H / p.kv_heads()), nq(p.N), nk(p.keys()) {}
+  int64_t q_row(int64_t b, int64_t h) const { return (b * H + h) * nq; }
+  int64_t kv_row_of_q(int64_t b, int64_t h) const { return (b * Hkv + h / group) * nk; }
+  int64_t kv_row(int64_t b, int64_t hk) const { return (b * Hkv + hk) * nk; }
+};
 
 // <a, b> over d.
 template <typename T>
@@ -191,17 +241,20 @@ inline void tile_atb_acc(int64_t mi, int64_t nj, int64_t d, const T* C, const T*
     out.noalias() += c.transpose().lazyProduct(a);
 }
 
-// P(i, j) = exp(S(i, j) - L_i), and 0 where key j0 + j is after query i0 + i (causal).
-// S and P may alias. L points at the block's first row.
+// P(i, j) = exp(S(i, j) - L_i), and 0 where query i0 + i does not see key j0 + j. S and P may
+// alias. L points at the block's first row. A row that sees no key has L = -inf but all its
+// entries masked, so exp(S - L) is never formed for it.
 template <typename T>
-inline void tile_probs(int64_t mi, int64_t nj, int64_t i0, int64_t j0, bool causal, const T* S,
-                       const T* L, T* P) {
-  const bool masked = tile_partly_masked(causal, i0, j0, nj);
-  for (int64_t i = 0; i < mi; ++i)
+inline void tile_probs(const Visibility& vis, int64_t mi, int64_t nj, int64_t i0, int64_t j0,
+                       const T* S, const T* L, T* P) {
+  const bool masked = vis.partly_masked(i0, mi, j0, nj);
+  for (int64_t i = 0; i < mi; ++i) {
+    const int64_t lo = vis.lo(i0 + i) - j0, hi = vis.hi(i0 + i) - j0;
     for (int64_t j = 0; j < nj; ++j) {
       const int64_t ij = i * kBlockN + j;
-      P[ij] = (masked && j0 + j > i0 + i) ? T(0) : std::exp(S[ij] - L[i]);
+      P[ij] = (masked && (j < lo || j > hi)) ? T(0) : std::exp(S[ij] - L[i]);
     }
+  }
 }
 
 }  // namespace detail

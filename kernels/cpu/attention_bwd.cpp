@@ -6,16 +6,18 @@
 //   P = softmax_rows(S)        D = rowsum(dO∘O) = Σ_j P∘dP,  dS = P∘(dP - D)
 //   S = s·Q·Kᵀ                 dQ = s·dS·K,  dK = s·dSᵀ·Q
 //
-// Shapes: Q, K, V, O, dO, dQ, dK, dV are (B, H, N, d); L and D are (B, H, N).
+// Shapes: Q, O, dO, dQ are (B, H, N, d); K, V, dK, dV are (B, Hkv, Nk, d); L and D are (B, H, N).
 //
 // Tiling, three phases:
 //   1. D: parallel over rows; D_i = <dO_i, O_i>, stored per row (B·H·N scalars).
-//   2. dK, dV: one task per (b, h, key block of kBlockN rows) sweeping the query blocks
-//      (kBlockM rows each); dK and dV accumulate in the task's own kBlockN x d buffers.
+//   2. dK, dV: one task per (b, kv head, key block of kBlockN rows) sweeping the query blocks
+//      (kBlockM rows each) of every query head of the kv head's group; dK and dV accumulate in
+//      the task's own kBlockN x d buffers, so the group sum needs no atomics and no copy of K, V.
 //   3. dQ: one task per (b, h, query block) sweeping the key blocks, recomputing P, dP, dS.
 //      (The GPU adds dQ atomically inside phase 2; on the CPU a second sweep is race-free and
 //      deterministic.)
-// Causal: tiles entirely above the diagonal are skipped, the diagonal tile is masked (P = 0).
+// Masks: tiles outside every row's window are skipped, tiles across a window edge are masked
+// (P = 0). Rows that see no key have O = 0, so D = 0, and every tile entry of theirs is masked.
 // Scratch per thread: P, dP tiles (kBlockM x kBlockN) and two nj x d (or mi x d) accumulators.
 #include <algorithm>
 #include <vector>
@@ -30,7 +32,9 @@ void attention_bwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
   const int64_t B = p.B, H = p.H, N = p.N, d = p.d;
   const T s = static_cast<T>(p.scale);
   const int64_t num_q_blocks = detail::num_blocks(N, kBlockM);
-  const int64_t num_k_blocks = detail::num_blocks(N, kBlockN);
+  const detail::Visibility vis(p);
+  const detail::Heads heads(p);
+  const int64_t num_k_blocks = detail::num_blocks(vis.nk, kBlockN);
   [[maybe_unused]] const bool par = detail::worth_threads(p);
   std::vector<T> D(B * H * N);  // (B, H, N)
 
@@ -48,16 +52,17 @@ void attention_bwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
     std::vector<T> acc_a(std::max(kBlockM, kBlockN) * d);  // dK (phase 2) or dQ (phase 3)
     std::vector<T> acc_b(kBlockN * d);                     // dV (phase 2)
 
-    // Recomputes the tile (query rows [i0, i0 + mi), key rows [j0, j0 + nj)) of head `head`:
+    // Recomputes the tile (query rows [i0, i0 + mi) of the query head starting at row `qh`, key
+    // rows [j0, j0 + nj) of the kv head starting at row `kh`):
     // P = exp(s·Q·Kᵀ - L) and dS = P∘(dO·Vᵀ - D).
-    auto tile_P_dS = [&](int64_t head, int64_t i0, int64_t mi, int64_t j0, int64_t nj) {
-      const T* Qi = Q + (head + i0) * d;
-      const T* dOi = dO + (head + i0) * d;
-      const T* Kj = K + (head + j0) * d;
-      const T* Vj = V + (head + j0) * d;
-      const T* Di = D.data() + head + i0;
+    auto tile_P_dS = [&](int64_t qh, int64_t kh, int64_t i0, int64_t mi, int64_t j0, int64_t nj) {
+      const T* Qi = Q + (qh + i0) * d;
+      const T* dOi = dO + (qh + i0) * d;
+      const T* Kj = K + (kh + j0) * d;
+      const T* Vj = V + (kh + j0) * d;
+      const T* Di = D.data() + qh + i0;
       detail::tile_abt(mi, nj, d, s, Qi, Kj, P.data(), false);       // S = s·Q·Kᵀ
-      detail::tile_probs(mi, nj, i0, j0, p.causal, P.data(), L + head + i0, P.data());  // P = softmax_rows(S)
+      detail::tile_probs(vis, mi, nj, i0, j0, P.data(), L + qh + i0, P.data());  // P = softmax_rows(S)
       detail::tile_abt(mi, nj, d, T(1), dOi, Vj, dS.data(), false);  // undoes O = P·V: dP = dO·Vᵀ
       for (int64_t i = 0; i < mi; ++i)
         for (int64_t j = 0; j < nj; ++j) {
@@ -66,36 +71,39 @@ void attention_bwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
         }
     };
 
-    // ---- phase 2: dK, dV, one key block per task ----
+    // ---- phase 2: dK, dV, one (kv head, key block) per task ----
     GG_OMP(for collapse(3) schedule(dynamic, 1))
     for (int64_t b = 0; b < B; ++b)
-      for (int64_t h = 0; h < H; ++h)
+      for (int64_t hk = 0; hk < heads.Hkv; ++hk)
         for (int64_t kb = 0; kb < num_k_blocks; ++kb) {
-          // prologue: key rows [j0, j0 + nj); causal: the first query block that sees them
-          const int64_t head = (b * H + h) * N;
+          // prologue: key rows [j0, j0 + nj); the query blocks that see them
+          const int64_t kh = heads.kv_row(b, hk);
           const int64_t j0 = kb * kBlockN;
-          const int64_t nj = std::min(kBlockN, N - j0);
+          const int64_t nj = std::min(kBlockN, vis.nk - j0);
           T* dKj = acc_a.data();
           T* dVj = acc_b.data();
           std::fill(dKj, dKj + nj * d, T(0));
           std::fill(dVj, dVj + nj * d, T(0));
-          const int64_t qb_begin = p.causal ? j0 / kBlockM : 0;
+          int64_t qb_first, qb_last;
+          vis.query_blocks(j0, nj, kBlockM, &qb_first, &qb_last);
 
-          // main loop: sweep query blocks [i0, i0 + mi)
-          for (int64_t qb = qb_begin; qb < num_q_blocks; ++qb) {
-            const int64_t i0 = qb * kBlockM;
-            const int64_t mi = std::min(kBlockM, N - i0);
-            if (detail::tile_fully_masked(p.causal, i0, mi, j0)) continue;
-            tile_P_dS(head, i0, mi, j0, nj);
-            const T* Qi = Q + (head + i0) * d;
-            const T* dOi = dO + (head + i0) * d;
-            detail::tile_atb_acc(mi, nj, d, P.data(), dOi, dVj);  // undoes O = P·V: dV += Pᵀ·dO
-            detail::tile_atb_acc(mi, nj, d, dS.data(), Qi, dKj);  // undoes S = s·Q·Kᵀ: dK += dSᵀ·Q
+          // main loop: every query head of the group, sweep query blocks [i0, i0 + mi)
+          for (int64_t h = hk * heads.group; h < (hk + 1) * heads.group; ++h) {
+            const int64_t qh = heads.q_row(b, h);
+            for (int64_t qb = qb_first; qb < qb_last; ++qb) {
+              const int64_t i0 = qb * kBlockM;
+              const int64_t mi = std::min(kBlockM, N - i0);
+              tile_P_dS(qh, kh, i0, mi, j0, nj);
+              const T* Qi = Q + (qh + i0) * d;
+              const T* dOi = dO + (qh + i0) * d;
+              detail::tile_atb_acc(mi, nj, d, P.data(), dOi, dVj);  // undoes O = P·V: dV += Pᵀ·dO
+              detail::tile_atb_acc(mi, nj, d, dS.data(), Qi, dKj);  // undoes S = s·Q·Kᵀ: dK += dSᵀ·Q
+            }
           }
 
           // epilogue: dK = s·(Σ dSᵀ·Q), dV as accumulated
-          T* dK_out = dK + (head + j0) * d;
-          T* dV_out = dV + (head + j0) * d;
+          T* dK_out = dK + (kh + j0) * d;
+          T* dV_out = dV + (kh + j0) * d;
           for (int64_t x = 0; x < nj * d; ++x) {
             dK_out[x] = s * dKj[x];
             dV_out[x] = dVj[x];
@@ -108,24 +116,25 @@ void attention_bwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
       for (int64_t h = 0; h < H; ++h)
         for (int64_t qb = 0; qb < num_q_blocks; ++qb) {
           // prologue: query rows [i0, i0 + mi)
-          const int64_t head = (b * H + h) * N;
+          const int64_t qh = heads.q_row(b, h), kh = heads.kv_row_of_q(b, h);
           const int64_t i0 = qb * kBlockM;
           const int64_t mi = std::min(kBlockM, N - i0);
           T* dQi = acc_a.data();
           std::fill(dQi, dQi + mi * d, T(0));
+          int64_t kb_first, kb_last;
+          vis.key_blocks(i0, mi, kBlockN, &kb_first, &kb_last);
 
-          // main loop: sweep key blocks [j0, j0 + nj) up to the diagonal
-          for (int64_t kb = 0; kb < num_k_blocks; ++kb) {
+          // main loop: sweep the key blocks [j0, j0 + nj) that some row sees
+          for (int64_t kb = kb_first; kb < kb_last; ++kb) {
             const int64_t j0 = kb * kBlockN;
-            if (detail::tile_fully_masked(p.causal, i0, mi, j0)) break;
-            const int64_t nj = std::min(kBlockN, N - j0);
-            tile_P_dS(head, i0, mi, j0, nj);
-            const T* Kj = K + (head + j0) * d;
+            const int64_t nj = std::min(kBlockN, vis.nk - j0);
+            tile_P_dS(qh, kh, i0, mi, j0, nj);
+            const T* Kj = K + (kh + j0) * d;
             detail::tile_ab_acc(mi, nj, d, dS.data(), Kj, dQi);  // undoes S = s·Q·Kᵀ: dQ += dS·K
           }
 
           // epilogue: dQ = s·(Σ dS·K)
-          T* dQ_out = dQ + (head + i0) * d;
+          T* dQ_out = dQ + (qh + i0) * d;
           for (int64_t x = 0; x < mi * d; ++x) dQ_out[x] = s * dQi[x];
         }
   }

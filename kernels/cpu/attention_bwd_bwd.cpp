@@ -13,7 +13,8 @@
 // An absent cotangent (nullptr) drops its terms: no Qt and no Kt means G = 0 (so E = 0, dP̄ = 0,
 // grad_V = 0, and dP is never formed); no Vt means H = 0. All absent: every output is 0.
 //
-// Shapes: Q, K, V, O, dO, Qt, Kt, Vt and the four outputs are (B, H, N, d); L, D, E, F are (B, H, N).
+// Shapes: Q, O, dO, Qt, grad_Q, grad_dO are (B, H, N, d); K, V, Kt, Vt, grad_K, grad_V are
+// (B, Hkv, Nk, d); L, D, E, F are (B, H, N).
 //
 // Tiling, the two-pass schedule of docs/attention.md (section 4). The outputs depend on E and F
 // only affinely, so a query block can accumulate pieces and combine them once its sweep ends:
@@ -23,9 +24,11 @@
 //   0. D = rowsum(dO∘O), parallel over rows.
 //   1. One task per (b, h, query block of kBlockM rows), sweeping the key blocks: E, F, grad_Q,
 //      grad_dO. E and F are stored per row (B·H·N scalars each).
-//   2. One task per (b, h, key block of kBlockN rows), sweeping the query blocks, with the rows'
-//      D, E, F at hand: grad_K, grad_V.
-// Causal: tiles entirely above the diagonal are skipped, the diagonal tile is masked (P = 0).
+//   2. One task per (b, kv head, key block of kBlockN rows), sweeping the query blocks of every
+//      query head of the kv head's group, with the rows' D, E, F at hand: grad_K, grad_V (the
+//      group sum stays in the task's accumulators).
+// Masks: tiles outside every row's window are skipped, tiles across a window edge are masked
+// (P = 0). A row that sees no key has P = 0 throughout, so it contributes nothing anywhere.
 // Scratch per thread: eight kBlockM x kBlockN tiles, six accumulators of max(kBlockM, kBlockN) x d.
 #include <algorithm>
 #include <vector>
@@ -39,7 +42,10 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
                        const T* L, const T* dO, const T* Qt, const T* Kt, const T* Vt, T* gQ,
                        T* gK, T* gV, T* gdO) {
   const int64_t B = p.B, num_heads = p.H, N = p.N, d = p.d;
-  const int64_t rows = B * num_heads * N;
+  const detail::Visibility vis(p);
+  const detail::Heads heads(p);
+  const int64_t rows = B * num_heads * N;          // query rows
+  const int64_t kv_rows = B * heads.Hkv * vis.nk;  // key rows
   const T s = static_cast<T>(p.scale);
   const bool has_Qt = Qt != nullptr, has_Kt = Kt != nullptr, has_Vt = Vt != nullptr;
   const bool has_G = has_Qt || has_Kt;  // G = s·(Qt·Kᵀ + Q·Ktᵀ) is nonzero
@@ -47,14 +53,14 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
 
   if (!has_G && !has_H) {  // ℒ = 0: every gradient is zero
     std::fill(gQ, gQ + rows * d, T(0));
-    std::fill(gK, gK + rows * d, T(0));
-    std::fill(gV, gV + rows * d, T(0));
+    std::fill(gK, gK + kv_rows * d, T(0));
+    std::fill(gV, gV + kv_rows * d, T(0));
     std::fill(gdO, gdO + rows * d, T(0));
     return;
   }
 
   const int64_t num_q_blocks = detail::num_blocks(N, kBlockM);
-  const int64_t num_k_blocks = detail::num_blocks(N, kBlockN);
+  const int64_t num_k_blocks = detail::num_blocks(vis.nk, kBlockN);
   [[maybe_unused]] const bool par = detail::worth_threads(p);
   std::vector<T> D(rows), E(rows), F(rows);  // (B, H, N) row scalars
 
@@ -76,15 +82,16 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
     std::vector<T> X1(acc_rows * d), X2(acc_rows * d), X3(acc_rows * d), X4(acc_rows * d);
     std::vector<T> Y1(acc_rows * d), Y2(acc_rows * d);
 
-    // Recomputes, for query rows [i0, i0 + mi) and key rows [j0, j0 + nj) of head `head`,
-    // P always, dP and G when has_G, H when has_H.
-    auto score_tiles = [&](int64_t head, int64_t i0, int64_t mi, int64_t j0, int64_t nj) {
+    // Recomputes, for query rows [i0, i0 + mi) of the query head starting at row `head` and key
+    // rows [j0, j0 + nj) of the kv head starting at row `kh`, P always, dP and G when has_G, H
+    // when has_H.
+    auto score_tiles = [&](int64_t head, int64_t kh, int64_t i0, int64_t mi, int64_t j0, int64_t nj) {
       const T* Qi = Q + (head + i0) * d;
       const T* dOi = dO + (head + i0) * d;
-      const T* Kj = K + (head + j0) * d;
-      const T* Vj = V + (head + j0) * d;
+      const T* Kj = K + (kh + j0) * d;
+      const T* Vj = V + (kh + j0) * d;
       detail::tile_abt(mi, nj, d, s, Qi, Kj, P.data(), false);  // S = s·Q·Kᵀ
-      detail::tile_probs(mi, nj, i0, j0, p.causal, P.data(), L + head + i0, P.data());
+      detail::tile_probs(vis, mi, nj, i0, j0, P.data(), L + head + i0, P.data());
       if (has_G) {
         detail::tile_abt(mi, nj, d, T(1), dOi, Vj, dP.data(), false);  // dP = dO·Vᵀ
         bool first = true;
@@ -93,10 +100,10 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
           first = false;
         }
         if (has_Kt)  // from dK = s·dSᵀ·Q
-          detail::tile_abt(mi, nj, d, s, Qi, Kt + (head + j0) * d, G.data(), !first);
+          detail::tile_abt(mi, nj, d, s, Qi, Kt + (kh + j0) * d, G.data(), !first);
       }
       if (has_H)  // from dV = Pᵀ·dO
-        detail::tile_abt(mi, nj, d, T(1), dOi, Vt + (head + j0) * d, Hs.data(), false);
+        detail::tile_abt(mi, nj, d, T(1), dOi, Vt + (kh + j0) * d, Hs.data(), false);
     };
 
     // ---- pass 1: E, F, grad_Q, grad_dO, one query block per task ----
@@ -105,9 +112,11 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
       for (int64_t h = 0; h < num_heads; ++h)
         for (int64_t qb = 0; qb < num_q_blocks; ++qb) {
           // prologue: query rows [i0, i0 + mi)
-          const int64_t head = (b * num_heads + h) * N;
+          const int64_t head = heads.q_row(b, h), kh = heads.kv_row_of_q(b, h);
           const int64_t i0 = qb * kBlockM;
           const int64_t mi = std::min(kBlockM, N - i0);
+          int64_t kb_first, kb_last;
+          vis.key_blocks(i0, mi, kBlockN, &kb_first, &kb_last);
           const T* Di = D.data() + head + i0;
           T* Ei = E.data() + head + i0;
           T* Fi = F.data() + head + i0;
@@ -116,12 +125,11 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
           for (auto* acc : {&X1, &X2, &X3, &X4, &Y1, &Y2})
             std::fill(acc->begin(), acc->begin() + mi * d, T(0));
 
-          // main loop: sweep key blocks [j0, j0 + nj) up to the diagonal
-          for (int64_t kb = 0; kb < num_k_blocks; ++kb) {
+          // main loop: sweep the key blocks [j0, j0 + nj) that some row sees
+          for (int64_t kb = kb_first; kb < kb_last; ++kb) {
             const int64_t j0 = kb * kBlockN;
-            if (detail::tile_fully_masked(p.causal, i0, mi, j0)) break;
-            const int64_t nj = std::min(kBlockN, N - j0);
-            score_tiles(head, i0, mi, j0, nj);
+            const int64_t nj = std::min(kBlockN, vis.nk - j0);
+            score_tiles(head, kh, i0, mi, j0, nj);
 
             // Coefficient tiles and row sums. P̄ = (dP - D)∘G - dP∘E + H splits into the part
             // known now, C1 = P∘((dP - D)∘G + H), and E·(P∘dP), applied in the epilogue.
@@ -147,19 +155,19 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
               Ei[i] += e;
               Fi[i] += f;
             }
-            const T* Kj = K + (head + j0) * d;
+            const T* Kj = K + (kh + j0) * d;
             // S̄·K = X1 - E·X2 - F·X3: undoes S = s·Q·Kᵀ in Q (through P = softmax_rows(S))
             detail::tile_ab_acc(mi, nj, d, C1.data(), Kj, X1.data());  // X1 += C1·K
             detail::tile_ab_acc(mi, nj, d, P.data(), Kj, X3.data());   // X3 += P·K
             if (has_G) {
               detail::tile_ab_acc(mi, nj, d, PdP.data(), Kj, X2.data());  // X2 += (P∘dP)·K
               // dP̄·V = (P∘G)·V - E·O: undoes dP = dO·Vᵀ in dO
-              detail::tile_ab_acc(mi, nj, d, PG.data(), V + (head + j0) * d, Y1.data());
+              detail::tile_ab_acc(mi, nj, d, PG.data(), V + (kh + j0) * d, Y1.data());
             }
             if (has_Kt)  // undoes dK = s·dSᵀ·Q in Q: X4 += dS·Kt
-              detail::tile_ab_acc(mi, nj, d, dS.data(), Kt + (head + j0) * d, X4.data());
+              detail::tile_ab_acc(mi, nj, d, dS.data(), Kt + (kh + j0) * d, X4.data());
             if (has_Vt)  // undoes dV = Pᵀ·dO in dO: Y2 += P·Vt
-              detail::tile_ab_acc(mi, nj, d, P.data(), Vt + (head + j0) * d, Y2.data());
+              detail::tile_ab_acc(mi, nj, d, P.data(), Vt + (kh + j0) * d, Y2.data());
           }
 
           // epilogue: complete F, combine the affine pieces (an absent piece is a zero
@@ -182,27 +190,29 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
         }
     // (implicit barrier: pass 2 reads every row's E and F)
 
-    // ---- pass 2: grad_K, grad_V, one key block per task ----
+    // ---- pass 2: grad_K, grad_V, one (kv head, key block) per task ----
     GG_OMP(for collapse(3) schedule(dynamic, 1))
     for (int64_t b = 0; b < B; ++b)
-      for (int64_t h = 0; h < num_heads; ++h)
+      for (int64_t hk = 0; hk < heads.Hkv; ++hk)
         for (int64_t kb = 0; kb < num_k_blocks; ++kb) {
-          // prologue: key rows [j0, j0 + nj); causal: the first query block that sees them
-          const int64_t head = (b * num_heads + h) * N;
+          // prologue: key rows [j0, j0 + nj); the query blocks that see them
+          const int64_t kh = heads.kv_row(b, hk);
           const int64_t j0 = kb * kBlockN;
-          const int64_t nj = std::min(kBlockN, N - j0);
+          const int64_t nj = std::min(kBlockN, vis.nk - j0);
           T* gKj = X1.data();  // pass 1's accumulators, reused
           T* gVj = Y1.data();
           std::fill(gKj, gKj + nj * d, T(0));
           std::fill(gVj, gVj + nj * d, T(0));
-          const int64_t qb_begin = p.causal ? j0 / kBlockM : 0;
+          int64_t qb_first, qb_last;
+          vis.query_blocks(j0, nj, kBlockM, &qb_first, &qb_last);
 
-          // main loop: sweep query blocks [i0, i0 + mi)
-          for (int64_t qb = qb_begin; qb < num_q_blocks; ++qb) {
-            const int64_t i0 = qb * kBlockM;
+          // main loop: for every query head of the group, sweep query blocks [i0, i0 + mi)
+          const int64_t n_qb = qb_last - qb_first;
+          for (int64_t t = 0; t < heads.group * n_qb; ++t) {
+            const int64_t head = heads.q_row(b, hk * heads.group + t / n_qb);
+            const int64_t i0 = (qb_first + t % n_qb) * kBlockM;
             const int64_t mi = std::min(kBlockM, N - i0);
-            if (detail::tile_fully_masked(p.causal, i0, mi, j0)) continue;
-            score_tiles(head, i0, mi, j0, nj);
+            score_tiles(head, kh, i0, mi, j0, nj);
             const T* Di = D.data() + head + i0;
             const T* Ei = E.data() + head + i0;
             const T* Fi = F.data() + head + i0;
@@ -230,8 +240,8 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
           }
 
           // epilogue: grad_K = s·(S̄ᵀ·Q + dSᵀ·Qt), grad_V as accumulated (0 without G)
-          T* gK_out = gK + (head + j0) * d;
-          T* gV_out = gV + (head + j0) * d;
+          T* gK_out = gK + (kh + j0) * d;
+          T* gV_out = gV + (kh + j0) * d;
           for (int64_t x = 0; x < nj * d; ++x) {
             gK_out[x] = s * gKj[x];
             gV_out[x] = gVj[x];

@@ -5,14 +5,15 @@
 //   L_i = logsumexp_j S_ij                      (natural log; saved for the backward)
 //   P = exp(S - L) = softmax_rows(S),   O = P·V
 //
-// Shapes: Q, K, V, O are (B, H, N, d); L is (B, H, N).
+// Shapes: Q, O are (B, H, N, d); K, V are (B, Hkv, Nk, d); L is (B, H, N).
 //
 // Tiling: one task per (b, h, query block of kBlockM rows). A task sweeps the key blocks
 // (kBlockN rows each) with an online softmax: per query row a running max m, a running sum
 // l = Σ exp(S - m), and an accumulator acc = Σ exp(S - m)·V_j that is rescaled by
 // exp(m_old - m_new) whenever the max grows. At the end O = acc / l and L = m + log(l).
-// Causal: key blocks entirely after the query block are never visited; the diagonal tile is
-// masked entry by entry. Every query row sees its own key, so l > 0 and m is finite at the end.
+// Masks (causal, windows): only the key blocks that meet some row's window are visited; tiles
+// that cross a window edge are masked entry by entry. A row that sees no key ends with l = 0:
+// it gets O = 0 and L = -inf.
 // Scratch per thread: one kBlockM x kBlockN score tile, kBlockM x d accumulator, 2·kBlockM scalars.
 #include <algorithm>
 #include <cmath>
@@ -29,7 +30,8 @@ void attention_fwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
   const T s = static_cast<T>(p.scale);
   const T neg_inf = -std::numeric_limits<T>::infinity();
   const int64_t num_q_blocks = detail::num_blocks(N, kBlockM);
-  const int64_t num_k_blocks = detail::num_blocks(N, kBlockN);
+  const detail::Visibility vis(p);
+  const detail::Heads heads(p);
   [[maybe_unused]] const bool par = detail::worth_threads(p);
 
   GG_OMP(parallel if (par)) {
@@ -43,31 +45,31 @@ void attention_fwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
       for (int64_t h = 0; h < H; ++h)
         for (int64_t qb = 0; qb < num_q_blocks; ++qb) {
           // ---- prologue: this task's query rows [i0, i0 + mi) of head (b, h) ----
-          const int64_t head = (b * H + h) * N;  // first row of the head
+          const int64_t head = heads.q_row(b, h);  // first row of the query head
           const int64_t i0 = qb * kBlockM;
           const int64_t mi = std::min(kBlockM, N - i0);
           const T* Qi = Q + (head + i0) * d;
-          const T* Kh = K + head * d;
-          const T* Vh = V + head * d;
+          const T* Kh = K + heads.kv_row_of_q(b, h) * d;
+          const T* Vh = V + heads.kv_row_of_q(b, h) * d;
           std::fill(m.begin(), m.end(), neg_inf);
           std::fill(l.begin(), l.end(), T(0));
           std::fill(acc.begin(), acc.end(), T(0));
+          int64_t kb_first, kb_last;
+          vis.key_blocks(i0, mi, kBlockN, &kb_first, &kb_last);
 
-          // ---- main loop: sweep key blocks [j0, j0 + nj) ----
-          for (int64_t kb = 0; kb < num_k_blocks; ++kb) {
+          // ---- main loop: sweep the key blocks [j0, j0 + nj) that some row sees ----
+          for (int64_t kb = kb_first; kb < kb_last; ++kb) {
             const int64_t j0 = kb * kBlockN;
-            if (detail::tile_fully_masked(p.causal, i0, mi, j0)) break;  // and all later ones
-            const int64_t nj = std::min(kBlockN, N - j0);
+            const int64_t nj = std::min(kBlockN, vis.nk - j0);
             const T* Kj = Kh + j0 * d;
             const T* Vj = Vh + j0 * d;
-            const bool masked = detail::tile_partly_masked(p.causal, i0, j0, nj);
 
             // S = s·Q_i·K_jᵀ, masked entries -inf.
             detail::tile_abt(mi, nj, d, s, Qi, Kj, S.data(), /*accumulate=*/false);
-            if (masked)
+            if (vis.partly_masked(i0, mi, j0, nj))
               for (int64_t i = 0; i < mi; ++i)
                 for (int64_t j = 0; j < nj; ++j)
-                  if (j0 + j > i0 + i) S[i * kBlockN + j] = neg_inf;
+                  if (!vis.visible(i0 + i, j0 + j)) S[i * kBlockN + j] = neg_inf;
 
             // Online softmax, row by row.
             for (int64_t i = 0; i < mi; ++i) {
@@ -94,14 +96,14 @@ void attention_fwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
             detail::tile_ab_acc(mi, nj, d, S.data(), Vj, acc.data());
           }
 
-          // ---- epilogue: O = acc / l, L = m + log(l) ----
+          // ---- epilogue: O = acc / l, L = m + log(l); a row with no visible key: O = 0, L = -inf ----
           for (int64_t i = 0; i < mi; ++i) {
-            const T inv_l = T(1) / l[i];
+            const T inv_l = l[i] > T(0) ? T(1) / l[i] : T(0);  // acc is 0 there too
             T* Oi = O + (head + i0 + i) * d;
             const T* acc_i = acc.data() + i * d;
             GG_OMP(simd)
             for (int64_t k = 0; k < d; ++k) Oi[k] = acc_i[k] * inv_l;
-            L[head + i0 + i] = m[i] + std::log(l[i]);
+            L[head + i0 + i] = l[i] > T(0) ? m[i] + std::log(l[i]) : neg_inf;
           }
         }
   }
