@@ -135,8 +135,8 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 struct AttentionOptions {
   std::optional<double> scale;          // default 1/sqrt(d)
   bool causal = false;                  // window_right = 0: query i sees keys j <= i + Nk - Nq
-  std::optional<int64_t> window_left;   // keys before i' that a query sees; unset: all of them
-  std::optional<int64_t> window_right;  // keys after i' that a query sees; unset: all of them
+  std::optional<int64_t> window_left = std::nullopt;   // keys before i' a query sees; unset: all
+  std::optional<int64_t> window_right = std::nullopt;  // keys after i' a query sees; unset: all
 };
 // softmax(scale·Q·Kᵀ + mask)·V, built from the ops above (stores Nq×Nk scores): the ground truth.
 // q (.., Nq, d), k (.., Nk, d), v (.., Nk, dv) with the same leading dims, or 4-D with grouped

@@ -76,6 +76,31 @@ TEST(AttentionMemory, FusedLevelsAreLinearInN) {
             << "; one N×N matrix is " << nn << "\n";
 }
 
+// Grouped-query heads: 8 query heads share one key/value head. The gradients of K and V are
+// summed over the group inside the kernels, so no level holds an (B, Hq, N, d) copy of K or V
+// (each such copy would be 8 (N, d) tensors). A causal window of 128 keys keeps the work small.
+TEST(AttentionMemory, GroupedHeadsAllocateNoExpandedKeys) {
+  const int64_t N = 4096, d = 64, Hq = 8;
+  const Shape qs = {1, Hq, N, d}, ks = {1, 1, N, d};
+  const int64_t nd = N * d * 4;  // one (N, d) f32 tensor
+  manual_seed(3);
+  Tensor q = randn(qs), k = randn(ks), v = randn(ks), dO = randn(qs), qt = randn(qs), kt = randn(ks), vt = randn(ks);
+  const AttentionOptions o{std::nullopt, true, 128, std::nullopt};
+  NoGradGuard ng;
+  AttentionForward f;
+  int64_t fwd = peak_bytes_of([&] { f = attention_forward(q, k, v, o); });
+  TensorList g;
+  int64_t bwd = peak_bytes_of([&] { g = attention_backward(q, k, v, f.O, f.L, dO, o); });
+  TensorList gg;
+  int64_t bob = peak_bytes_of([&] { gg = attention_backward_backward(q, k, v, f.O, f.L, dO, qt, kt, vt, o); });
+  // Outputs: forward Hq (N,d) + L; backward Hq + 2; BoB 2·Hq + 2. Scratch: a few more (N,d).
+  EXPECT_LE(fwd, (Hq + 2) * nd) << "forward";
+  EXPECT_LE(bwd, (Hq + 2 + 3) * nd) << "backward";
+  EXPECT_LE(bob, (2 * Hq + 2 + 4) * nd) << "BoB";
+  std::cout << "peak bytes at Hq=8, Hkv=1, N=4096, d=64 (f32): forward " << fwd << ", backward " << bwd << ", BoB "
+            << bob << "; one (N, d) tensor is " << nd << "\n";
+}
+
 TEST(AttentionMemory, CompositeNeedsNSquared) {
   const int64_t N = 4096, d = 64;
   const Shape s = {1, 1, N, d};
