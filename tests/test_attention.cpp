@@ -1,6 +1,7 @@
 // The fused attention op against the composite ground truth, at orders 0, 1, 2 and (through
 // the fallback) 3, plus the edge cases: partial cotangents, zero dO, rows that see only
 // themselves, huge logits, and a MAML step whose outer gradient runs through BoB.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -340,6 +341,51 @@ TEST_P(OptionsVsComposite, OrdersZeroToThree) {
   EXPECT_TRUE(all_finite(a)) << describe(c);
   EXPECT_TRUE(all_finite(b)) << describe(c);
   expect_chains_equal(a, b, 1e-10, describe(c));
+}
+
+// The mask written out independently of the op's resolve_mask / first_key / last_key (which the
+// composite shares with the kernels): plain loops over the definition in ops.h, forward only.
+Values reference_forward(const OptCase& c, int64_t B, const TensorList& qkv) {
+  const Values q = qkv[0].to_vector<double>(), k = qkv[1].to_vector<double>(), v = qkv[2].to_vector<double>();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+  const int64_t group = c.Hq / c.Hkv;
+  Values out(q.size(), 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < c.Hq; ++h)
+      for (int64_t i = 0; i < c.Nq; ++i) {
+        const int64_t aligned = i + c.Nk - c.Nq;
+        std::vector<double> score;
+        std::vector<int64_t> keys;
+        for (int64_t j = 0; j < c.Nk; ++j) {
+          if (c.causal && j > aligned) continue;
+          if (c.left && j < aligned - *c.left) continue;
+          if (c.right && j > aligned + *c.right) continue;
+          double dot = 0;
+          for (int64_t e = 0; e < c.d; ++e)
+            dot += q[static_cast<size_t>(((b * c.Hq + h) * c.Nq + i) * c.d + e)] *
+                   k[static_cast<size_t>(((b * c.Hkv + h / group) * c.Nk + j) * c.d + e)];
+          score.push_back(scale * dot);
+          keys.push_back(j);
+        }
+        if (keys.empty()) continue;  // O = 0
+        const double m = *std::max_element(score.begin(), score.end());
+        double total = 0;
+        for (double& x : score) total += (x = std::exp(x - m));
+        for (size_t t = 0; t < keys.size(); ++t)
+          for (int64_t e = 0; e < c.d; ++e)
+            out[static_cast<size_t>(((b * c.Hq + h) * c.Nq + i) * c.d + e)] +=
+                score[t] / total * v[static_cast<size_t>(((b * c.Hkv + h / group) * c.Nk + keys[t]) * c.d + e)];
+      }
+  return out;
+}
+
+TEST_P(OptionsVsComposite, ForwardMatchesPlainLoops) {
+  const OptCase& c = option_cases()[GetParam()];
+  const OptInputs in = opt_inputs(c, 2, 100 + GetParam());
+  const Values want = reference_forward(c, 2, in.qkv);
+  for (AttnFn f : {fused, composite})
+    EXPECT_LE(rel_error(f(in.qkv[0], in.qkv[1], in.qkv[2], options_of(c)).to_vector<double>(), want, 1.0), 1e-13)
+        << describe(c);
 }
 
 INSTANTIATE_TEST_SUITE_P(Attention, OptionsVsComposite, ::testing::Range<size_t>(0, option_cases().size()),
