@@ -146,8 +146,8 @@ struct Visibility {
   }
 };
 
-// Task counts and head offsets for grouped heads: query head h of batch b reads the key/value
-// head kv_head(b, h); both return the first row of the head.
+// Head offsets for grouped heads, as the first row of a head: q_row for query head h of batch b,
+// kv_row_of_q for the key/value head that query head reads (h / group), kv_row for kv head hk.
 struct Heads {
   int64_t B, H, Hkv, group, nq, nk;
   explicit Heads(const AttentionShape& p)
