@@ -37,6 +37,7 @@ Tensor hessian(const ScalarFn& f, const Tensor& x) {
   const int64_t n = x.numel();
   Tensor xl = fresh_leaf(x);
   Tensor g = flatten(grad(f(xl), xl, Tensor(), {/*create_graph=*/true, /*retain_graph=*/1}));
+  if (n == 0) return zeros({0, 0}, x.dtype(), x.device());  // no rows to stack
   TensorList rows;
   for (int64_t i = 0; i < n; ++i) {
     Tensor gi = slice(g, 0, i, i + 1);

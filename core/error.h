@@ -16,6 +16,7 @@ struct DeviceError : Error { using Error::Error; };     // mixed devices, missin
 struct IndexError : Error { using Error::Error; };      // index out of range
 struct ValueError : Error { using Error::Error; };      // any other bad argument value
 struct AutogradError : Error { using Error::Error; };   // misuse of the tape
+struct OutOfMemoryError : Error { using Error::Error; };  // an allocation failed (bytes, device)
 
 namespace detail {
 template <typename... Args>

@@ -6,13 +6,32 @@
 
 namespace gg {
 
-int64_t numel_of(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  return n;
+int64_t numel_of(const Shape& shape, const char* op) {
+  int64_t nonzero = 1;
+  bool empty = false;
+  for (int64_t s : shape) {
+    GG_CHECK(s >= 0, ShapeError, "gg::", op, ": negative size ", s, " in shape ", shape_str(shape));
+    if (s == 0) {
+      empty = true;
+      continue;
+    }
+    GG_CHECK(!__builtin_mul_overflow(nonzero, s, &nonzero), ShapeError, "gg::", op, ": the shape ", shape_str(shape),
+             " has more elements than int64 can count");
+  }
+  return empty ? 0 : nonzero;
+}
+
+int64_t nbytes_of(const Shape& shape, size_t element_size, const char* op) {
+  const int64_t n = numel_of(shape, op);
+  int64_t bytes = 0;
+  GG_CHECK(!__builtin_mul_overflow(n, static_cast<int64_t>(element_size), &bytes), ShapeError, "gg::", op,
+           ": the shape ", shape_str(shape), " (", n, " elements of ", element_size,
+           " bytes) needs more bytes than int64 can count");
+  return bytes;
 }
 
 Shape contiguous_strides(const Shape& shape) {
+  numel_of(shape, "contiguous_strides");  // validates: every partial product below fits
   Shape strides(shape.size());
   int64_t s = 1;
   for (size_t i = shape.size(); i-- > 0;) {
@@ -42,11 +61,17 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   return out;
 }
 
-int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
-  int64_t lo = ndim == 0 ? -1 : -ndim, hi = ndim == 0 ? 0 : ndim - 1;
-  GG_CHECK(dim >= lo && dim <= hi, IndexError, "gg::", op, ": dim ", dim,
-           " is out of range for a tensor of ", ndim, " dims (expected ", lo, "..", hi, ")");
-  return dim < 0 ? dim + std::max<int64_t>(ndim, 1) : dim;
+int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op, ScalarDim scalar) {
+  if (ndim == 0) {
+    GG_CHECK(scalar == ScalarDim::allow, IndexError, "gg::", op, ": dim ", dim,
+             " given for a 0-dim tensor, which has no dims");
+    GG_CHECK(dim == 0 || dim == -1, IndexError, "gg::", op, ": dim ", dim,
+             " is out of range for a 0-dim tensor (expected 0 or -1)");
+    return 0;
+  }
+  GG_CHECK(dim >= -ndim && dim < ndim, IndexError, "gg::", op, ": dim ", dim, " is out of range for a tensor of ",
+           ndim, " dims (expected ", -ndim, "..", ndim - 1, ")");
+  return dim < 0 ? dim + ndim : dim;
 }
 
 }  // namespace gg

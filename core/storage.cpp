@@ -141,7 +141,13 @@ Allocator* allocator_for(Device device) {
 }
 
 Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
-  data_ = allocator_for(device)->allocate(nbytes, device.index);
+  Allocator* a = allocator_for(device);
+  try {
+    data_ = a->allocate(nbytes, device.index);
+  } catch (const std::bad_alloc&) {
+    throw OutOfMemoryError(detail::concat("gg: out of memory allocating ", nbytes, " bytes (",
+                                          static_cast<double>(nbytes) / double(1 << 30), " GiB) on ", device.str()));
+  }
 }
 
 Storage::~Storage() { allocator_for(device_)->deallocate(data_, nbytes_, device_.index); }

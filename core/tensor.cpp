@@ -18,13 +18,16 @@ template <> constexpr DType dtype_of<bool>() { return DType::b8; }
 }  // namespace
 
 TensorImpl& Tensor::impl() const {
-  GG_CHECK(impl_ != nullptr, ValueError, "gg::Tensor: use of an undefined tensor");
+  GG_CHECK(impl_ != nullptr, ValueError,
+           "gg::Tensor: use of an undefined (default-constructed) tensor; ops name the argument when "
+           "they check it, this access came from a method or a helper that does not");
   return *impl_;
 }
 
 int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim(d, dim(), "Tensor::size")]; }
 
 bool Tensor::is_contiguous() const {
+  if (numel() == 0) return true;  // an empty tensor is contiguous whatever its strides (as in PyTorch)
   int64_t expected = 1;
   for (size_t i = shape().size(); i-- > 0;) {
     if (shape()[i] == 1) continue;
@@ -98,11 +101,18 @@ Tensor Tensor::detach() const {
   return make_view(*this, shape(), strides(), offset());
 }
 
+namespace {
+void check_layout_dims(const char* op, const Shape& shape) {
+  GG_CHECK(shape.size() <= static_cast<size_t>(kernels::kMaxDims), ShapeError, "gg::", op, ": at most ",
+           kernels::kMaxDims, " dims are supported, got ", shape.size(), " dims in shape ", shape_str(shape));
+}
+}  // namespace
+
 Tensor empty(const Shape& shape, DType dtype, Device device) {
-  for (int64_t s : shape)
-    GG_CHECK(s >= 0, ShapeError, "gg::empty: negative size in shape ", shape_str(shape));
+  check_layout_dims("empty", shape);
+  const int64_t nbytes = nbytes_of(shape, dtype_size(dtype), "empty");  // throws on negative sizes, overflow
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(numel_of(shape) * dtype_size(dtype), device);
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(nbytes), device);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
@@ -110,6 +120,22 @@ Tensor empty(const Shape& shape, DType dtype, Device device) {
 }
 
 Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides, int64_t offset) {
+  check_layout_dims("make_view", shape);
+  GG_CHECK(strides.size() == shape.size(), ShapeError, "gg::make_view: ", strides.size(), " strides for shape ",
+           shape_str(shape));
+  // The view must lie inside the storage: non-negative strides and offset, last element in range.
+  if (numel_of(shape, "make_view") > 0) {
+    const int64_t capacity = static_cast<int64_t>(base.impl().storage->nbytes() / dtype_size(base.dtype()));
+    int64_t last = offset;
+    bool ok = offset >= 0;
+    for (size_t i = 0; ok && i < shape.size(); ++i) {
+      int64_t step = 0;
+      ok = strides[i] >= 0 && !__builtin_mul_overflow(shape[i] - 1, strides[i], &step) &&
+           !__builtin_add_overflow(last, step, &last);
+    }
+    GG_CHECK(ok && last < capacity, IndexError, "gg::make_view: shape ", shape_str(shape), ", strides ",
+             shape_str(strides), " at offset ", offset, " reach outside a storage of ", capacity, " elements");
+  }
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = base.impl().storage;
   impl->offset = offset;

@@ -35,6 +35,28 @@
 // kernels/cpu/elementwise.cpp, CudaMath in kernels/cuda/elementwise.cu).
 #pragma once
 
+#include <type_traits>
+
+#if defined(__CUDACC__)
+#define GG_ELEMENTWISE_FN __host__ __device__ __forceinline__
+#else
+#define GG_ELEMENTWISE_FN inline
+#endif
+
+namespace gg::kernels {
+// Division. Integers truncate toward zero; x / -1 wraps (INT64_MIN / -1 = INT64_MIN) instead of
+// trapping, and x / 0 gives 0 here because gg::div refuses a zero divisor before any kernel runs
+// (ops/ops.h). Floating point divides as IEEE 754 says.
+template <typename C>
+GG_ELEMENTWISE_FN C elementwise_div(C a, C b) {
+  if constexpr (std::is_integral_v<C>) {
+    if (b == C(0)) return C(0);
+    if (b == C(-1)) return static_cast<C>(C(0) - static_cast<std::make_unsigned_t<C>>(a));
+  }
+  return a / b;
+}
+}  // namespace gg::kernels
+
 // clang-format off
 #define GG_UNARY_OPS(X)                                                  \
   X(neg,        -x)                                                      \
@@ -60,7 +82,7 @@
   X(add,     same, a + b)                                                \
   X(sub,     same, a - b)                                                \
   X(mul,     same, a * b)                                                \
-  X(div,     same, a / b)                                                \
+  X(div,     same, ::gg::kernels::elementwise_div(a, b))                   \
   X(maximum, same, a > b ? a : (b > a ? b : (a != a ? a : b)))           \
   X(eq,      b8,   a == b)                                               \
   X(ne,      b8,   a != b)                                               \

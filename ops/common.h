@@ -21,6 +21,14 @@ inline void check_floating(const char* op, const Tensor& x, const char* arg = "i
   GG_CHECK(is_floating(x.dtype()), DTypeError, "gg::", op, ": ", arg, " must be a floating tensor, got ",
            dtype_name(x.dtype()));
 }
+// The CPU kernels compute in f32, f64 (and i64 for binary ops and where); bf16/f16 live on the GPU.
+inline void check_cpu_dtype(const char* op, const Tensor& x, bool allow_i64) {
+  if (!x.device().is_cpu()) return;
+  const DType t = x.dtype();
+  GG_CHECK(t == DType::f32 || t == DType::f64 || (allow_i64 && t == DType::i64), DTypeError, "gg::", op,
+           ": the CPU backend does not compute in ", dtype_name(t), " (supported: f32, f64",
+           allow_i64 ? ", i64" : "", ")");
+}
 inline void check_defined(const char* op, const Tensor& x, const char* arg) {
   GG_CHECK(x.defined(), ValueError, "gg::", op, ": ", arg, " is an undefined tensor");
 }

@@ -2,6 +2,7 @@
 // (so it records when create_graph is on). Binary ops broadcast; their backward sums the
 // gradient back down to each input's shape (sum_to).
 #include <cmath>
+#include <optional>
 
 #include "ops/common.h"
 
@@ -37,6 +38,7 @@ using kernels::UnaryOp;
 Tensor unary_fwd(UnaryOp op, const Tensor& x, const char* name, double alpha = 0.0) {
   detail::check_defined(name, x, "input");
   detail::check_floating(name, x);
+  detail::check_cpu_dtype(name, x, false);
   Tensor xc;
   {
     NoGradGuard ng;
@@ -47,14 +49,18 @@ Tensor unary_fwd(UnaryOp op, const Tensor& x, const char* name, double alpha = 0
   return y;
 }
 
-Tensor binary_fwd(BinaryOp op, const Tensor& a, const Tensor& b, const char* name, DType out_dtype) {
+// The result has a's dtype, or out_dtype (b8 for comparisons).
+Tensor binary_fwd(BinaryOp op, const Tensor& a, const Tensor& b, const char* name,
+                  std::optional<DType> out_dtype = std::nullopt) {
   detail::check_defined(name, a, "a");
   detail::check_defined(name, b, "b");
   detail::check_same_device(name, a, b);
   detail::check_same_dtype(name, a, b);
+  GG_CHECK(a.dtype() != DType::b8, DTypeError, "gg::", name, ": b8 operands are not supported (cast them first)");
+  detail::check_cpu_dtype(name, a, true);
   Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   detail::check_max_dims(name, shape);
-  Tensor y = empty(shape, out_dtype, a.device());
+  Tensor y = empty(shape, out_dtype.value_or(a.dtype()), a.device());
   dispatch::binary({op, a.dtype(), a.raw_data(), b.raw_data(), y.raw_data(), detail::broadcast_layout(a, shape),
                     detail::broadcast_layout(b, shape)},
                    a.device());
@@ -68,7 +74,7 @@ Tensor cmp(BinaryOp op, const Tensor& a, const Tensor& b, const char* name) {
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  Tensor y = binary_fwd(BinaryOp::add, a, b, "add", a.dtype());
+  Tensor y = binary_fwd(BinaryOp::add, a, b, "add");
   record("add", {a, b}, {y}, {}, [sa = a.shape(), sb = b.shape()](const BackwardArgs& g) -> TensorList {
     return {g.needs[0] ? sum_to(g.grads[0], sa) : Tensor(), g.needs[1] ? sum_to(g.grads[0], sb) : Tensor()};
   });
@@ -76,7 +82,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
-  Tensor y = binary_fwd(BinaryOp::sub, a, b, "sub", a.dtype());
+  Tensor y = binary_fwd(BinaryOp::sub, a, b, "sub");
   record("sub", {a, b}, {y}, {}, [sa = a.shape(), sb = b.shape()](const BackwardArgs& g) -> TensorList {
     return {g.needs[0] ? sum_to(g.grads[0], sa) : Tensor(), g.needs[1] ? sum_to(neg(g.grads[0]), sb) : Tensor()};
   });
@@ -84,7 +90,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-  Tensor y = binary_fwd(BinaryOp::mul, a, b, "mul", a.dtype());
+  Tensor y = binary_fwd(BinaryOp::mul, a, b, "mul");
   record("mul", {a, b}, {y}, {a, b}, [sa = a.shape(), sb = b.shape()](const BackwardArgs& g) -> TensorList {
     const Tensor &gy = g.grads[0], &a = g.saved[0], &b = g.saved[1];
     return {g.needs[0] ? sum_to(gy * b, sa) : Tensor(), g.needs[1] ? sum_to(gy * a, sb) : Tensor()};
@@ -93,7 +99,19 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
-  Tensor y = binary_fwd(BinaryOp::div, a, b, "div", a.dtype());
+  if (a.defined() && b.defined() && !is_floating(b.dtype()) && a.dtype() == b.dtype()) {
+    // Integer division by zero is an error (PyTorch raises ZeroDivisionError on the CPU), checked
+    // before the kernel so every backend behaves the same. Only a divisor element that meets a
+    // dividend counts: none does when the broadcast result is empty.
+    const Shape out = broadcast_shapes(a.shape(), b.shape(), "div");
+    if (numel_of(out) > 0) {
+      const std::vector<int64_t> bv = b.to_vector<int64_t>();
+      for (size_t i = 0; i < bv.size(); ++i)
+        GG_CHECK(bv[i] != 0, ValueError, "gg::div: integer division by zero (divisor b of shape ",
+                 shape_str(b.shape()), " is 0 at flat index ", i, ")");
+    }
+  }
+  Tensor y = binary_fwd(BinaryOp::div, a, b, "div");
   record("div", {a, b}, {y}, {a, b}, [sa = a.shape(), sb = b.shape()](const BackwardArgs& g) -> TensorList {
     const Tensor &gy = g.grads[0], &a = g.saved[0], &b = g.saved[1];
     return {g.needs[0] ? sum_to(gy / b, sa) : Tensor(),          // d(a/b)/da = 1/b
@@ -103,7 +121,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
 }
 
 Tensor maximum(const Tensor& a, const Tensor& b) {
-  Tensor y = binary_fwd(BinaryOp::maximum, a, b, "maximum", a.dtype());
+  Tensor y = binary_fwd(BinaryOp::maximum, a, b, "maximum");
   record("maximum", {a, b}, {y}, {a, b}, [sa = a.shape(), sb = b.shape()](const BackwardArgs& g) -> TensorList {
     const Tensor &a = g.saved[0], &b = g.saved[1];
     // share of the gradient going to a: 1 where a > b, 1/2 on ties, 0 elsewhere (a constant)
@@ -117,10 +135,14 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   detail::check_defined("where", cond, "cond");
   GG_CHECK(cond.dtype() == DType::b8, DTypeError, "gg::where: cond must be b8, got ", dtype_name(cond.dtype()));
+  detail::check_defined("where", a, "a");
+  detail::check_defined("where", b, "b");
   detail::check_same_device("where", cond, a);
   detail::check_same_device("where", a, b);
   detail::check_same_dtype("where", a, b);
+  detail::check_cpu_dtype("where", a, true);
   Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  detail::check_max_dims("where", shape);
   Tensor y = empty(shape, a.dtype(), a.device());
   dispatch::where({a.dtype(), static_cast<const uint8_t*>(cond.raw_data()), a.raw_data(), b.raw_data(), y.raw_data(),
                    detail::broadcast_layout(cond, shape), detail::broadcast_layout(a, shape),

@@ -37,10 +37,15 @@ Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype(), t.device()
 Tensor randn_like(const Tensor& t) { return randn(t.shape(), t.dtype(), t.device()); }
 
 Tensor arange(double start, double end, double step, DType dtype, Device device) {
+  GG_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step), ValueError,
+           "gg::arange: start, end and step must be finite, got start ", start, ", end ", end, ", step ", step);
   GG_CHECK(step != 0.0, ValueError, "gg::arange: step must be non-zero");
-  GG_CHECK((end - start) / step >= 0, ValueError, "gg::arange: empty or inverted range: start ", start,
-           ", end ", end, ", step ", step);
-  auto n = static_cast<int64_t>(std::ceil((end - start) / step));
+  GG_CHECK(end == start || (end > start) == (step > 0), ValueError, "gg::arange: the step's sign does not lead from start ",
+           start, " to end ", end, " (step ", step, ")");
+  const double count = std::ceil((end - start) / step);  // finite and >= 0 here (or inf if end - start overflows)
+  GG_CHECK(count <= 9.0e18, ValueError, "gg::arange: ", count, " elements (start ", start, ", end ", end, ", step ",
+           step, ") do not fit in int64");
+  const auto n = static_cast<int64_t>(count);
   Tensor t = empty({n}, dtype, device);
   dispatch::arange({dtype, t.raw_data(), n, start, step}, device);
   return t;

@@ -12,6 +12,8 @@ namespace {
 bool matrix_strides(const Tensor& t, int64_t rows, int64_t cols, int64_t& rs, int64_t& cs) {
   rs = t.strides()[static_cast<size_t>(t.dim() - 2)];
   cs = t.strides()[static_cast<size_t>(t.dim() - 1)];
+  // A broadcast (stride 0) dim of size > 1 has no BLAS layout: the caller copies it first.
+  if ((rows > 1 && rs == 0) || (cols > 1 && cs == 0)) return false;
   if (cols == 1) cs = 1;
   if (rows == 1) rs = cs == 1 ? cols : 1;
   if (cs == 1) return rs >= cols;
@@ -67,9 +69,16 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   detail::check_same_device("matmul", a, b);
   detail::check_same_dtype("matmul", a, b);
   detail::check_floating("matmul", a, "a");
+  detail::check_cpu_dtype("matmul", a, false);
   GG_CHECK(a.dim() >= 1 && b.dim() >= 1, ShapeError, "gg::matmul: both operands need at least 1 dim, got ",
            shape_str(a.shape()), " and ", shape_str(b.shape()));
-  // numpy rules for vectors: (K) x (.., K, N) and (.., M, K) x (K) drop the unit dim again.
+  // numpy rules for vectors: (K) x (K) is the dot product (a 0-dim result); (K) x (.., K, N)
+  // and (.., M, K) x (K) drop the unit dim again.
+  if (a.dim() == 1 && b.dim() == 1) {
+    GG_CHECK(a.size(0) == b.size(0), ShapeError, "gg::matmul: vectors of different lengths: a is ",
+             shape_str(a.shape()), ", b is ", shape_str(b.shape()));
+    return reshape(matmul(unsqueeze(a, 0), unsqueeze(b, 1)), {});
+  }
   if (a.dim() == 1) return squeeze(matmul(unsqueeze(a, 0), b), -2);
   if (b.dim() == 1) return squeeze(matmul(a, unsqueeze(b, 1)), -1);
   Tensor y = matmul_2d_plus(a, b);

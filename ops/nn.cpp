@@ -12,6 +12,7 @@ namespace {
 Tensor softmax_fwd(const Tensor& x, int64_t d, bool log, const char* name) {
   detail::check_defined(name, x, "input");
   detail::check_floating(name, x);
+  detail::check_cpu_dtype(name, x, false);
   NoGradGuard ng;
   const int64_t last = x.dim() - 1;
   Tensor xt = contiguous(transpose(x, d, last));
@@ -25,7 +26,8 @@ Tensor softmax_fwd(const Tensor& x, int64_t d, bool log, const char* name) {
 }  // namespace
 
 Tensor softmax(const Tensor& x, int64_t dim) {
-  int64_t d = wrap_dim(dim, x.dim(), "softmax");
+  detail::check_defined("softmax", x, "input");
+  int64_t d = wrap_dim(dim, x.dim(), "softmax", ScalarDim::allow);
   Tensor y = softmax_fwd(x, d, false, "softmax");
   record("softmax", {x}, {y}, {y}, [d](const BackwardArgs& g) -> TensorList {
     const Tensor &gy = g.grads[0], &y = g.saved[0];
@@ -35,7 +37,8 @@ Tensor softmax(const Tensor& x, int64_t dim) {
 }
 
 Tensor log_softmax(const Tensor& x, int64_t dim) {
-  int64_t d = wrap_dim(dim, x.dim(), "log_softmax");
+  detail::check_defined("log_softmax", x, "input");
+  int64_t d = wrap_dim(dim, x.dim(), "log_softmax", ScalarDim::allow);
   Tensor y = softmax_fwd(x, d, true, "log_softmax");
   record("log_softmax", {x}, {y}, {y}, [d](const BackwardArgs& g) -> TensorList {
     const Tensor &gy = g.grads[0], &y = g.saved[0];

@@ -1,6 +1,17 @@
 // Every op of the engine, as free functions in namespace gg. Each op computes its forward on
 // the tensor's device and records a backward written in these same ops, so derivatives of any
 // order follow. Shapes in comments use PyTorch's conventions.
+//
+// Rules shared by every op (tests/edge/ checks each):
+// - Bad input is a typed exception (core/error.h) whose message starts with "gg::<op>:".
+// - Dims: a dim in [-ndim, ndim) wraps as in Python. A 0-dim tensor has no dims: reductions,
+//   softmax/log_softmax, squeeze and transpose accept dim 0 or -1 on it and treat it as one
+//   element (as PyTorch); size, slice, cat and index_select raise IndexError/ShapeError naming
+//   the op (PyTorch accepts index_select on a 0-dim tensor; gg does not).
+// - Sizes: element and byte counts are overflow-checked (ShapeError); at most 8 dims.
+// - NaN propagates through max, maximum and every arithmetic op.
+// - Empty tensors are valid everywhere: sums give 0, means NaN, max over an empty dim is a
+//   ValueError (there is no identity to return).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -15,6 +26,7 @@ void manual_seed(uint64_t seed);  // the default generator, used by randn/rand
 Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
 Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
 Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Device device = Device::cpu());
+// start, end, step finite; step != 0 and pointing from start to end; ValueError otherwise.
 Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::f32, Device device = Device::cpu());
 Tensor randn(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
 Tensor rand(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());  // U[0, 1)
@@ -37,8 +49,12 @@ Tensor to(const Tensor& x, Device device);
 Tensor add(const Tensor& a, const Tensor& b);  // broadcasting
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
+// i64 division truncates toward zero (-7 / 2 = -3, C++'s rule; PyTorch's torch.div would give
+// a float and `//` floors). A zero divisor is a ValueError naming gg::div (PyTorch raises
+// ZeroDivisionError on the CPU), and INT64_MIN / -1 wraps to INT64_MIN, on every backend.
 Tensor div(const Tensor& a, const Tensor& b);
-Tensor maximum(const Tensor& a, const Tensor& b);  // ties share the gradient equally
+// Elementwise maximum; NaN wins. Ties (a == b) share the gradient equally: 1/2 to each.
+Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);  // cond: b8
 Tensor neg(const Tensor& x);
 Tensor pow(const Tensor& x, double p);
@@ -83,7 +99,9 @@ Tensor sum(const Tensor& x);  // all elements, shape []
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
 Tensor mean(const Tensor& x);
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
-// Maximum values (ties share the gradient equally, like PyTorch's amax).
+// Maximum values, NaN propagating (like PyTorch's amax). The backward divides the gradient
+// equally among the tied maxima of each reduced group (k ties get 1/k each), like amax and unlike
+// torch.max(dim), which gives it all to one index.
 Tensor max(const Tensor& x);
 Tensor max(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
 // Sums `x` down to `shape` (the reverse of broadcasting); x itself when the shapes match.
@@ -104,7 +122,9 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);  // inde
 Tensor embedding(const Tensor& weight, const Tensor& indices);  // weight (V, D), indices any i64 shape
 
 // ------------------------------------------------------- linear algebra (ops/linalg.cpp)
-// (.., M, K) x (.., K, N) -> (.., M, N); batch dims broadcast; 1-D operands as in numpy.
+// (.., M, K) x (.., K, N) -> (.., M, N); batch dims broadcast; 1-D operands as in numpy:
+// (K) x (K) is the dot product with a 0-dim result, (K) x (.., K, N) -> (.., N) and
+// (.., M, K) x (K) -> (.., M). 0-dim operands are a ShapeError.
 Tensor matmul(const Tensor& a, const Tensor& b);
 
 // ------------------------------------------------------- neural-network ops (ops/nn.cpp)
@@ -183,7 +203,9 @@ bool attention_deterministic();
 
 // ------------------------------------------------------- in place (ops/inplace.cpp)
 // Modify storage and bump its version. Refused on tensors that require grad while grad mode
-// is on (use NoGradGuard for optimizer updates).
+// is on (use NoGradGuard for optimizer updates). A destination whose elements share memory (a
+// broadcast view from expand) is a ValueError, and so is a copy_ source that partially
+// overlaps the destination (e.g. its own transpose), as in PyTorch (ops/inplace.cpp).
 Tensor& add_(Tensor& self, const Tensor& other, double alpha = 1.0);  // self += alpha·other
 Tensor& mul_(Tensor& self, double s);
 Tensor& fill_(Tensor& self, double value);

@@ -15,10 +15,12 @@ std::vector<int64_t> normalize_dims(const std::vector<int64_t>& dims, int64_t nd
     for (int64_t i = 0; i < ndim; ++i) out.push_back(i);
     return out;
   }
-  for (int64_t d : dims) out.push_back(wrap_dim(d, ndim, op));
+  // A 0-dim tensor accepts dim 0 or -1 and reduces to itself (as in PyTorch): no dim to reduce.
+  for (int64_t d : dims) out.push_back(wrap_dim(d, ndim, op, ScalarDim::allow));
   std::sort(out.begin(), out.end());
   GG_CHECK(std::adjacent_find(out.begin(), out.end()) == out.end(), ValueError, "gg::", op,
            ": dim appears more than once in the list of dims");
+  if (ndim == 0) out.clear();
   return out;
 }
 
@@ -39,6 +41,7 @@ Shape reduced_shape(const Shape& s, const std::vector<int64_t>& dims, bool keepd
 Tensor reduce_fwd(kernels::ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim,
                   const char* name) {
   detail::check_floating(name, x);
+  detail::check_cpu_dtype(name, x, false);
   std::vector<int64_t> perm;
   for (int64_t i = 0; i < x.dim(); ++i)
     if (!std::binary_search(dims.begin(), dims.end(), i)) perm.push_back(i);

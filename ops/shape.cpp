@@ -42,6 +42,11 @@ Tensor to(const Tensor& x, DType dtype) {
 Tensor to(const Tensor& x, Device device) {
   detail::check_defined("to", x, "input");
   if (x.device() == device) return x;
+  try {
+    allocator_for(device);
+  } catch (const DeviceError& e) {
+    throw DeviceError(std::string("gg::to: cannot move a tensor to ") + device.str() + ": " + e.what());
+  }
   Tensor src;
   {
     NoGradGuard ng;
@@ -63,22 +68,24 @@ Tensor reshape(const Tensor& x, const Shape& shape_in) {
   detail::check_defined("reshape", x, "input");
   detail::check_max_dims("reshape", shape_in);
   Shape shape = shape_in;
-  int64_t known = 1, infer = -1;
+  int64_t infer = -1;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == -1) {
       GG_CHECK(infer < 0, ShapeError, "gg::reshape: only one dim can be -1, got ", shape_str(shape_in));
       infer = static_cast<int64_t>(i);
     } else {
-      GG_CHECK(shape[i] >= 0, ShapeError, "gg::reshape: invalid size in shape ", shape_str(shape_in));
-      known *= shape[i];
+      GG_CHECK(shape[i] >= 0, ShapeError, "gg::reshape: invalid size ", shape[i], " in shape ", shape_str(shape_in));
     }
   }
   if (infer >= 0) {
+    Shape rest = shape;
+    rest.erase(rest.begin() + infer);
+    const int64_t known = numel_of(rest, "reshape");  // overflow-checked
     GG_CHECK(known != 0 && x.numel() % known == 0, ShapeError, "gg::reshape: cannot reshape a tensor of shape ",
              shape_str(x.shape()), " into ", shape_str(shape_in));
     shape[static_cast<size_t>(infer)] = x.numel() / known;
   }
-  GG_CHECK(numel_of(shape) == x.numel(), ShapeError, "gg::reshape: cannot reshape a tensor of shape ",
+  GG_CHECK(numel_of(shape, "reshape") == x.numel(), ShapeError, "gg::reshape: cannot reshape a tensor of shape ",
            shape_str(x.shape()), " (", x.numel(), " elements) into ", shape_str(shape_in), " (", numel_of(shape),
            " elements)");
   if (shape == x.shape()) return x;
@@ -117,7 +124,9 @@ Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
 
 Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
   detail::check_defined("transpose", x, "input");
-  int64_t a = wrap_dim(dim0, x.dim(), "transpose"), b = wrap_dim(dim1, x.dim(), "transpose");
+  // A 0-dim tensor transposes to itself for dims 0/-1, as in PyTorch.
+  int64_t a = wrap_dim(dim0, x.dim(), "transpose", ScalarDim::allow);
+  int64_t b = wrap_dim(dim1, x.dim(), "transpose", ScalarDim::allow);
   std::vector<int64_t> perm(static_cast<size_t>(x.dim()));
   std::iota(perm.begin(), perm.end(), 0);
   if (x.dim() > 0) std::swap(perm[static_cast<size_t>(a)], perm[static_cast<size_t>(b)]);
@@ -140,6 +149,8 @@ Tensor expand(const Tensor& x, const Shape& shape_in) {
     }
     int64_t have = x.shape()[i - lead];
     int64_t want = shape_in[i] == -1 ? have : shape_in[i];
+    GG_CHECK(want >= 0, ShapeError, "gg::expand: invalid size ", shape_in[i], " at dim ", i, " in ",
+             shape_str(shape_in));
     GG_CHECK(want == have || have == 1, ShapeError, "gg::expand: cannot expand shape ", shape_str(x.shape()), " to ",
              shape_str(shape_in), " (dim ", i, ": ", have, " vs ", want, ")");
     shape[i] = want;
@@ -153,7 +164,7 @@ Tensor expand(const Tensor& x, const Shape& shape_in) {
 
 Tensor squeeze(const Tensor& x, int64_t dim) {
   detail::check_defined("squeeze", x, "input");
-  int64_t d = wrap_dim(dim, x.dim(), "squeeze");
+  int64_t d = wrap_dim(dim, x.dim(), "squeeze", ScalarDim::allow);  // a 0-dim tensor squeezes to itself
   if (x.dim() == 0 || x.shape()[static_cast<size_t>(d)] != 1) return x;
   Shape shape = x.shape(), strides = x.strides();
   shape.erase(shape.begin() + d);
@@ -201,8 +212,10 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
   start = std::clamp<int64_t>(start, 0, n);
   end = std::clamp<int64_t>(end, start, n);
   Shape shape = x.shape(), strides = x.strides();
-  shape[static_cast<size_t>(d)] = (end - start + step - 1) / step;
-  strides[static_cast<size_t>(d)] *= step;
+  shape[static_cast<size_t>(d)] = end == start ? 0 : (end - start - 1) / step + 1;  // no overflow for huge steps
+  // A step past the end keeps one element: its stride is never used to move, so it is kept as is
+  // (a huge step times the stride would overflow).
+  if (shape[static_cast<size_t>(d)] > 1) strides[static_cast<size_t>(d)] *= step;
   if (start == 0 && end == n && step == 1) return x;
   Tensor y = make_view(x, shape, strides, x.offset() + start * x.strides()[static_cast<size_t>(d)]);
   record("slice", {x}, {y}, {}, [s = x.shape(), d, start, end, step](const BackwardArgs& g) -> TensorList {
@@ -215,6 +228,8 @@ Tensor cat(const TensorList& xs, int64_t dim) {
   GG_CHECK(!xs.empty(), ValueError, "gg::cat: expected at least one tensor");
   for (size_t i = 0; i < xs.size(); ++i) detail::check_defined("cat", xs[i], "tensors[i]");
   const Tensor& first = xs[0];
+  for (size_t i = 0; i < xs.size(); ++i)
+    GG_CHECK(xs[i].dim() > 0, ShapeError, "gg::cat: tensor ", i, " is 0-dim and cannot be concatenated (use stack)");
   int64_t d = wrap_dim(dim, first.dim(), "cat");
   Shape shape = first.shape();
   int64_t total = 0;
@@ -226,7 +241,8 @@ Tensor cat(const TensorList& xs, int64_t dim) {
       ok = k == d || xs[i].shape()[static_cast<size_t>(k)] == shape[static_cast<size_t>(k)];
     GG_CHECK(ok, ShapeError, "gg::cat: tensor ", i, " has shape ", shape_str(xs[i].shape()),
              ", incompatible with tensor 0 of shape ", shape_str(first.shape()), " along dim ", d);
-    total += xs[i].shape()[static_cast<size_t>(d)];
+    GG_CHECK(!__builtin_add_overflow(total, xs[i].shape()[static_cast<size_t>(d)], &total), ShapeError,
+             "gg::cat: the total size along dim ", d, " does not fit in int64");
   }
   shape[static_cast<size_t>(d)] = total;
   Tensor y = empty(shape, first.dtype(), first.device());
@@ -253,6 +269,7 @@ Tensor cat(const TensorList& xs, int64_t dim) {
 
 Tensor stack(const TensorList& xs, int64_t dim) {
   GG_CHECK(!xs.empty(), ValueError, "gg::stack: expected at least one tensor");
+  for (size_t i = 0; i < xs.size(); ++i) detail::check_defined("stack", xs[i], "tensors[i]");
   int64_t d = wrap_dim(dim, xs[0].dim() + 1, "stack");
   TensorList u;
   for (size_t i = 0; i < xs.size(); ++i) {
@@ -322,7 +339,13 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
   detail::check_defined("embedding", weight, "weight");
+  detail::check_defined("embedding", indices, "indices");
+  GG_CHECK(indices.dtype() == DType::i64, DTypeError, "gg::embedding: indices must be i64, got ",
+           dtype_name(indices.dtype()));
   GG_CHECK(weight.dim() == 2, ShapeError, "gg::embedding: weight must be (V, D), got shape ", shape_str(weight.shape()));
+  for (int64_t v : indices.to_vector<int64_t>())
+    GG_CHECK(v >= 0 && v < weight.size(0), IndexError, "gg::embedding: index ", v, " is out of range for ",
+             weight.size(0), " rows");
   Shape out = indices.shape();
   out.push_back(weight.shape()[1]);
   return reshape(index_select(weight, 0, reshape(indices, {indices.numel()})), out);

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # One command on a fresh Debian 12 machine: installs what is missing, builds everything and runs
 # the whole test suite. GPU tests (ctest label "gpu") skip without a GPU unless GG_REQUIRE_GPU=1.
+# Then the robustness stages: the fuzzer for GG_FUZZ_SECONDS (default 60) with a fresh seed, and
+# the CPU suite, the edge-case suite and the fuzzer again in a CPU-only build under
+# AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/; GG_SANITIZE=0 skips it). Quiet on
+# success: one line per stage.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 gg_install_deps
@@ -14,3 +18,39 @@ fi
 summary="$(grep -E 'tests passed' ctest.log | tail -1)"
 skipped="$(grep -c '(Skipped)' ctest.log || true)"
 echo "gradgrad: $summary; $skipped skipped (GPU tests skip without a GPU unless GG_REQUIRE_GPU=1)"
+
+fuzz_seconds="${GG_FUZZ_SECONDS:-60}"
+# Runs a stage's command with its output in $log; on failure prints the log's tail and stops.
+gg_stage() {
+  local name="$1" log="$2"
+  shift 2
+  if ! "$@" >"$log" 2>&1; then
+    tail -60 "$log" >&2
+    gg_die "$name failed (full log: $log)"
+  fi
+}
+gg_stage "edge cases" "$GG_BUILD/edge.log" "$GG_BUILD/tests/edge/gg_edge"
+gg_stage "fuzzer" "$GG_BUILD/fuzz.log" "$GG_BUILD/tests/fuzz/gg_fuzz" --seconds "$fuzz_seconds"
+echo "gradgrad: $(tail -1 "$GG_BUILD/edge.log" | sed 's/^gradgrad //'); $(tail -1 "$GG_BUILD/fuzz.log")"
+
+[ "${GG_SANITIZE:-1}" = 0 ] && exit 0
+# ---- the same suites under ASan + UBSan (CPU only; any report fails the run)
+GG_BUILD="$GG_ROOT/build-asan"
+san="-fsanitize=address,undefined -fsanitize=float-cast-overflow -fno-sanitize-recover=all -fno-omit-frame-pointer"
+gg_configure -DGG_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGG_BUILD_EXAMPLES=OFF -DGG_BUILD_BENCH=OFF \
+  "-DCMAKE_CXX_FLAGS=$san" "-DCMAKE_EXE_LINKER_FLAGS=$san" "-DCMAKE_SHARED_LINKER_FLAGS=$san"
+gg_build --target gg_tests gg_memory_tests gg_edge gg_fuzz
+# allocator_may_return_null: the edge cases ask for 2^62 bytes on purpose and expect
+# gg::OutOfMemoryError, not an ASan abort.
+export ASAN_OPTIONS="allocator_may_return_null=1:detect_leaks=1:abort_on_error=1:${ASAN_OPTIONS:-}"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
+cd "$GG_BUILD"
+gg_stage "CPU suite under ASan/UBSan" "$GG_BUILD/gtest.log" ./tests/gg_tests --gtest_brief=1
+gg_stage "memory suite under ASan/UBSan" "$GG_BUILD/gtest-memory.log" ./tests/gg_memory_tests --gtest_brief=1
+gg_stage "edge cases under ASan/UBSan" "$GG_BUILD/edge.log" ./tests/edge/gg_edge
+gg_stage "fuzzer under ASan/UBSan" "$GG_BUILD/fuzz.log" ./tests/fuzz/gg_fuzz --seconds "$fuzz_seconds"
+if grep -qE "runtime error:|ERROR: AddressSanitizer|ERROR: LeakSanitizer" "$GG_BUILD"/*.log; then
+  grep -hE -A5 "runtime error:|ERROR: AddressSanitizer|ERROR: LeakSanitizer" "$GG_BUILD"/*.log | head -40 >&2
+  gg_die "sanitizer report (logs: $GG_BUILD/*.log)"
+fi
+echo "gradgrad (ASan/UBSan): CPU suite passed; $(tail -1 edge.log | sed 's/^gradgrad //'); $(tail -1 fuzz.log)"

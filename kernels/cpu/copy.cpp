@@ -33,13 +33,22 @@ double load(DType t, const void* base, int64_t i) {
   return 0;
 }
 
+// Floating to i64 truncates toward zero and saturates: NaN -> 0, values beyond the range -> the
+// nearest end (what the GPU's cvt.rzi does; a plain cast would be undefined behaviour there).
+inline int64_t to_i64(double v) {
+  if (v != v) return 0;
+  if (v >= 9223372036854775808.0) return INT64_MAX;
+  if (v < -9223372036854775808.0) return INT64_MIN;
+  return static_cast<int64_t>(v);
+}
+
 void store(DType t, void* base, int64_t i, double v) {
   switch (t) {
     case DType::f32: static_cast<float*>(base)[i] = static_cast<float>(v); break;
     case DType::f64: static_cast<double*>(base)[i] = v; break;
     case DType::bf16: static_cast<uint16_t*>(base)[i] = float_to_bf16(static_cast<float>(v)); break;
     case DType::f16: static_cast<uint16_t*>(base)[i] = float_to_f16(static_cast<float>(v)); break;
-    case DType::i64: static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v); break;
+    case DType::i64: static_cast<int64_t*>(base)[i] = to_i64(v); break;
     case DType::b8: static_cast<uint8_t*>(base)[i] = v != 0.0; break;
   }
 }

@@ -22,8 +22,19 @@ void reduce_t(const ReduceParams& p) {
     if (p.rows == 1) out(0) = x.sum();  // one long row: a single vectorised sum
     else out = x.rowwise().sum();
   } else {
-    if (p.cols == 0) out.setConstant(-std::numeric_limits<T>::infinity());
-    else out = x.rowwise().maxCoeff();
+    // NaN propagates (a NaN anywhere in the row gives NaN, as torch.max and gg::maximum do);
+    // Eigen's maxCoeff leaves the NaN case unspecified, so this is a plain loop.
+    const T* xp = static_cast<const T*>(p.x);
+    for (int64_t r = 0; r < p.rows; ++r) {
+      T m = -std::numeric_limits<T>::infinity();
+      const T* row = xp + r * p.cols;
+      for (int64_t c = 0; c < p.cols; ++c) {
+        const T v = row[c];
+        if (v > m || v != v) m = v;
+        if (m != m) break;
+      }
+      out(r) = m;
+    }
   }
 }
 
