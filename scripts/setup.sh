@@ -10,7 +10,7 @@ gg_die() { echo "gradgrad setup: $*" >&2; exit 1; }
 
 gg_install_deps() {
   local pkgs=(cmake ninja-build g++ pkg-config libeigen3-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
-              libbenchmark-dev libcli11-dev nlohmann-json3-dev gnuplot-nox)
+              libbenchmark-dev libcli11-dev nlohmann-json3-dev gnuplot-nox graphviz)
   local missing=()
   for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -304,6 +304,65 @@ std::vector<OpCase> op_table() {
                  [causal](const TensorList& x) { return attention_composite(x[0], x[1], x[2], {std::nullopt, causal}); }, s,
                  [causal](const std::vector<Values>& in) { return attention_ref(in, 2, 3, 4, causal); }});
   }
+  // ---- rows for argument variants: negative divisors, keepdim, layer_norm without weight/bias
+  // or over two dims, casts, copy_ ----
+  bin("div_neg_divisor", {2, 3}, {3}, [](auto& a, auto& b) { return a / b; }, [](double a, double b) { return a / b; }, -2, -0.5);
+  t.push_back({"sum_keepdim", {s234}, [](const TensorList& x) { return sum(x[0], {1}, true); }, {2, 1, 4},
+               reduce_ref(s234, {1}, 0, add2)});
+  t.push_back({"mean_keepdim", {s234}, [](const TensorList& x) { return mean(x[0], {0, 2}, true); }, {1, 3, 1},
+               reduce_ref(s234, {0, 2}, 0, add2, 1.0 / 8)});
+  t.push_back({"max_keepdim", {s234}, [](const TensorList& x) { return max(x[0], {-1}, true); }, {2, 3, 1},
+               reduce_ref(s234, {2}, -1e300, max2)});
+  auto norm_ref = [](int rows, int cols, bool affine) {
+    return [=](const std::vector<Values>& in) {
+      Values o(static_cast<size_t>(rows * cols));
+      for (int r = 0; r < rows; ++r) {
+        double m = 0, v = 0;
+        for (int c = 0; c < cols; ++c) m += in[0][static_cast<size_t>(r * cols + c)] / cols;
+        for (int c = 0; c < cols; ++c) v += std::pow(in[0][static_cast<size_t>(r * cols + c)] - m, 2) / cols;
+        for (int c = 0; c < cols; ++c) {
+          const size_t i = static_cast<size_t>(r * cols + c);
+          o[i] = (in[0][i] - m) / std::sqrt(v + 1e-5);
+          if (affine) o[i] = o[i] * in[1][static_cast<size_t>(c)] + in[2][static_cast<size_t>(c)];
+        }
+      }
+      return o;
+    };
+  };
+  t.push_back({"layer_norm_no_affine", {{3, 4}}, [](const TensorList& x) { return layer_norm(x[0], {4}); }, {3, 4},
+               norm_ref(3, 4, false)});
+  t.push_back({"layer_norm_2d", {s234, {3, 4}, {3, 4}}, [](const TensorList& x) { return layer_norm(x[0], {3, 4}, x[1], x[2]); },
+               s234, norm_ref(2, 12, true)});
+  // Casts: a b8 mask cast to the input's dtype, and a constant through i64 (truncation: -2.7 -> -2).
+  t.push_back({"casts", {{2, 3}},
+               [](const TensorList& x) {
+                 const Tensor& x0 = x[0];
+                 Tensor c = to(to(full({2, 3}, -2.7, x0.dtype(), x0.device()), DType::i64), x0.dtype());
+                 return x0 * to(gt(x0, zeros({}, x0.dtype(), x0.device())), x0.dtype()) + c;
+               },
+               {2, 3}, unary_ref([](double v) { return (v > 0 ? v : 0.0) - 2.0; }), -2, 2, 0.1});
+  // copy_ of a transposed constant and of a broadcast row into fresh tensors, used as factors.
+  t.push_back({"copy_", {{2, 3}},
+               [](const TensorList& x) {
+                 const Tensor& x0 = x[0];
+                 Tensor a = zeros({2, 3}, x0.dtype(), x0.device()), b = zeros({2, 3}, x0.dtype(), x0.device());
+                 copy_(a, transpose(from_vector({1, 2, 3, 4, 5, 6}, {3, 2}, DType::f64, x0.device()), 0, 1));
+                 copy_(b, from_vector({-1, 0.5, 2}, {3}, DType::f32, x0.device()));
+                 return x0 * a + b;
+               },
+               {2, 3}, [](const std::vector<Values>& in) {
+                 const double a[6] = {1, 3, 5, 2, 4, 6}, b[3] = {-1, 0.5, 2};
+                 Values o(6);
+                 for (size_t i = 0; i < 6; ++i) o[i] = in[0][i] * a[i] + b[i % 3];
+                 return o;
+               }});
+  t.push_back({"matmul_dot", {{4}, {4}}, [](const TensorList& x) { return matmul(x[0], x[1]); }, {},
+               [](const std::vector<Values>& in) {
+                 double s = 0;
+                 for (size_t i = 0; i < 4; ++i) s += in[0][i] * in[1][i];
+                 return Values{s};
+               }, -2, 2, 0, true});
+
   const Shape small = {1, 1, 3, 2};
   t.push_back({"attention_composite_small", {small, small, small},
                [](const TensorList& x) { return attention_composite(x[0], x[1], x[2], {std::nullopt, true}); }, small,
