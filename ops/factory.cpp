@@ -32,9 +32,18 @@ Tensor full(const Shape& shape, double value, DType dtype, Device device) {
 Tensor zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0.0, dtype, device); }
 Tensor ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
 Tensor scalar_tensor(double value, DType dtype, Device device) { return full({}, value, dtype, device); }
-Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.device()); }
-Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype(), t.device()); }
-Tensor randn_like(const Tensor& t) { return randn(t.shape(), t.dtype(), t.device()); }
+Tensor zeros_like(const Tensor& t) {
+  detail::check_defined("zeros_like", t, "input");
+  return zeros(t.shape(), t.dtype(), t.device());
+}
+Tensor ones_like(const Tensor& t) {
+  detail::check_defined("ones_like", t, "input");
+  return ones(t.shape(), t.dtype(), t.device());
+}
+Tensor randn_like(const Tensor& t) {
+  detail::check_defined("randn_like", t, "input");
+  return randn(t.shape(), t.dtype(), t.device());
+}
 
 Tensor arange(double start, double end, double step, DType dtype, Device device) {
   GG_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step), ValueError,
