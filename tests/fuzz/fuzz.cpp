@@ -398,7 +398,7 @@ class Program {
     const size_t i = any();
     const Ref& r = pool_[i].r;
     using std::to_string;
-    const int op = pick(17);
+    const int op = pick(18);
     switch (op) {
       case 0: {  // smooth unary
         static const char* names[] = {"neg", "exp", "tanh", "sin", "sigmoid", "abs", "relu", "mul_scalar(-1.5)", "add_scalar(0.25)"};
@@ -618,6 +618,39 @@ class Program {
       }
       case 15: {
         apply("clone", i, [](const Tensor& x) { return clone(x); }, [](const Ref& x, Ref& y) { y = x; return true; }, true);
+        break;
+      }
+      case 16: {  // where(cond, a, b) with a random b8 mask of a shape broadcastable (or not) to a
+        const size_t j = any();
+        Shape cs = r.shape;
+        for (int64_t& d : cs)
+          if (chance(0.3)) d = 1;
+        if (chance(0.1)) cs.push_back(2);
+        Ref cond;
+        cond.shape = cs;
+        cond.dtype = DType::b8;
+        cond.v.resize(static_cast<size_t>(prod(cs)));
+        for (double& c : cond.v) c = chance(0.5) ? 1 : 0;
+        Tensor tc = to(from_vector(cond.v, cs, DType::f64), DType::b8);
+        const Ref &ra = pool_[i].r, &rb = pool_[j].r;
+        Shape s1, s2;
+        const bool valid = ra.dtype == rb.dtype && ra.dtype != DType::b8 && broadcast(cs, ra.shape, s1) &&
+                           broadcast(s1, rb.shape, s2) && s2.size() <= 8;
+        Ref want;
+        if (valid) {
+          want.shape = s2;
+          want.dtype = ra.dtype;
+          want.v.resize(static_cast<size_t>(prod(s2)));
+          for (int64_t k = 0; k < want.numel(); ++k) {
+            auto idx = unravel(k, s2);
+            want.v[static_cast<size_t>(k)] = cond.v[static_cast<size_t>(bindex(idx, cs))] != 0
+                                                  ? ra.v[static_cast<size_t>(bindex(idx, ra.shape))]
+                                                  : rb.v[static_cast<size_t>(bindex(idx, rb.shape))];
+          }
+        }
+        Tensor ta = pool_[i].t, tb = pool_[j].t;
+        run_checked("where(mask " + shape_str(cs) + ", x" + to_string(i) + ", x" + to_string(j) + ")",
+                    [&] { return where(tc, ta, tb); }, valid, want, true, 0);
         break;
       }
       default: {  // copy_ / add_ into a clone, from another pool tensor

@@ -78,7 +78,7 @@ inline double round_to(double x, DType t) {
       if (std::isnan(x)) return 0;
       if (x >= 9223372036854775808.0) return 9223372036854775807.0;
       if (x < -9223372036854775808.0) return -9223372036854775808.0;
-      return std::trunc(x);
+      return std::trunc(x) + 0.0;  // an integer has no -0
     case DType::b8: return x != 0 ? 1 : 0;
     default: return x;
   }
