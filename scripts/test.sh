@@ -44,6 +44,7 @@ gg_build --target gg_tests gg_memory_tests gg_edge gg_fuzz
 # gg::OutOfMemoryError, not an ASan abort.
 export ASAN_OPTIONS="allocator_may_return_null=1:detect_leaks=1:abort_on_error=1:${ASAN_OPTIONS:-}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
+export LSAN_OPTIONS="suppressions=$GG_ROOT/scripts/lsan.supp:print_suppressions=0:${LSAN_OPTIONS:-}"
 cd "$GG_BUILD"
 gg_stage "CPU suite under ASan/UBSan" "$GG_BUILD/gtest.log" ./tests/gg_tests --gtest_brief=1
 gg_stage "memory suite under ASan/UBSan" "$GG_BUILD/gtest-memory.log" ./tests/gg_memory_tests --gtest_brief=1

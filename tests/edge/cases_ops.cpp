@@ -21,6 +21,8 @@ CASE("int/INT64_MIN / -1 wraps") {
   std::vector<int64_t> r = y.to_vector<int64_t>();
   CHECK(r[0] == INT64_MIN && r[1] == -INT64_MAX);
 }
+// PyTorch's torch.div returns a float for integer inputs (and `//` floors: -7 // 2 = -4); gg's i64
+// division stays integral and truncates, as C++ does (ops/ops.h).
 CASE("int/negative divisors truncate toward zero") {
   Tensor y = div(from_indices({7, -7, 7, -7, 0}, {5}), from_indices({-2, -2, 2, 2, -3}, {5}));
   CHECK(y.to_vector<int64_t>() == std::vector<int64_t>({-3, 3, 3, -3, 0}));
@@ -279,8 +281,7 @@ CASE("autograd/hvp of an affine function is zero") { CHECK_VALUES(hvp([](const T
 CASE("autograd/jvp of sin") { CHECK_NEAR_VALUES(jvp([](const Tensor& x) { return sin(x); }, v({0, 1}), v({1, 2})), 1e-15, {1, 2 * std::cos(1.0)}); }
 CASE("autograd/hessian of x^T x") { CHECK_VALUES(hessian([](const Tensor& x) { return sum(x * x); }, v({1, 2})), {2, 0, 0, 2}); }
 CASE("autograd/gradcheck finds a wrong derivative") {
-  // sign has no gradient recorded, so x * sign(x) has derivative sign(x) analytically and numerically:
-  // a function with a deliberate mismatch is detach in the middle.
+  // x * detach(x): the tape sees derivative x, central differences see 2x.
   GradcheckResult r = gradcheck([](const TensorList& x) { return x[0] * x[0].detach(); }, {v({1.5}).requires_grad_()});
   CHECK(!r.ok);
 }

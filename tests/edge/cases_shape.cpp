@@ -223,6 +223,8 @@ CASE("views/permute undefined") { THROWS(ValueError, "gg::permute: input is an u
 CASE("views/undefined tensor metadata names the misuse") { THROWS(ValueError, "gg::Tensor: use of an undefined", Tensor().shape()); }
 
 // ---- casts
+// PyTorch's CPU cast of NaN or out-of-range floats to int64 is whatever the instruction gives
+// (INT64_MIN on x86); gg saturates and maps NaN to 0 on every backend, as the GPU's cvt does.
 CASE("casts/f64 NaN to i64 is 0") { CHECK_VALUES(to(from_vector({std::nan(""), 2.9, -2.9}, {3}, DType::f64), DType::i64), {0, 2, -2}); }
 CASE("casts/out-of-range to i64 saturates") {
   Tensor y = to(from_vector({1e30, -1e30, INFINITY, -INFINITY}, {4}, DType::f64), DType::i64);
