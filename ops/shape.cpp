@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "core/cuda.h"
 #include "ops/common.h"
 
 namespace gg {
@@ -42,10 +43,10 @@ Tensor to(const Tensor& x, DType dtype) {
 Tensor to(const Tensor& x, Device device) {
   detail::check_defined("to", x, "input");
   if (x.device() == device) return x;
-  try {
-    allocator_for(device);
-  } catch (const DeviceError& e) {
-    throw DeviceError(std::string("gg::to: cannot move a tensor to ") + device.str() + ": " + e.what());
+  if (device.is_cuda()) {
+    const int n = cuda::device_count();  // 0 in a build without CUDA, or without a GPU
+    GG_CHECK(device.index >= 0 && device.index < n, DeviceError, "gg::to: cannot move a tensor to ", device.str(),
+             ": ", n, " CUDA device(s) available");
   }
   Tensor src;
   {

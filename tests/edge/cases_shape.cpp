@@ -212,7 +212,12 @@ CASE("views/permute wrong count") { THROWS(ShapeError, "gg::permute: got 3 dims 
 CASE("views/clone undefined") { THROWS(ValueError, "gg::clone: input is an undefined tensor", clone(Tensor())); }
 CASE("views/contiguous undefined") { THROWS(ValueError, "gg::contiguous: input is an undefined tensor", contiguous(Tensor())); }
 CASE("views/to undefined") { THROWS(ValueError, "gg::to: input is an undefined tensor", to(Tensor(), DType::f64)); }
-CASE("views/to cuda without a backend") { THROWS(DeviceError, "gg::to: cannot move a tensor to cuda:0", to(m23(), Device::cuda(0))); }
+CASE("views/to a CUDA device that is not there") {
+  const int n = cuda::device_count();
+  THROWS(DeviceError, "gg::to: cannot move a tensor to cuda:" + std::to_string(n) + ": " + std::to_string(n) + " CUDA device(s) available",
+         to(m23(), Device::cuda(n)));
+}
+CASE("views/to a negative CUDA index") { THROWS(DeviceError, "gg::to: cannot move a tensor to cuda:-1", to(m23(), Device::cuda(-1))); }
 CASE("views/reshape undefined") { THROWS(ValueError, "gg::reshape: input is an undefined tensor", reshape(Tensor(), {1})); }
 CASE("views/transpose undefined") { THROWS(ValueError, "gg::transpose: input is an undefined tensor", transpose(Tensor(), 0, 1)); }
 CASE("views/slice undefined") { THROWS(ValueError, "gg::slice: input is an undefined tensor", slice(Tensor(), 0, 0, 1)); }
