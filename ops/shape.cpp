@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <numeric>
 
-#include "core/cuda.h"
 #include "ops/common.h"
 
 namespace gg {
@@ -43,17 +42,19 @@ Tensor to(const Tensor& x, DType dtype) {
 Tensor to(const Tensor& x, Device device) {
   detail::check_defined("to", x, "input");
   if (x.device() == device) return x;
-  if (device.is_cuda()) {
-    const int n = cuda::device_count();  // 0 in a build without CUDA, or without a GPU
-    GG_CHECK(device.index >= 0 && device.index < n, DeviceError, "gg::to: cannot move a tensor to ", device.str(),
-             ": ", n, " CUDA device(s) available");
-  }
   Tensor src;
   {
     NoGradGuard ng;
     src = contiguous(x);
   }
-  Tensor y = empty(x.shape(), x.dtype(), device);
+  Tensor y;
+  try {
+    // The backend says why a device cannot be used: no CUDA in this build, no usable GPU (with
+    // the driver's reason), or no device of that index.
+    y = empty(x.shape(), x.dtype(), device);
+  } catch (const DeviceError& e) {
+    throw DeviceError(std::string("gg::to: cannot move a tensor to ") + device.str() + ": " + e.what());
+  }
   dispatch::copy_between_devices(y.raw_data(), device, src.raw_data(), x.device(),
                                  static_cast<size_t>(x.numel()) * dtype_size(x.dtype()));
   record("to_device", {x}, {y}, {}, [from = x.device()](const BackwardArgs& g) -> TensorList {

@@ -31,8 +31,8 @@ CASE("where/backward routes by the mask") {
 
 // ---- fused attention argument checks
 CASE("attention/undefined k") { THROWS(ValueError, "gg::attention: k is an undefined tensor", attention(qkv(), Tensor(), qkv())); }
-CASE("attention/3-D q") { THROWS(ShapeError, "gg::attention: q must be (B, H, N, d), got shape [1, 3, 2]", attention(qkv({1, 3, 2}), qkv({1, 3, 2}), qkv({1, 3, 2}))); }
-CASE("attention/k of another length") { THROWS(ShapeError, "gg::attention: q, k and v must have the same shape", attention(qkv(), qkv({1, 1, 4, 2}), qkv())); }
+CASE("attention/3-D q") { THROWS(ShapeError, "gg::attention: q must be (B, Hq, Nq, d), got shape [1, 3, 2]", attention(qkv({1, 3, 2}), qkv({1, 3, 2}), qkv({1, 3, 2}))); }
+CASE("attention/v of another length than k") { THROWS(ShapeError, "gg::attention: v must have k's shape (B, Hkv, Nk, d)", attention(qkv(), qkv({1, 1, 4, 2}), qkv())); }
 CASE("attention/i64 inputs") {
   Tensor i = from_indices(std::vector<int64_t>(6, 1), {1, 1, 3, 2});
   THROWS(DTypeError, "gg::attention: q must be a floating tensor", attention(i, i, i));

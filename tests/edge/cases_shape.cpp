@@ -214,8 +214,18 @@ CASE("views/contiguous undefined") { THROWS(ValueError, "gg::contiguous: input i
 CASE("views/to undefined") { THROWS(ValueError, "gg::to: input is an undefined tensor", to(Tensor(), DType::f64)); }
 CASE("views/to a CUDA device that is not there") {
   const int n = cuda::device_count();
-  THROWS(DeviceError, "gg::to: cannot move a tensor to cuda:" + std::to_string(n) + ": " + std::to_string(n) + " CUDA device(s) available",
-         to(m23(), Device::cuda(n)));
+  if (n == 0) {  // the reason comes from the backend: no CUDA in this build, or no usable GPU
+#ifdef GG_HAS_CUDA
+    THROWS(DeviceError, "gg::to: cannot move a tensor to cuda:0: gg: cannot use cuda:0: no usable GPU found",
+           to(m23(), Device::cuda(0)));
+#else
+    THROWS(DeviceError, "gg::to: cannot move a tensor to cuda:0: gg: cannot use cuda:0: this build of gradgrad has no CUDA backend",
+           to(m23(), Device::cuda(0)));
+#endif
+  } else {
+    THROWS(DeviceError, "gg::to: cannot move a tensor to cuda:" + std::to_string(n) + ": gg: cannot use cuda:" + std::to_string(n) +
+           ": no such device (" + std::to_string(n) + " CUDA device", to(m23(), Device::cuda(n)));
+  }
 }
 CASE("views/to a negative CUDA index") { THROWS(DeviceError, "gg::to: cannot move a tensor to cuda:-1", to(m23(), Device::cuda(-1))); }
 CASE("views/reshape undefined") { THROWS(ValueError, "gg::reshape: input is an undefined tensor", reshape(Tensor(), {1})); }
