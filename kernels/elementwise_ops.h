@@ -55,6 +55,36 @@ GG_ELEMENTWISE_FN C elementwise_div(C a, C b) {
   }
   return a / b;
 }
+
+// Integer +, - and * wrap around (two's complement), as in PyTorch and numpy: INT64_MAX + 1 is
+// INT64_MIN. Signed overflow is undefined in C++, so integers go through their unsigned type.
+template <typename C>
+GG_ELEMENTWISE_FN C elementwise_add(C a, C b) {
+  if constexpr (std::is_integral_v<C>) {
+    using U = std::make_unsigned_t<C>;
+    return static_cast<C>(static_cast<U>(a) + static_cast<U>(b));
+  } else {
+    return a + b;
+  }
+}
+template <typename C>
+GG_ELEMENTWISE_FN C elementwise_sub(C a, C b) {
+  if constexpr (std::is_integral_v<C>) {
+    using U = std::make_unsigned_t<C>;
+    return static_cast<C>(static_cast<U>(a) - static_cast<U>(b));
+  } else {
+    return a - b;
+  }
+}
+template <typename C>
+GG_ELEMENTWISE_FN C elementwise_mul(C a, C b) {
+  if constexpr (std::is_integral_v<C>) {
+    using U = std::make_unsigned_t<C>;
+    return static_cast<C>(static_cast<U>(a) * static_cast<U>(b));
+  } else {
+    return a * b;
+  }
+}
 }  // namespace gg::kernels
 
 // clang-format off
@@ -79,9 +109,9 @@ GG_ELEMENTWISE_FN C elementwise_div(C a, C b) {
 
 // maximum: NaN wins (if either operand is NaN, the result is that NaN).
 #define GG_BINARY_OPS(X)                                                 \
-  X(add,     same, a + b)                                                \
-  X(sub,     same, a - b)                                                \
-  X(mul,     same, a * b)                                                \
+  X(add,     same, ::gg::kernels::elementwise_add(a, b))                 \
+  X(sub,     same, ::gg::kernels::elementwise_sub(a, b))                 \
+  X(mul,     same, ::gg::kernels::elementwise_mul(a, b))                 \
   X(div,     same, ::gg::kernels::elementwise_div(a, b))                   \
   X(maximum, same, a > b ? a : (b > a ? b : (a != a ? a : b)))           \
   X(eq,      b8,   a == b)                                               \

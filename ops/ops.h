@@ -52,6 +52,7 @@ Tensor mul(const Tensor& a, const Tensor& b);
 // i64 division truncates toward zero (-7 / 2 = -3, C++'s rule; PyTorch's torch.div would give
 // a float and `//` floors). A zero divisor is a ValueError naming gg::div (PyTorch raises
 // ZeroDivisionError on the CPU), and INT64_MIN / -1 wraps to INT64_MIN, on every backend.
+// i64 +, - and * wrap around in two's complement (INT64_MAX + 1 = INT64_MIN), as in PyTorch.
 Tensor div(const Tensor& a, const Tensor& b);
 // Elementwise maximum; NaN wins. Ties (a == b) share the gradient equally: 1/2 to each.
 Tensor maximum(const Tensor& a, const Tensor& b);

@@ -21,6 +21,13 @@ CASE("int/INT64_MIN / -1 wraps") {
   std::vector<int64_t> r = y.to_vector<int64_t>();
   CHECK(r[0] == INT64_MIN && r[1] == -INT64_MAX);
 }
+// i64 +, - and * wrap around as in PyTorch (torch.tensor([2**63 - 1]) + 1 is -2**63).
+CASE("int/add, sub and mul wrap around") {
+  Tensor big = from_indices({INT64_MAX, INT64_MIN, INT64_MAX}, {3});
+  CHECK(add(big, from_indices({1, 0, 0}, {3})).to_vector<int64_t>() == std::vector<int64_t>({INT64_MIN, INT64_MIN, INT64_MAX}));
+  CHECK(sub(big, from_indices({0, 1, 0}, {3})).to_vector<int64_t>() == std::vector<int64_t>({INT64_MAX, INT64_MAX, INT64_MAX}));
+  CHECK(mul(big, from_indices({2, -1, 1}, {1, 3})).to_vector<int64_t>() == std::vector<int64_t>({-2, INT64_MIN, INT64_MAX}));
+}
 // PyTorch's torch.div returns a float for integer inputs (and `//` floors: -7 // 2 = -4); gg's i64
 // division stays integral and truncates, as C++ does (ops/ops.h).
 CASE("int/negative divisors truncate toward zero") {
