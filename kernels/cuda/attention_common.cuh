@@ -218,7 +218,7 @@ constexpr bool is_half_type() {
 
 // The same for 16-bit T and d = 8·kLanes (32, 64, 128): kLanes lanes per row, one 16-byte load of
 // each operand per lane, 256 / kLanes rows per block (the kernel above, one warp per row and 2-byte
-// loads, reached 1.4 TB/s on the H200; docs/kernel-notes.md v24).
+// loads, reached 1.4 TB/s on the H200; docs/kernels.md).
 template <typename T, int kLanes>
 __global__ void __launch_bounds__(256) row_dot_vec_kernel(const T* __restrict__ a, const T* __restrict__ b,
                                                           float* __restrict__ out, int64_t rows) {

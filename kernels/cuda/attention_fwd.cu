@@ -260,7 +260,7 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_fwd_tc_
 // ------------------------------------------------------------------------ sm_90a kernel
 //
 // On the H200, N = 16384, B = 1, H = 16: 2.26 ms at d = 64 (three consumers) and 3.54 ms at
-// d = 128 (two, in turns); docs/kernel-notes.md (v11, v15, v16, v20). The consumers read the same
+// d = 128 (two, in turns); docs/kernels.md. The consumers read the same
 // K and V tiles (a half or a third of the loads per flop of 64-row blocks), and no consumer
 // instruction is a load or a block barrier; registers move from the producer to the consumers
 // with setmaxnreg.
