@@ -49,7 +49,8 @@ configure_and_build . "$BUILD" build "${targets[@]}"
 
 card="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 driver="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)"
-commit="$(git describe --always --dirty 2>/dev/null || echo unknown)"
+# GG_COMMIT names the code where the tree was copied without its own git history
+commit="${GG_COMMIT:-$(git describe --always --dirty 2>/dev/null || echo unknown)}"
 start() {  # results file name, command: truncates the file and writes its meta line
   python3 - "$1" "$card" "$driver" "$(date -u +%F)" "$commit" "$2" >"bench/results/$1.jsonl" <<'PY'
 import json, sys

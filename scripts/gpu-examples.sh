@@ -21,7 +21,7 @@ prefix=()
 [ -d .deps ] && prefix=(-DCMAKE_PREFIX_PATH="$PWD/.deps")
 
 row "gpu" "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
-row "date / commit" "$(date -u +%FT%TZ) $(git describe --always --dirty 2>/dev/null || echo unknown)"
+row "date / commit" "$(date -u +%FT%TZ) ${GG_COMMIT:-$(git describe --always --dirty 2>/dev/null || echo unknown)}"
 if ! cmake -S . -B "$BUILD" -G Ninja -DGG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release \
       -DGG_BUILD_EXAMPLES=ON "${prefix[@]}" >"$OUT/ex-configure.log" 2>&1 ||
    ! cmake --build "$BUILD" -j "$(nproc)" --target ${GG_EXAMPLE_TARGETS:-maml_sine maml_attention ttt_e2e} >"$OUT/ex-build.log" 2>&1; then

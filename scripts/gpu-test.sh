@@ -16,7 +16,7 @@ status() { printf '%-28s %s\n' "$1" "$2" | tee -a "$OUT/summary.txt"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$OUT/gpu.txt" 2>&1
 status "gpu" "$(head -1 "$OUT/gpu.txt")"
 status "date" "$(date -u +%FT%TZ)"
-status "commit" "$(git describe --always --dirty 2>/dev/null || echo unknown)"
+status "commit" "${GG_COMMIT:-$(git describe --always --dirty 2>/dev/null || echo unknown)}"
 
 if ! cmake -S . -B "$BUILD" -G Ninja -DGG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DGG_BUILD_EXAMPLES=OFF \
      >"$OUT/configure.log" 2>&1; then
