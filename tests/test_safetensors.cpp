@@ -7,6 +7,9 @@
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <string>
+
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include "gradgrad.h"
@@ -19,7 +22,12 @@ namespace {
 
 using io::FormatError;
 
-std::string temp_path(const std::string& name) { return ::testing::TempDir() + "gg_st_" + name; }
+// A file name of this process and test alone: ctest runs the tests in parallel processes.
+std::string temp_path(const std::string& name) {
+  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
+  return ::testing::TempDir() + "gg_st_" + std::to_string(::getpid()) + "_" + t->test_suite_name() + "_" + t->name() +
+         "_" + name;
+}
 
 std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
