@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One command on a fresh Debian 12 machine: installs what is missing, builds everything and runs
 # the whole test suite. GPU tests (ctest label "gpu") skip without a GPU unless GG_REQUIRE_GPU=1.
-# Then the robustness stages: the fuzzer for GG_FUZZ_SECONDS (default 60) with a fresh seed, and
+# Then the robustness stages: the fuzzer for GG_FUZZ_SECONDS (default 60) from seed GG_FUZZ_SEED
+# (default 1, so that a run is reproducible; GG_FUZZ_SEED=random draws a fresh one), and
 # the CPU suite, the edge-case suite and the fuzzer again in a CPU-only build under
 # AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/; GG_SANITIZE=0 skips it). Quiet on
 # success: one line per stage.
@@ -20,6 +21,8 @@ skipped="$(grep -c '(Skipped)' ctest.log || true)"
 echo "gradgrad: $summary; $skipped skipped (GPU tests skip without a GPU unless GG_REQUIRE_GPU=1)"
 
 fuzz_seconds="${GG_FUZZ_SECONDS:-60}"
+fuzz_seed=()
+[ "${GG_FUZZ_SEED:-1}" = random ] || fuzz_seed=(--seed "${GG_FUZZ_SEED:-1}")
 # Runs a stage's command with its output in $log; on failure prints the log's tail and stops.
 gg_stage() {
   local name="$1" log="$2"
@@ -30,7 +33,7 @@ gg_stage() {
   fi
 }
 gg_stage "edge cases" "$GG_BUILD/edge.log" "$GG_BUILD/tests/edge/gg_edge"
-gg_stage "fuzzer" "$GG_BUILD/fuzz.log" "$GG_BUILD/tests/fuzz/gg_fuzz" --seconds "$fuzz_seconds"
+gg_stage "fuzzer" "$GG_BUILD/fuzz.log" "$GG_BUILD/tests/fuzz/gg_fuzz" --seconds "$fuzz_seconds" "${fuzz_seed[@]}"
 echo "gradgrad: $(tail -1 "$GG_BUILD/edge.log" | sed 's/^gradgrad //'); $(tail -1 "$GG_BUILD/fuzz.log")"
 
 [ "${GG_SANITIZE:-1}" = 0 ] && exit 0
@@ -49,7 +52,7 @@ cd "$GG_BUILD"
 gg_stage "CPU suite under ASan/UBSan" "$GG_BUILD/gtest.log" ./tests/gg_tests --gtest_brief=1
 gg_stage "memory suite under ASan/UBSan" "$GG_BUILD/gtest-memory.log" ./tests/gg_memory_tests --gtest_brief=1
 gg_stage "edge cases under ASan/UBSan" "$GG_BUILD/edge.log" ./tests/edge/gg_edge
-gg_stage "fuzzer under ASan/UBSan" "$GG_BUILD/fuzz.log" ./tests/fuzz/gg_fuzz --seconds "$fuzz_seconds"
+gg_stage "fuzzer under ASan/UBSan" "$GG_BUILD/fuzz.log" ./tests/fuzz/gg_fuzz --seconds "$fuzz_seconds" "${fuzz_seed[@]}"
 if grep -qE "runtime error:|ERROR: AddressSanitizer|ERROR: LeakSanitizer" "$GG_BUILD"/*.log; then
   grep -hE -A5 "runtime error:|ERROR: AddressSanitizer|ERROR: LeakSanitizer" "$GG_BUILD"/*.log | head -40 >&2
   gg_die "sanitizer report (logs: $GG_BUILD/*.log)"

@@ -625,7 +625,7 @@ class Program {
         Shape cs = r.shape;
         for (int64_t& d : cs)
           if (chance(0.3)) d = 1;
-        if (chance(0.1)) cs.push_back(2);
+        if (chance(0.1) && cs.size() < 8) cs.push_back(2);  // a mask of one more dim (within the 8-dim limit)
         Ref cond;
         cond.shape = cs;
         cond.dtype = DType::b8;
