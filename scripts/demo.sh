@@ -11,6 +11,6 @@ demo="${GG_DEMO:-maml_sine}"
 gg_build --target "$demo"
 case "$demo" in
   maml_sine) exec "$GG_BUILD/examples/maml_sine/maml_sine" --out "$GG_BUILD/maml_sine_out" "$@" ;;
-  higher_order) exec "$GG_BUILD/examples/higher_order" "$@" ;;
+  higher_order) exec "$GG_BUILD/examples/higher_order" --out "$GG_BUILD/higher_order_out" "$@" ;;
   *) gg_die "unknown GG_DEMO=$demo (maml_sine or higher_order)" ;;
 esac
