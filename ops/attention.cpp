@@ -62,18 +62,6 @@ struct Checked {
   Tensor q, k, v;  // contiguous
 };
 
-// The CUDA kernels know the square, equal-heads, full or causal case only.
-void check_cuda_support(const char* op, const kernels::AttentionShape& s) {
-  GG_CHECK(s.kv_heads() == s.H, DeviceError, "gg::", op,
-           ": grouped-query heads are not supported on CUDA yet (Hq = ", s.H, ", Hkv = ", s.kv_heads(),
-           "); use attention_composite, or the CPU");
-  GG_CHECK(s.keys() == s.N, DeviceError, "gg::", op, ": Nq != Nk is not supported on CUDA yet (Nq = ", s.N,
-           ", Nk = ", s.keys(), "); use attention_composite, or the CPU");
-  GG_CHECK(s.window_left < 0 && s.window_right < 0, DeviceError, "gg::", op,
-           ": windows are not supported on CUDA yet (window_left = ", s.window_left, ", window_right = ",
-           s.window_right, ", -1 = unbounded); use attention_composite, or the CPU");
-}
-
 Checked check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
   detail::check_defined(op, q, "q");
   detail::check_defined(op, k, "k");
@@ -102,7 +90,6 @@ Checked check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor
   if (k.size(1) != q.size(1)) c.shape.Hkv = k.size(1);  // left at -1 (Hkv = H) otherwise
   if (k.size(2) != q.size(2)) c.shape.Nk = k.size(2);   // left at -1 (Nk = N) otherwise
   resolve_mask(op, q.size(2), k.size(2), o, c.shape);
-  if (q.device().is_cuda()) check_cuda_support(op, c.shape);
   NoGradGuard ng;
   c.q = contiguous(q);
   c.k = contiguous(k);

@@ -173,9 +173,10 @@ Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, co
 // key/value head h / (Hq / Hkv) (PyTorch's enable_gqa, FlashAttention). The gradients of k and
 // v sum over their group of query heads inside the kernels. Masks: see AttentionOptions.
 // Bad shapes, dtypes or options raise ShapeError / DTypeError / ValueError naming the op. On
-// CUDA only Hq = Hkv, Nq = Nk and the full or causal mask run for now; other inputs raise a
-// DeviceError there (windows that cannot hide a key, and window_right = 0 alone, count as full
-// and causal).
+// CUDA, Hq = Hkv with Nq = Nk and the full or causal mask run the tensor-core kernels (bf16/f16,
+// d in {32, 64, 128}); grouped heads, Nq != Nk and windows run the generic CUDA kernels, which are
+// exact but not tensor-core fast (windows that cannot hide a key, and window_right = 0 alone,
+// count as full and causal).
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options = {});
 
 // The three recorded primitives behind gg::attention, public for tests and for users who

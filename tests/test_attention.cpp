@@ -8,93 +8,11 @@
 #include <string>
 #include <tuple>
 
+#include "attention_chain.h"
 #include "test_util.h"
 
 namespace gg::test {
 namespace {
-
-using AttnFn = Tensor (*)(const Tensor&, const Tensor&, const Tensor&, const AttentionOptions&);
-
-struct Chain {
-  Values O;
-  std::vector<Values> first;   // dQ, dK, dV
-  std::vector<Values> second;  // gQ, gK, gV, gdO
-  std::vector<Values> third;   // gradient of <W, second> with respect to (Q, K, V, dO), when asked
-};
-
-// O, then (dQ, dK, dV) for cotangent dO with create_graph, then the gradient of
-// <Qt,dQ> + <Kt,dK> + <Vt,dV> with respect to (Q, K, V, dO). Absent cotangents are skipped.
-// With four weights `w` (shaped like Q, K, V, dO), also the third-order gradient of
-// <w, (gQ, gK, gV, gdO)> with respect to (Q, K, V, dO).
-Chain run_chain(AttnFn f, const TensorList& qkv, const Tensor& dO_in, const TensorList& tilde, const AttentionOptions& o,
-                const TensorList& w = {}) {
-  TensorList x;
-  for (const Tensor& t : qkv) x.push_back(leaf(t));
-  Tensor dO = leaf(dO_in);
-  Tensor O = f(x[0], x[1], x[2], o);
-  TensorList d = grad({O}, x, {dO}, {/*create_graph=*/true});
-  Chain c;
-  c.O = O.to_vector<double>();
-  for (const Tensor& t : d) c.first.push_back(t.to_vector<double>());
-  Tensor inner;
-  for (size_t i = 0; i < 3; ++i)
-    if (tilde[i].defined()) inner = inner.defined() ? inner + sum(tilde[i] * d[i]) : sum(tilde[i] * d[i]);
-  if (!inner.defined()) return c;
-  const TensorList wrt = {x[0], x[1], x[2], dO};
-  TensorList g = grad({inner}, wrt, {}, {/*create_graph=*/!w.empty(), -1, /*allow_unused=*/true});
-  for (size_t i = 0; i < g.size(); ++i)
-    c.second.push_back(g[i].defined() ? g[i].to_vector<double>() : Values(static_cast<size_t>(wrt[i].numel()), 0.0));
-  if (w.empty()) return c;
-  Tensor outer;
-  for (size_t i = 0; i < g.size(); ++i)
-    if (g[i].defined() && g[i].requires_grad()) outer = outer.defined() ? outer + sum(w[i] * g[i]) : sum(w[i] * g[i]);
-  TensorList h = outer.defined() ? grad({outer}, wrt, {}, {false, -1, /*allow_unused=*/true}) : TensorList(4);
-  for (size_t i = 0; i < h.size(); ++i)
-    c.third.push_back(h[i].defined() ? h[i].to_vector<double>() : Values(static_cast<size_t>(wrt[i].numel()), 0.0));
-  return c;
-}
-Chain run_chain(AttnFn f, const TensorList& qkv, const Tensor& dO_in, const TensorList& tilde, bool causal) {
-  return run_chain(f, qkv, dO_in, tilde, AttentionOptions{std::nullopt, causal});
-}
-
-Tensor fused(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) { return attention(q, k, v, o); }
-Tensor composite(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
-  return attention_composite(q, k, v, o);
-}
-
-// Largest magnitude over a family of outputs (e.g. dQ, dK, dV). Errors are judged relative to
-// it, because some outputs are exactly zero in exact arithmetic (dQ and dK when N = 1) and
-// both implementations then return rounding noise of order 1e-17 · the family's scale.
-double family_scale(const std::vector<Values>& vs) {
-  double m = 1e-300;  // an all-zero family compares as equal when the other is zero too
-  for (const Values& v : vs)
-    for (double x : v) m = std::max(m, std::abs(x));
-  return m;
-}
-
-void expect_chains_equal(const Chain& a, const Chain& b, double tol, const std::string& what) {
-  EXPECT_LE(rel_error(a.O, b.O, family_scale({b.O}) * 1e-3), tol) << what << " order 0";
-  const double s1 = family_scale(b.first), s2 = family_scale(b.second);
-  for (size_t i = 0; i < a.first.size(); ++i)
-    EXPECT_LE(rel_error(a.first[i], b.first[i], s1), tol) << what << " order 1, output " << i;
-  ASSERT_EQ(a.second.size(), b.second.size()) << what;
-  for (size_t i = 0; i < a.second.size(); ++i)
-    EXPECT_LE(rel_error(a.second[i], b.second[i], s2), tol) << what << " order 2, output " << i;
-  ASSERT_EQ(a.third.size(), b.third.size()) << what;
-  const double s3 = family_scale(b.third);
-  for (size_t i = 0; i < a.third.size(); ++i)
-    EXPECT_LE(rel_error(a.third[i], b.third[i], s3), tol) << what << " order 3, output " << i;
-}
-
-bool all_finite(const Chain& c) {
-  for (const auto* vs : {&c.first, &c.second, &c.third})
-    for (const Values& g : *vs)
-      for (double v : g)
-        if (!std::isfinite(v)) return false;
-  for (double v : c.O)
-    if (!std::isfinite(v)) return false;
-  return true;
-}
 
 TensorList random_inputs(const Shape& s, int count, double scale = 1.0) {
   TensorList t;
@@ -267,67 +185,6 @@ TEST(Attention, BadInputsAreTypedErrors) {
 
 // ---------------------------------------------------------------------------------------------
 // Grouped heads, Nq != Nk, windows: every option and their combinations against the composite.
-
-struct OptCase {
-  const char* name;
-  int64_t Hq, Hkv, Nq, Nk, d;
-  bool causal;
-  std::optional<int64_t> left, right;
-};
-
-AttentionOptions options_of(const OptCase& c, std::optional<double> scale = std::nullopt) {
-  return {scale, c.causal, c.left, c.right};
-}
-
-struct OptInputs {
-  TensorList qkv, tilde;
-  Tensor dO;
-  TensorList w;  // order-3 weights, shaped like Q, K, V, dO
-};
-
-OptInputs opt_inputs(const OptCase& c, int64_t B, uint64_t seed, DType dtype = DType::f64) {
-  manual_seed(seed);
-  const Shape qs = {B, c.Hq, c.Nq, c.d}, ks = {B, c.Hkv, c.Nk, c.d};
-  auto r = [&](const Shape& s) { return to(randn(s, DType::f64), dtype); };
-  OptInputs in;
-  in.qkv = {r(qs), r(ks), r(ks)};
-  in.dO = r(qs);
-  in.tilde = {r(qs), r(ks), r(ks)};
-  in.w = {r(qs), r(ks), r(ks), r(qs)};
-  return in;
-}
-
-std::string nullable(const std::optional<int64_t>& w) { return w ? std::to_string(*w) : "none"; }
-
-std::string describe(const OptCase& c) {
-  return std::string(c.name) + " (Hq=" + std::to_string(c.Hq) + " Hkv=" + std::to_string(c.Hkv) +
-         " Nq=" + std::to_string(c.Nq) + " Nk=" + std::to_string(c.Nk) + " d=" + std::to_string(c.d) +
-         " causal=" + std::to_string(c.causal) + " left=" + nullable(c.left) + " right=" + nullable(c.right) + ")";
-}
-
-const std::vector<OptCase>& option_cases() {
-  static const std::vector<OptCase> cases = {
-      {"gqa2", 4, 2, 7, 7, 5, false, {}, {}},
-      {"gqa3_causal", 6, 2, 7, 7, 5, true, {}, {}},
-      {"mqa", 3, 1, 7, 13, 5, false, {}, {}},
-      {"nq_lt_nk", 2, 2, 7, 13, 5, false, {}, {}},
-      {"nq_gt_nk", 2, 2, 13, 7, 5, false, {}, {}},
-      {"causal_nq_lt_nk", 2, 2, 7, 13, 5, true, {}, {}},
-      {"causal_nq_gt_nk_empty_rows", 2, 2, 13, 7, 5, true, {}, {}},
-      {"left", 2, 2, 7, 13, 5, false, 3, {}},
-      {"right", 2, 2, 13, 7, 5, false, {}, 2},
-      {"two_sided", 2, 2, 7, 13, 5, false, 2, 1},
-      {"two_sided_square", 2, 2, 9, 9, 5, false, 1, 3},
-      {"left_causal", 2, 2, 13, 7, 5, true, 2, {}},
-      {"left_causal_nq_lt_nk", 2, 2, 7, 13, 5, true, 4, 0},
-      {"zero_width", 2, 2, 7, 13, 5, false, 0, 0},
-      {"right_empty_rows", 2, 2, 13, 7, 5, false, 1, 1},
-      {"mqa_causal_window_empty_rows", 3, 1, 13, 7, 5, true, 2, {}},
-      {"gqa2_two_sided_nq_gt_nk", 4, 2, 13, 7, 5, false, 3, 2},
-      {"gqa3_left_nq_lt_nk", 6, 2, 7, 13, 5, false, 2, {}},
-  };
-  return cases;
-}
 
 class OptionsVsComposite : public ::testing::TestWithParam<size_t> {};
 
@@ -609,21 +466,6 @@ TEST(Attention, OptionErrorsAreTyped) {
   expect_error_naming<ShapeError>(
       [&] { attention_backward_backward(q, k2, v2, f.O, f.L, q, Tensor(), q, Tensor()); },
       {"gg::attention_backward_backward", "kt", "[2, 6, 5, 4]", "[2, 2, 7, 4]"});
-}
-
-// On CUDA the options the kernels do not know yet are refused before any kernel runs.
-TEST(Attention, CudaRefusesUnsupportedOptions) {
-  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  const Device gpu = Device::cuda(0);
-  const Tensor q = zeros({1, 4, 8, 16}, DType::f32, gpu);
-  const Tensor k2 = zeros({1, 2, 8, 16}, DType::f32, gpu), k9 = zeros({1, 4, 9, 16}, DType::f32, gpu);
-  expect_error_naming<DeviceError>([&] { attention(q, k2, k2); }, {"gg::attention", "grouped-query", "Hkv = 2"});
-  expect_error_naming<DeviceError>([&] { attention(q, k9, k9); }, {"gg::attention", "Nq != Nk", "Nk = 9"});
-  expect_error_naming<DeviceError>([&] { attention(q, q, q, {std::nullopt, false, 2, std::nullopt}); },
-                                   {"gg::attention", "windows", "window_left = 2"});
-  // Masks that equal full or causal still run.
-  EXPECT_NO_THROW(attention(q, q, q, {std::nullopt, false, std::nullopt, 0}));
-  EXPECT_NO_THROW(attention(q, q, q, {std::nullopt, false, 7, 7}));
 }
 
 // MAML through the fused op: a one-layer attention regressor, one inner SGD step on a support

@@ -106,6 +106,32 @@ TEST(Safetensors, LoadsFileWrittenByPython) {
   EXPECT_THROW(f.at("nope"), ValueError);
 }
 
+// A state dict written by PyTorch (tests/fixtures/make_torch_fixture.py, safetensors.torch), bf16
+// included.
+TEST(Safetensors, LoadsFileWrittenByPyTorch) {
+  const io::Safetensors f = io::load_safetensors(GG_FIXTURES_DIR "/torch_reference.safetensors");
+  EXPECT_EQ(f.metadata.at("written_by"), "make_torch_fixture.py");
+  EXPECT_EQ(f.tensors.size(), 6u);
+  Values steps;
+  for (int i = 0; i < 6; ++i) steps.push_back(i / 8.0 - 1);
+
+  const Tensor& w = f.at("linear.weight");
+  EXPECT_EQ(w.dtype(), DType::bf16);
+  EXPECT_EQ(w.shape(), Shape({3, 2}));
+  EXPECT_EQ(w.to_vector<double>(), steps);
+  const Tensor& b = f.at("linear.bias");
+  EXPECT_EQ(b.dtype(), DType::f16);
+  EXPECT_EQ(b.to_vector<double>(), Values({0.5, -1.25, 2048.0}));
+  const Tensor& e = f.at("embedding.weight");
+  EXPECT_EQ(e.dtype(), DType::f32);
+  EXPECT_EQ(e.shape(), Shape({2, 3}));
+  EXPECT_EQ(e.to_vector<double>(), steps);
+  EXPECT_EQ(f.at("scale").to_vector<double>(), Values({1.0 / 3.0, -1e-300}));
+  EXPECT_EQ(f.at("step").to_vector<int64_t>(), std::vector<int64_t>({(int64_t(1) << 62) + 1, -(int64_t(1) << 40)}));
+  EXPECT_EQ(f.at("mask").dtype(), DType::b8);
+  EXPECT_EQ(f.at("mask").to_vector<uint8_t>(), std::vector<uint8_t>({1, 0, 1}));
+}
+
 // ------------------------------------------------------------------ round trips
 TEST(Safetensors, RoundTripEveryDtype) {
   manual_seed(1);

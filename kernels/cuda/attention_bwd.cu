@@ -7,8 +7,10 @@
 //   P = softmax_rows(S)        D = rowsum(dO∘O) = Σ_j P∘dP,  dS = P∘(dP - D)
 //   S = s·Q·Kᵀ                 dQ = s·dS·K,  dK = s·dSᵀ·Q
 //
-// Shapes: Q, K, V, O, dO, dQ, dK, dV are (B, H, N, d) contiguous; L and D are (B, H, N), Acc
-// (f32 for bf16/f16/f32, f64 for f64). D is stream-ordered scratch.
+// Shapes: Q, O, dO, dQ are (B, H, N, d), K, V, dK, dV (B, Hkv, Nk, d) contiguous (Hkv = H and
+// Nk = N on the tensor-core paths); L and D are (B, H, N), Acc (f32 for bf16/f16/f32, f64 for
+// f64). D is stream-ordered scratch. The generic dK, dV kernel sums a key/value head's gradients
+// over its group of query heads in registers (no atomics, no expanded copies).
 //
 // Launches, per path (attention_traits.cuh: choose_path; tile constants there):
 //   1. D = rowsum(dO∘O): row_dot_vec_kernel (16-bit, d = 32 / 64 / 128: 16-byte loads, d / 8 lanes
@@ -44,13 +46,14 @@ using namespace attn;
 
 // ------------------------------------------------------------------------ generic kernels
 
-// dK, dV for key rows [j0, j0 + kRows): thread (o, r) owns key j0 + o and queries i0 + r + 8k.
+// dK, dV for key rows [j0, j0 + kRows) of key/value head bh: thread (o, r) owns key j0 + o and
+// queries i0 + r + 8k of each query head of the group in turn, summing over them in registers.
 template <typename T>
 __global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_bwd_dkdv_generic_kernel(const Params<T> p) {
   using Acc = typename Elem<T>::Acc;
   using C = GenericTraits;
   // ---- prologue
-  GenBlock<T> b(p);
+  GenBlock<T, true> b(p);
   Acc *sK = b.stage(), *sV = b.stage();   // own chunks
   Acc *sQ = b.stage(), *sdO = b.stage();  // other chunks
   Acc* sP = b.tile();                     // Pᵀ tile  [key][query]
@@ -58,48 +61,49 @@ __global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_bwd_dkdv
   const GenThread th = b.th;
   const int j0 = b.r0, j = j0 + th.o;
   const int c0 = b.c0;
-  const int64_t head = b.head;
-  const T *Qh = b.Q, *Kh = b.K, *Vh = b.V, *dOh = b.dO;
-  const Acc* Lh = p.L + head;
-  const Acc* Dh = p.D + head;
+  const T *Kh = b.K, *Vh = b.V;
   Acc dK[C::kColsPerThread] = {}, dV[C::kColsPerThread] = {};
-  const int num_q_tiles = cdiv(p.N, C::kOther);
-  const int q_begin = p.causal ? j0 / C::kOther : 0;
+  const TileRange tiles = gen_tiles<true>(p, j0);  // query tiles that see some key of the block
 
-  // ---- main loop over query tiles [i0, i0 + nx)
-  for (int qt = q_begin; qt < num_q_tiles; ++qt) {
-    const int i0 = qt * C::kOther, nx = min(C::kOther, p.N - i0);
-    Acc st[C::kPerThread] = {}, dpt[C::kPerThread] = {};  // Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ
-    for (int k0 = 0; k0 < p.d; k0 += C::kChunk) {
-      __syncthreads();
-      gen_stage(sK, Kh, j0, k0, p.N, p.d);
-      gen_stage(sV, Vh, j0, k0, p.N, p.d);
-      gen_stage(sQ, Qh, i0, k0, p.N, p.d);
-      gen_stage(sdO, dOh, i0, k0, p.N, p.d);
-      __syncthreads();
-      gen_dot(st, sK, sQ, th);
-      gen_dot(dpt, sV, sdO, th);
-    }
+  // ---- main loop over the group's query heads g and their query tiles [i0, i0 + nx)
+  for (int g = 0; g < p.group; ++g) {
+    const T *Qh = b.group_rows(b.Q, p, g), *dOh = b.group_rows(b.dO, p, g);
+    const Acc* Lh = p.L + b.qhead + static_cast<int64_t>(g) * p.N;
+    const Acc* Dh = p.D + b.qhead + static_cast<int64_t>(g) * p.N;
+    for (int qt = tiles.begin; qt < tiles.end; ++qt) {
+      const int i0 = qt * C::kOther, nx = min(C::kOther, p.N - i0);
+      Acc st[C::kPerThread] = {}, dpt[C::kPerThread] = {};  // Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ
+      for (int k0 = 0; k0 < p.d; k0 += C::kChunk) {
+        __syncthreads();
+        gen_stage(sK, Kh, j0, k0, p.Nk, p.d);
+        gen_stage(sV, Vh, j0, k0, p.Nk, p.d);
+        gen_stage(sQ, Qh, i0, k0, p.N, p.d);
+        gen_stage(sdO, dOh, i0, k0, p.N, p.d);
+        __syncthreads();
+        gen_dot(st, sK, sQ, th);
+        gen_dot(dpt, sV, sdO, th);
+      }
 #pragma unroll
-    for (int k = 0; k < C::kPerThread; ++k) {
-      const int i = i0 + th.r + 8 * k;
-      const bool visible = i < p.N && (!p.causal || j <= i);
-      const Acc P = visible ? acc_exp(st[k] * p.scale - Lh[i]) : Acc(0);  // undoes P = softmax(S)
-      const Acc dS = visible ? P * (dpt[k] - Dh[i]) : Acc(0);              // dS = P∘(dP - D)
-      sP[th.o * C::kStride + th.r + 8 * k] = P;
-      sdS[th.o * C::kStride + th.r + 8 * k] = dS;
+      for (int k = 0; k < C::kPerThread; ++k) {
+        const int i = i0 + th.r + 8 * k;
+        const bool visible = p.sees(i, j);
+        const Acc P = visible ? acc_exp(st[k] * p.scale - Lh[i]) : Acc(0);  // undoes P = softmax(S)
+        const Acc dS = visible ? P * (dpt[k] - Dh[i]) : Acc(0);              // dS = P∘(dP - D)
+        sP[th.o * C::kStride + th.r + 8 * k] = P;
+        sdS[th.o * C::kStride + th.r + 8 * k] = dS;
+      }
+      __syncthreads();
+      gen_accumulate(dV, sP, dOh, i0, nx, c0, p.d, th);  // dV += Pᵀ·dO
+      gen_accumulate(dK, sdS, Qh, i0, nx, c0, p.d, th);  // dK += dSᵀ·Q
     }
-    __syncthreads();
-    gen_accumulate(dV, sP, dOh, i0, nx, c0, p.d, th);  // dV += Pᵀ·dO
-    gen_accumulate(dK, sdS, Qh, i0, nx, c0, p.d, th);  // dK += dSᵀ·Q
   }
 
   // ---- epilogue: dK = s·Σ dSᵀ·Q
-  if (j < p.N) {
+  if (j < p.Nk) {
 #pragma unroll
     for (int k = 0; k < C::kColsPerThread; ++k) dK[k] *= p.scale;
-    gen_store(p.out1 + (head + j) * p.d, dK, c0, p.d, th);
-    gen_store(p.out2 + (head + j) * p.d, dV, c0, p.d, th);
+    gen_store(p.out1 + (b.khead + j) * p.d, dK, c0, p.d, th);
+    gen_store(p.out2 + (b.khead + j) * p.d, dV, c0, p.d, th);
   }
 }
 
@@ -116,23 +120,22 @@ __global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_bwd_dq_g
   const GenThread th = b.th;
   const int i0 = b.r0, i = i0 + th.o;
   const int c0 = b.c0;
-  const int64_t head = b.head;
   const T *Qh = b.Q, *Kh = b.K, *Vh = b.V, *dOh = b.dO;
-  const Acc L_i = i < p.N ? p.L[head + i] : Acc(0);
-  const Acc D_i = i < p.N ? p.D[head + i] : Acc(0);
+  const Acc L_i = i < p.N ? p.L[b.qhead + i] : Acc(0);
+  const Acc D_i = i < p.N ? p.D[b.qhead + i] : Acc(0);
   Acc dQ[C::kColsPerThread] = {};
-  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + C::kRows), C::kOther) : cdiv(p.N, C::kOther);
+  const TileRange tiles = gen_tiles<false>(p, i0);
 
   // ---- main loop over key tiles [j0, j0 + nx)
-  for (int kb = 0; kb < num_k_tiles; ++kb) {
-    const int j0 = kb * C::kOther, nx = min(C::kOther, p.N - j0);
+  for (int kb = tiles.begin; kb < tiles.end; ++kb) {
+    const int j0 = kb * C::kOther, nx = min(C::kOther, p.Nk - j0);
     Acc s[C::kPerThread] = {}, dp[C::kPerThread] = {};  // S = Q·Kᵀ, dP = dO·Vᵀ
     for (int k0 = 0; k0 < p.d; k0 += C::kChunk) {
       __syncthreads();
       gen_stage(sQ, Qh, i0, k0, p.N, p.d);
       gen_stage(sdO, dOh, i0, k0, p.N, p.d);
-      gen_stage(sK, Kh, j0, k0, p.N, p.d);
-      gen_stage(sV, Vh, j0, k0, p.N, p.d);
+      gen_stage(sK, Kh, j0, k0, p.Nk, p.d);
+      gen_stage(sV, Vh, j0, k0, p.Nk, p.d);
       __syncthreads();
       gen_dot(s, sQ, sK, th);
       gen_dot(dp, sdO, sV, th);
@@ -140,7 +143,7 @@ __global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_bwd_dq_g
 #pragma unroll
     for (int k = 0; k < C::kPerThread; ++k) {
       const int j = j0 + th.r + 8 * k;
-      const bool visible = j < p.N && (!p.causal || j <= i);
+      const bool visible = p.sees(i, j);
       const Acc P = visible ? acc_exp(s[k] * p.scale - L_i) : Acc(0);
       sdS[th.o * C::kStride + th.r + 8 * k] = visible ? P * (dp[k] - D_i) : Acc(0);
     }
@@ -152,7 +155,7 @@ __global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_bwd_dq_g
   if (i < p.N) {
 #pragma unroll
     for (int k = 0; k < C::kColsPerThread; ++k) dQ[k] *= p.scale;
-    gen_store(p.out0 + (head + i) * p.d, dQ, c0, p.d, th);
+    gen_store(p.out0 + (b.qhead + i) * p.d, dQ, c0, p.d, th);
   }
 }
 
@@ -814,7 +817,7 @@ void bwd(const AttentionArgs& a) {
       },
       [&](auto d) { launch_bwd_sm80<T, d()>(p); },
       [&] {
-        launch_generic(attention_bwd_dkdv_generic_kernel<T>, p, 4, 2);
+        launch_generic(attention_bwd_dkdv_generic_kernel<T>, p, 4, 2, /*key_side=*/true);
         launch_generic(attention_bwd_dq_generic_kernel<T>, p, 4, 1);
       });
 }

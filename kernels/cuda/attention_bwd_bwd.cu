@@ -14,8 +14,10 @@
 // products are never issued): no Qt and no Kt means G = 0 (E = 0, dP̄ = 0, grad_V = 0, dP never
 // formed); no Vt means H = 0. All absent: every output is 0 (a memset).
 //
-// Shapes: Q, K, V, O, dO, Qt, Kt, Vt and the four outputs are (B, H, N, d) contiguous; L, D, E, F
-// are (B, H, N), Acc (f32 for bf16/f16/f32, f64 for f64); D, E, F are stream-ordered scratch.
+// Shapes: Q, O, dO, Qt, grad_Q, grad_dO are (B, H, N, d), K, V, Kt, Vt, grad_K, grad_V
+// (B, Hkv, Nk, d) contiguous (Hkv = H, Nk = N on the tensor-core paths); L, D, E, F are (B, H, N),
+// Acc (f32 for bf16/f16/f32, f64 for f64); D, E, F are stream-ordered scratch. The generic pass 2
+// sums grad_K, grad_V over the group of query heads in registers.
 //
 // Schedule (sm_80 and generic kernels): the two-pass schedule of docs/attention.md (section 4), no atomics,
 // no N x N buffer, bitwise deterministic. The outputs depend on E and F only affinely, so a query block
@@ -76,18 +78,18 @@ __global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_bob_pass
   const GenThread th = b.th;
   const int i0 = b.r0, i = i0 + th.o;
   const int c0 = b.c0;
-  const int64_t head = b.head;
+  const int64_t head = b.qhead;
   const T *Qh = b.Q, *Kh = b.K, *Vh = b.V, *dOh = b.dO, *Qth = b.Qt, *Kth = b.Kt, *Vth = b.Vt;
   const Acc L_i = i < p.N ? p.L[head + i] : Acc(0);
   const Acc D_i = i < p.N ? p.D[head + i] : Acc(0);
   Acc XA[C::kColsPerThread] = {}, X2[C::kColsPerThread] = {}, X3[C::kColsPerThread] = {},
       Y[C::kColsPerThread] = {};
   Acc e_part = 0, f_part = 0;  // this thread's share of Σ_j P∘G and Σ_j P∘(dP∘G + H)
-  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + C::kRows), C::kOther) : cdiv(p.N, C::kOther);
+  const TileRange tiles = gen_tiles<false>(p, i0);
 
   // ---- main loop over key tiles [j0, j0 + nx)
-  for (int kb = 0; kb < num_k_tiles; ++kb) {
-    const int j0 = kb * C::kOther, nx = min(C::kOther, p.N - j0);
+  for (int kb = tiles.begin; kb < tiles.end; ++kb) {
+    const int j0 = kb * C::kOther, nx = min(C::kOther, p.Nk - j0);
 
     // score tiles: S = Q·Kᵀ, dP = dO·Vᵀ, G = Qt·Kᵀ + Q·Ktᵀ (times s below), H = dO·Vtᵀ
     Acc S[C::kPerThread] = {}, dP[C::kPerThread] = {}, G[C::kPerThread] = {}, Hs[C::kPerThread] = {};
@@ -96,10 +98,10 @@ __global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_bob_pass
       gen_stage(sQ, Qh, i0, k0, p.N, p.d);
       gen_stage(sdO, dOh, i0, k0, p.N, p.d);
       gen_stage(sQt, Qth, i0, k0, p.N, p.d);
-      gen_stage(sK, Kh, j0, k0, p.N, p.d);
-      gen_stage(sV, has_G ? Vh : nullptr, j0, k0, p.N, p.d);
-      gen_stage(sKt, Kth, j0, k0, p.N, p.d);
-      gen_stage(sVt, Vth, j0, k0, p.N, p.d);
+      gen_stage(sK, Kh, j0, k0, p.Nk, p.d);
+      gen_stage(sV, has_G ? Vh : nullptr, j0, k0, p.Nk, p.d);
+      gen_stage(sKt, Kth, j0, k0, p.Nk, p.d);
+      gen_stage(sVt, Vth, j0, k0, p.Nk, p.d);
       __syncthreads();
       gen_dot(S, sQ, sK, th);
       if (has_G) gen_dot(dP, sdO, sV, th);
@@ -112,7 +114,7 @@ __global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_bob_pass
 #pragma unroll
     for (int k = 0; k < C::kPerThread; ++k) {
       const int j = j0 + th.r + 8 * k;
-      const bool visible = j < p.N && (!p.causal || j <= i);
+      const bool visible = p.sees(i, j);
       const Acc P = visible ? acc_exp(S[k] * p.scale - L_i) : Acc(0);
       const Acc g = G[k] * p.scale;
       const Acc PG = P * g;                       // P∘G: E's terms; dP̄ = P∘G - E·P
@@ -145,7 +147,7 @@ __global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_bob_pass
   const Acc E = group_sum(e_part);
   const Acc F = group_sum(f_part) - Acc(2) * D_i * E;
   if (i < p.N) {
-    const T* Oi = p.O + (head + i) * p.d;
+    const T* Oi = b.O + static_cast<int64_t>(i) * p.d;
     Acc gQ[C::kColsPerThread], gdO[C::kColsPerThread];
 #pragma unroll
     for (int k = 0; k < C::kColsPerThread; ++k) {
@@ -168,7 +170,7 @@ __global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_bob_pass
   using Acc = typename Elem<T>::Acc;
   using C = GenericTraits;
   // ---- prologue
-  GenBlock<T> b(p);
+  GenBlock<T, true> b(p);
   Acc *sK = b.stage(), *sV = b.stage(), *sKt = b.stage(), *sVt = b.stage();  // own chunks
   Acc *sQ = b.stage(), *sdO = b.stage(), *sQt = b.stage();                   // other chunks
   Acc *sSbar = b.tile(), *sdS = b.tile(), *sdPbar = b.tile();                // [key][query]
@@ -177,68 +179,69 @@ __global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_bob_pass
   const GenThread th = b.th;
   const int j0 = b.r0, j = j0 + th.o;
   const int c0 = b.c0;
-  const int64_t head = b.head;
-  const T *Qh = b.Q, *Kh = b.K, *Vh = b.V, *dOh = b.dO, *Qth = b.Qt, *Kth = b.Kt, *Vth = b.Vt;
+  const T *Kh = b.K, *Vh = b.V, *Kth = b.Kt, *Vth = b.Vt;
   Acc gK[C::kColsPerThread] = {}, gV[C::kColsPerThread] = {};
-  const int num_q_tiles = cdiv(p.N, C::kOther);
-  const int q_begin = p.causal ? j0 / C::kOther : 0;
+  const TileRange tiles = gen_tiles<true>(p, j0);
 
-  // ---- main loop over query tiles [i0, i0 + nx)
-  for (int qt = q_begin; qt < num_q_tiles; ++qt) {
-    const int i0 = qt * C::kOther, nx = min(C::kOther, p.N - i0);
+  // ---- main loop over the group's query heads g and their query tiles [i0, i0 + nx)
+  for (int g = 0; g < p.group; ++g) {
+    const T *Qh = b.group_rows(b.Q, p, g), *dOh = b.group_rows(b.dO, p, g), *Qth = b.group_rows(b.Qt, p, g);
+    const int64_t head = b.qhead + static_cast<int64_t>(g) * p.N;  // the row scalars' head
+    for (int qt = tiles.begin; qt < tiles.end; ++qt) {
+      const int i0 = qt * C::kOther, nx = min(C::kOther, p.N - i0);
 
-    // score tiles, transposed: Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, Gᵀ = K·Qtᵀ + Kt·Qᵀ (times s), Hᵀ = Vt·dOᵀ
-    Acc S[C::kPerThread] = {}, dP[C::kPerThread] = {}, G[C::kPerThread] = {}, Hs[C::kPerThread] = {};
-    for (int k0 = 0; k0 < p.d; k0 += C::kChunk) {
-      __syncthreads();
-      gen_stage(sK, Kh, j0, k0, p.N, p.d);
-      gen_stage(sV, has_G ? Vh : nullptr, j0, k0, p.N, p.d);
-      gen_stage(sKt, Kth, j0, k0, p.N, p.d);
-      gen_stage(sVt, Vth, j0, k0, p.N, p.d);
-      gen_stage(sQ, Qh, i0, k0, p.N, p.d);
-      gen_stage(sdO, dOh, i0, k0, p.N, p.d);
-      gen_stage(sQt, Qth, i0, k0, p.N, p.d);
-      __syncthreads();
-      gen_dot(S, sK, sQ, th);
-      if (has_G) gen_dot(dP, sV, sdO, th);
-      if (has_Qt) gen_dot(G, sK, sQt, th);
-      if (has_Kt) gen_dot(G, sKt, sQ, th);
-      if (has_H) gen_dot(Hs, sVt, sdO, th);
-    }
-
-    // coefficient tiles with the query rows' D, E, F (absent G or H are zero tiles here)
-#pragma unroll
-    for (int k = 0; k < C::kPerThread; ++k) {
-      const int i = i0 + th.r + 8 * k;
-      const bool visible = i < p.N && (!p.causal || j <= i);
-      Acc Sbar = 0, dS = 0, dPbar = 0;
-      if (visible) {
-        const Acc L = p.L[head + i], D = p.D[head + i], E = p.E[head + i], F = p.F[head + i];
-        const Acc P = acc_exp(S[k] * p.scale - L);
-        const Acc g = G[k] * p.scale;
-        const Acc Pbar = (dP[k] - D) * g - dP[k] * E + Hs[k];  // P̄ = (dP - D)∘G - dP∘E + H
-        Sbar = P * (Pbar - F);                                  // undoes P = softmax(S)
-        dS = P * (dP[k] - D);                                   // undoes dS = P∘(dP - D) in P
-        dPbar = P * (g - E);                                    // undoes it in dP
+      // score tiles, transposed: Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, Gᵀ = K·Qtᵀ + Kt·Qᵀ (times s), Hᵀ = Vt·dOᵀ
+      Acc S[C::kPerThread] = {}, dP[C::kPerThread] = {}, G[C::kPerThread] = {}, Hs[C::kPerThread] = {};
+      for (int k0 = 0; k0 < p.d; k0 += C::kChunk) {
+        __syncthreads();
+        gen_stage(sK, Kh, j0, k0, p.Nk, p.d);
+        gen_stage(sV, has_G ? Vh : nullptr, j0, k0, p.Nk, p.d);
+        gen_stage(sKt, Kth, j0, k0, p.Nk, p.d);
+        gen_stage(sVt, Vth, j0, k0, p.Nk, p.d);
+        gen_stage(sQ, Qh, i0, k0, p.N, p.d);
+        gen_stage(sdO, dOh, i0, k0, p.N, p.d);
+        gen_stage(sQt, Qth, i0, k0, p.N, p.d);
+        __syncthreads();
+        gen_dot(S, sK, sQ, th);
+        if (has_G) gen_dot(dP, sV, sdO, th);
+        if (has_Qt) gen_dot(G, sK, sQt, th);
+        if (has_Kt) gen_dot(G, sKt, sQ, th);
+        if (has_H) gen_dot(Hs, sVt, sdO, th);
       }
-      const int at = th.o * C::kStride + th.r + 8 * k;
-      sSbar[at] = Sbar;
-      sdS[at] = dS;
-      sdPbar[at] = dPbar;
-    }
-    __syncthreads();
 
-    gen_accumulate(gK, sSbar, Qh, i0, nx, c0, p.d, th);              // gK += S̄ᵀ·Q
-    if (has_Qt) gen_accumulate(gK, sdS, Qth, i0, nx, c0, p.d, th);   // gK += dSᵀ·Qt
-    if (has_G) gen_accumulate(gV, sdPbar, dOh, i0, nx, c0, p.d, th);  // gV += dP̄ᵀ·dO
+      // coefficient tiles with the query rows' D, E, F (absent G or H are zero tiles here)
+#pragma unroll
+      for (int k = 0; k < C::kPerThread; ++k) {
+        const int i = i0 + th.r + 8 * k;
+        Acc Sbar = 0, dS = 0, dPbar = 0;
+        if (p.sees(i, j)) {
+          const Acc L = p.L[head + i], D = p.D[head + i], E = p.E[head + i], F = p.F[head + i];
+          const Acc P = acc_exp(S[k] * p.scale - L);
+          const Acc g = G[k] * p.scale;
+          const Acc Pbar = (dP[k] - D) * g - dP[k] * E + Hs[k];  // P̄ = (dP - D)∘G - dP∘E + H
+          Sbar = P * (Pbar - F);                                  // undoes P = softmax(S)
+          dS = P * (dP[k] - D);                                   // undoes dS = P∘(dP - D) in P
+          dPbar = P * (g - E);                                    // undoes it in dP
+        }
+        const int at = th.o * C::kStride + th.r + 8 * k;
+        sSbar[at] = Sbar;
+        sdS[at] = dS;
+        sdPbar[at] = dPbar;
+      }
+      __syncthreads();
+
+      gen_accumulate(gK, sSbar, Qh, i0, nx, c0, p.d, th);              // gK += S̄ᵀ·Q
+      if (has_Qt) gen_accumulate(gK, sdS, Qth, i0, nx, c0, p.d, th);   // gK += dSᵀ·Qt
+      if (has_G) gen_accumulate(gV, sdPbar, dOh, i0, nx, c0, p.d, th);  // gV += dP̄ᵀ·dO
+    }
   }
 
-  // ---- epilogue: grad_K = s·(S̄ᵀ·Q + dSᵀ·Qt), grad_V (0 without G)
-  if (j < p.N) {
+  // ---- epilogue: grad_K = s·(S̄ᵀ·Q + dSᵀ·Qt), grad_V (0 without G); summed over the group
+  if (j < p.Nk) {
 #pragma unroll
     for (int k = 0; k < C::kColsPerThread; ++k) gK[k] *= p.scale;
-    gen_store(p.out1 + (head + j) * p.d, gK, c0, p.d, th);
-    gen_store(p.out2 + (head + j) * p.d, gV, c0, p.d, th);
+    gen_store(p.out1 + (b.khead + j) * p.d, gK, c0, p.d, th);
+    gen_store(p.out2 + (b.khead + j) * p.d, gV, c0, p.d, th);
   }
 }
 
@@ -1386,8 +1389,10 @@ void bwd_bwd(const AttentionArgs& a) {
   Params<T> p = make_params<T>(a);
   const int64_t rows = p.BH * p.N;
   if (p.Qt == nullptr && p.Kt == nullptr && p.Vt == nullptr) {  // ℒ = 0: every gradient is zero
-    const size_t bytes = static_cast<size_t>(rows) * p.d * sizeof(T);
-    for (void* out : {a.out0, a.out1, a.out2, a.out3}) CUDA_CHECK(cudaMemsetAsync(out, 0, bytes, cuda_stream()));
+    const size_t q_bytes = static_cast<size_t>(rows) * p.d * sizeof(T);
+    const size_t k_bytes = static_cast<size_t>(p.BHkv()) * p.Nk * p.d * sizeof(T);
+    for (void* out : {a.out0, a.out3}) CUDA_CHECK(cudaMemsetAsync(out, 0, q_bytes, cuda_stream()));
+    for (void* out : {a.out1, a.out2}) CUDA_CHECK(cudaMemsetAsync(out, 0, k_bytes, cuda_stream()));
     return;
   }
   Scratch scalars(3 * static_cast<size_t>(rows) * sizeof(Acc));  // D, E, F
@@ -1400,7 +1405,7 @@ void bwd_bwd(const AttentionArgs& a) {
       [&] {
         launch_D(p);
         launch_generic(attention_bob_pass1_generic_kernel<T>, p, 7, 5);
-        launch_generic(attention_bob_pass2_generic_kernel<T>, p, 7, 3);
+        launch_generic(attention_bob_pass2_generic_kernel<T>, p, 7, 3, /*key_side=*/true);
       });
 }
 

@@ -23,6 +23,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -92,17 +93,21 @@ __device__ __forceinline__ Acc neg_inf() {
 
 // ------------------------------------------------------------------------ parameters
 
-// What every attention kernel sees. Tensors are contiguous: X[(bh * N + i) * d + c] for
-// bh < BH = B·H, row i < N, column c < d; row scalars R[bh * N + i].
+// What every attention kernel sees. Tensors are contiguous: query-side tensors (Q, O, dO, Qt and
+// the gradients of Q and dO) are X[(bh * N + i) * d + c] for bh < BH = B·H, row i < N, column
+// c < d; key-side tensors (K, V, Kt, Vt and their gradients) X[(bh_kv * Nk + j) * d + c] with
+// bh_kv < B·Hkv, Hkv = H / group (query head h reads key/value head h / group); row scalars
+// R[bh * N + i]. The tensor-core paths take the plain case only (group 1, Nk = N, no window:
+// choose_path); the generic kernels take every shape and mask.
 template <typename T>
 struct Params {
   using Acc = typename Elem<T>::Acc;
-  const T *Q, *K, *V;     // (BH, N, d)
+  const T *Q, *K, *V;     // (BH, N, d), (BHkv, Nk, d) x 2
   const T *O, *dO;        // (BH, N, d) saved output, output cotangent
-  const T *Qt, *Kt, *Vt;  // (BH, N, d) BoB cotangents of dQ, dK, dV; nullptr = absent
-  const Acc* L;           // (BH, N) saved row log-sum-exp (natural log)
+  const T *Qt, *Kt, *Vt;  // BoB cotangents of dQ, dK, dV (shaped like Q, K, V); nullptr = absent
+  const Acc* L;           // (BH, N) saved row log-sum-exp (natural log; -inf for a row without keys)
   Acc *D, *E, *F;         // (BH, N) row scalars, stream-ordered scratch
-  T *out0, *out1, *out2, *out3;  // (BH, N, d): fwd O; bwd dQ dK dV; BoB gQ gK gV gdO
+  T *out0, *out1, *out2, *out3;  // fwd O; bwd dQ dK dV; BoB gQ gK gV gdO (shaped like their inputs)
   Acc* L_out;             // (BH, N) fwd: L
   Acc* PV;                // (BH, N, d) deterministic BoB: P·Vt, from its pass 0 to its pass 1
   float* fused_acc;       // fused BoB: its f32 buffers (attention_sweeps.cuh), which pass 0 fills
@@ -113,15 +118,47 @@ struct Params {
   int N, d;
   Acc scale;
   bool causal;
+  int Nk;         // keys per head
+  int H, group;   // query heads per batch entry; query heads per key/value head
+  int wl, wr;     // window (kernels/params.h; -1: unbounded); with causal, wr is -1 and causal rules
+
+  // The mask, as AttentionShape::first_key / last_key: query i sees keys [key_lo(i), key_hi(i)),
+  // key j is seen by queries [query_lo(j), query_hi(j)); all four are non-decreasing.
+  __host__ __device__ int right() const { return causal ? 0 : wr; }
+  __host__ __device__ int key_lo(int i) const {
+    const int lo = i + (Nk - N) - wl;
+    return (wl < 0 || lo < 0) ? 0 : lo;
+  }
+  __host__ __device__ int key_hi(int i) const {
+    const int hi = i + (Nk - N) + right() + 1;
+    return (right() < 0 || hi > Nk) ? Nk : (hi < 0 ? 0 : hi);
+  }
+  __host__ __device__ int query_lo(int j) const {
+    const int lo = j - (Nk - N) - right();
+    return (right() < 0 || lo < 0) ? 0 : lo;
+  }
+  __host__ __device__ int query_hi(int j) const {
+    const int hi = j - (Nk - N) + wl + 1;
+    return (wl < 0 || hi > N) ? N : (hi < 0 ? 0 : hi);
+  }
+  __host__ __device__ bool sees(int i, int j) const { return i < N && j >= key_lo(i) && j < key_hi(i); }
+  // The key/value head of query head bh, and the first query head of key/value head bh_kv.
+  __host__ __device__ int64_t kv_head(int64_t bh) const { return (bh / H) * (H / group) + (bh % H) / group; }
+  __host__ __device__ int64_t first_query_head(int64_t bh_kv) const {
+    const int hkv = H / group;
+    return (bh_kv / hkv) * H + (bh_kv % hkv) * group;
+  }
+  int64_t BHkv() const { return BH / group; }
 };
 
 template <typename T>
 Params<T> make_params(const AttentionArgs& a) {
   using Acc = typename Elem<T>::Acc;
   const AttentionShape& s = a.shape;
-  GG_CHECK(s.N >= 1 && s.d >= 1 && s.B * s.H >= 1, ValueError, "gg::attention (CUDA): empty shape");
-  GG_CHECK(s.N * s.d < (int64_t{1} << 31), ValueError, "gg::attention (CUDA): N·d = ", s.N * s.d,
-           " per head exceeds 2^31 elements");
+  GG_CHECK(s.N + s.keys() < (int64_t{1} << 31) && s.N * s.d < (int64_t{1} << 31) &&
+               s.keys() * s.d < (int64_t{1} << 31),
+           ValueError, "gg::attention (CUDA): Nq = ", s.N, ", Nk = ", s.keys(), ", d = ", s.d,
+           ": Nq + Nk and N·d per head must stay below 2^31");
   Params<T> p{};
   p.Q = static_cast<const T*>(a.Q);
   p.K = static_cast<const T*>(a.K);
@@ -141,6 +178,11 @@ Params<T> make_params(const AttentionArgs& a) {
   p.d = static_cast<int>(s.d);
   p.scale = static_cast<Acc>(s.scale);
   p.causal = s.causal;
+  p.Nk = static_cast<int>(s.keys());
+  p.H = static_cast<int>(s.H);
+  p.group = s.H > 0 ? static_cast<int>(s.H / s.kv_heads()) : 1;
+  p.wl = static_cast<int>(s.window_left);    // below Nk after resolve_mask (ops/attention.cpp)
+  p.wr = static_cast<int>(s.window_right);   // below Nq
   return p;
 }
 
@@ -248,6 +290,7 @@ void launch_row_dot(const T* a, const T* b, typename Elem<T>::Acc* out, int64_t 
   if constexpr (is_half_type<T>())
     vec = (d == 32 || d == 64 || d == 128) &&
           ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) % 16) == 0;
+  if (rows == 0) return;
   const int per_block = vec ? 256 / (d / 8) : 8;  // rows
   const int64_t blocks = (rows + per_block - 1) / per_block;
   GG_CHECK(blocks < (int64_t{1} << 31), ValueError, "gg::attention (CUDA): too many rows");
@@ -280,27 +323,36 @@ __device__ __forceinline__ GenThread gen_thread() { return {static_cast<int>(thr
 
 // What every generic kernel starts from: this thread's place th, the block's own rows
 // [r0, r0 + kRows) (blocks reversed within a head, block_coord), its output columns
-// [c0, c0 + kCols) (grid.y), the head's first row (bh·N) and its rows of every tensor (nullptr
-// where absent). Shared memory is carved in the order of the calls: stage() one staged operand
-// chunk, tile() one coefficient tile (kStages, kTiles of them: gen_smem_bytes, launch_generic).
-template <typename T>
+// [c0, c0 + kCols) (grid.y), and the rows of every tensor (nullptr where absent). A query-side
+// block (kKeySide false) owns query rows of query head bh; its Q, dO, Qt, O start at that head
+// (qhead = bh·N) and its K, V, Kt, Vt at its key/value head (khead). A key-side block owns key
+// rows of key/value head bh; K, V, Kt, Vt start there and Q, dO, Qt, O at the first query head
+// of its group (the next ones follow N rows apart: group_rows). Shared memory is carved in the
+// order of the calls: stage() one staged operand chunk, tile() one coefficient tile (kStages,
+// kTiles of them: gen_smem_bytes, launch_generic).
+template <typename T, bool kKeySide = false>
 struct GenBlock {
   using Acc = typename Elem<T>::Acc;
   GenThread th;
   int r0, c0;
-  int64_t head;
-  const T *Q, *K, *V, *dO, *Qt, *Kt, *Vt;
+  int64_t qhead, khead;  // first row of the query-side and of the key-side tensors
+  const T *Q, *K, *V, *dO, *Qt, *Kt, *Vt, *O;
   Acc* next;
   __device__ explicit GenBlock(const Params<T>& p) : th(gen_thread()) {
     extern __shared__ __align__(1024) unsigned char gen_smem[];  // the kernel's dynamic shared memory
     next = reinterpret_cast<Acc*>(gen_smem);
-    const BlockCoord bc = block_coord(cdiv(p.N, GenericTraits::kRows));
+    const BlockCoord bc = block_coord(cdiv(kKeySide ? p.Nk : p.N, GenericTraits::kRows));
     r0 = bc.blk * GenericTraits::kRows;
     c0 = blockIdx.y * GenericTraits::kCols;
-    head = bc.bh * p.N;
-    const int64_t hd = head * p.d;
-    auto rows = [&](const T* x) { return x != nullptr ? x + hd : nullptr; };
-    Q = rows(p.Q), K = rows(p.K), V = rows(p.V), dO = rows(p.dO), Qt = rows(p.Qt), Kt = rows(p.Kt), Vt = rows(p.Vt);
+    qhead = (kKeySide ? p.first_query_head(bc.bh) : bc.bh) * p.N;
+    khead = (kKeySide ? bc.bh : p.kv_head(bc.bh)) * p.Nk;
+    auto rows = [&](const T* x, int64_t head) { return x != nullptr ? x + head * p.d : nullptr; };
+    Q = rows(p.Q, qhead), dO = rows(p.dO, qhead), Qt = rows(p.Qt, qhead), O = rows(p.O, qhead);
+    K = rows(p.K, khead), V = rows(p.V, khead), Kt = rows(p.Kt, khead), Vt = rows(p.Vt, khead);
+  }
+  // A key-side block's query-side rows for query head g of its group (g < p.group).
+  __device__ const T* group_rows(const T* x, const Params<T>& p, int g) const {
+    return x != nullptr ? x + static_cast<int64_t>(g) * p.N * p.d : nullptr;
   }
   __device__ Acc* stage() { return take(GenericTraits::kStage); }
   __device__ Acc* tile() { return take(GenericTraits::kTile); }
@@ -310,6 +362,20 @@ struct GenBlock {
     return s;
   }
 };
+
+// The other side's tiles of kOther rows that hold a visible entry for own rows [r0, r_end) (clipped
+// to the side's length n_own): key tiles of a query block, query tiles of a key block.
+struct TileRange {
+  int begin, end;
+};
+template <bool kKeySide, typename P>
+__device__ __forceinline__ TileRange gen_tiles(const P& p, int r0) {
+  const int last = min(r0 + GenericTraits::kRows, kKeySide ? p.Nk : p.N) - 1;
+  const int lo = kKeySide ? p.query_lo(r0) : p.key_lo(r0);
+  const int hi = kKeySide ? p.query_hi(last) : p.key_hi(last);
+  const int begin = lo / GenericTraits::kOther;
+  return {begin, hi > lo ? cdiv(hi, GenericTraits::kOther) : begin};
+}
 
 // Sum / max over the 8 lanes of a row group.
 template <typename Acc>
@@ -381,12 +447,16 @@ __device__ __forceinline__ void gen_store(T* out_row, const typename Elem<T>::Ac
 
 // Launches a generic kernel over (BH · blocks of kRows own rows) x (column slices of kCols), with
 // the shared memory of `stages` staged chunks and `tiles` coefficient tiles.
+// key_side: blocks over (B·Hkv) x blocks of key rows, else (B·H) x blocks of query rows. An empty
+// grid (no rows) launches nothing.
 template <typename T>
-void launch_generic(void (*kernel)(Params<T>), const Params<T>& p, int stages, int tiles) {
+void launch_generic(void (*kernel)(Params<T>), const Params<T>& p, int stages, int tiles, bool key_side = false) {
   using C = GenericTraits;
   const size_t smem = (stages * C::kStage + tiles * C::kTile) * sizeof(typename Elem<T>::Acc);
+  const dim3 grid(grid_x(key_side ? p.BHkv() : p.BH, cdiv(key_side ? p.Nk : p.N, C::kRows)),
+                  std::max(1, cdiv(p.d, C::kCols)));
+  if (grid.x == 0) return;
   set_smem(kernel, smem);
-  const dim3 grid(grid_x(p.BH, cdiv(p.N, C::kRows)), cdiv(p.d, C::kCols));
   kernel<<<grid, C::kThreads, smem, cuda_stream()>>>(p);
   CUDA_CHECK_LAUNCH();
 }

@@ -5,13 +5,16 @@
 //   L_i = logsumexp_j S_ij   (natural log; saved for the backward, Acc = f32 for bf16/f16)
 //   P = exp(S - L),  O = P·V
 //
-// Shapes: Q, K, V, O are (B, H, N, d) contiguous; L is (B, H, N).
+// Shapes: Q, O are (B, H, N, d), K, V (B, Hkv, Nk, d) contiguous; L is (B, H, N).
 //
 // Schedule: one block per (b, h, query block); it sweeps the key blocks with an online softmax:
 // per query row a running max m, a running sum l = Σ exp(S - m) and an accumulator
 // acc = Σ exp(S - m)·V_j, rescaled by exp(m_old - m_new) when the max grows. At the end
 // O = acc / l and L = m + log(l). Causal: key blocks after the query block are never loaded;
-// the diagonal block is masked entry by entry. Every real row sees key 0, so l > 0 at the end.
+// the diagonal block is masked entry by entry. On the tensor-core paths (the plain case) every
+// row sees key 0, so l > 0 at the end; the generic kernel also takes grouped heads, Nq != Nk and
+// windows (key tiles outside a block's band are never loaded) and gives a row without keys
+// O = 0, L = -inf.
 //
 // Three paths (attention_traits.cuh: choose_path, and the tile constants of each kernel):
 //
@@ -80,22 +83,21 @@ __global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_fwd_gene
   const GenThread th = b.th;
   const int i0 = b.r0, i = i0 + th.o;  // this thread's query row
   const int c0 = b.c0;
-  const int64_t head = b.head;
   const T *Qh = b.Q, *Kh = b.K, *Vh = b.V;
-  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + C::kRows), C::kOther) : cdiv(p.N, C::kOther);
+  const TileRange tiles = gen_tiles<false>(p, i0);  // key tiles some row of the block sees
   Acc m = neg_inf<Acc>(), l = 0;  // row max and row sum of exp(S - m): uniform over the row group
   Acc acc[C::kColsPerThread] = {};
 
   // ---- main loop over key tiles [j0, j0 + nx)
-  for (int kb = 0; kb < num_k_tiles; ++kb) {
-    const int j0 = kb * C::kOther, nx = min(C::kOther, p.N - j0);
+  for (int kb = tiles.begin; kb < tiles.end; ++kb) {
+    const int j0 = kb * C::kOther, nx = min(C::kOther, p.Nk - j0);
 
     // S = Q·Kᵀ for this thread's entries (i, j0 + r + 8k)
     Acc s[C::kPerThread] = {};
     for (int k0 = 0; k0 < p.d; k0 += C::kChunk) {
       __syncthreads();  // the staging buffers and sP are free
       gen_stage(sQ, Qh, i0, k0, p.N, p.d);
-      gen_stage(sK, Kh, j0, k0, p.N, p.d);
+      gen_stage(sK, Kh, j0, k0, p.Nk, p.d);
       __syncthreads();
       gen_dot(s, sQ, sK, th);
     }
@@ -105,8 +107,7 @@ __global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_fwd_gene
 #pragma unroll
     for (int k = 0; k < C::kPerThread; ++k) {
       const int j = j0 + th.r + 8 * k;
-      const bool visible = j < p.N && (!p.causal || j <= i);
-      s[k] = visible ? s[k] * p.scale : neg_inf<Acc>();
+      s[k] = p.sees(i, j) ? s[k] * p.scale : neg_inf<Acc>();
       tile_max = max(tile_max, s[k]);
     }
     const Acc m_new = max(m, group_max(tile_max));
@@ -129,13 +130,13 @@ __global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_fwd_gene
     gen_accumulate(acc, sP, Vh, j0, nx, c0, p.d, th);
   }
 
-  // ---- epilogue: O = acc / l, L = m + log(l)
+  // ---- epilogue: O = acc / l, L = m + log(l); a row without keys (l = 0): O = 0, L = -inf
   if (i < p.N) {
-    const Acc inv_l = Acc(1) / l;
+    const Acc inv_l = l > Acc(0) ? Acc(1) / l : Acc(0);
 #pragma unroll
     for (int k = 0; k < C::kColsPerThread; ++k) acc[k] *= inv_l;
-    gen_store(p.out0 + (head + i) * p.d, acc, c0, p.d, th);
-    if (blockIdx.y == 0 && th.r == 0) p.L_out[head + i] = m + acc_log(l);
+    gen_store(p.out0 + (b.qhead + i) * p.d, acc, c0, p.d, th);
+    if (blockIdx.y == 0 && th.r == 0) p.L_out[b.qhead + i] = l > Acc(0) ? m + acc_log(l) : neg_inf<Acc>();
   }
 }
 

@@ -1,0 +1,230 @@
+// The CUDA attention with grouped-query heads, Nq != Nk and windows (the generic kernels, to
+// which choose_path hands every shape the tensor-core kernels do not take):
+//
+//   OptionsMatchCpu    forward (O, L), backward (dQ, dK, dV) and BoB (every subset of the three
+//                      cotangents) on the GPU against the CPU kernels: f64 within 1e-12 of each
+//                      output family's largest value (at least 1), f32 within 1e-5. The CPU kernels are held to
+//                      the composite at orders 0-3 by tests/test_attention.cpp.
+//   ChainVsComposite   gg::attention on the GPU differentiated to order 3 (orders 1 and 2 run the
+//                      fused kernels, order 3 the fallback) against attention_composite on the
+//                      GPU, f64, 1e-10.
+//   LowPrecision       bf16 and f16, head dims 32, 64, 96, 128 and 256: every output of orders 0-2
+//                      against an f64 reference from the same rounded inputs, within 2 x the error
+//                      of the composite run in the same dtype on the GPU (or 2 units of rounding).
+//   RowsWithoutKeys    rows that see no key: O = 0 and L = -inf, and their gradients exactly 0.
+//   Deterministic      the backward and the BoB of a grouped, windowed case: bitwise identical
+//                      across runs.
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "../attention_chain.h"
+#include "../test_util.h"
+#include "gpu_util.h"
+
+namespace gg::test {
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+Values host_values(const Tensor& t) { return to(to(t, Device::cpu()), DType::f64).to_vector<double>(); }
+
+// The three recorded primitives, called directly. cot_mask: bit 0 = Qt present, 1 = Kt, 2 = Vt.
+struct Levels {
+  Values O, L;
+  std::vector<Values> bwd;  // dQ, dK, dV
+  std::vector<Values> bob;  // gQ, gK, gV, gdO
+};
+
+Levels run_levels(const OptInputs& in, const AttentionOptions& o, DType dtype, Device device, int cot_mask) {
+  auto put = [&](const Tensor& t) { return to(to(t, dtype), device); };
+  const Tensor q = put(in.qkv[0]), k = put(in.qkv[1]), v = put(in.qkv[2]), dO = put(in.dO);
+  const Tensor qt = (cot_mask & 1) ? put(in.tilde[0]) : Tensor();
+  const Tensor kt = (cot_mask & 2) ? put(in.tilde[1]) : Tensor();
+  const Tensor vt = (cot_mask & 4) ? put(in.tilde[2]) : Tensor();
+  const AttentionForward f = attention_forward(q, k, v, o);
+  Levels r;
+  r.O = host_values(f.O);
+  r.L = host_values(f.L);
+  for (const Tensor& t : attention_backward(q, k, v, f.O, f.L, dO, o)) r.bwd.push_back(host_values(t));
+  for (const Tensor& t : attention_backward_backward(q, k, v, f.O, f.L, dO, qt, kt, vt, o))
+    r.bob.push_back(host_values(t));
+  return r;
+}
+
+// max |got - want| / scale, where -inf must meet -inf (L of a row without keys).
+double scaled_error(const Values& got, const Values& want, double scale) {
+  EXPECT_EQ(got.size(), want.size());
+  double e = 0;
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+    if (std::isinf(want[i]) || std::isinf(got[i])) {
+      if (got[i] != want[i]) return std::numeric_limits<double>::infinity();
+      continue;
+    }
+    const double d = std::abs(got[i] - want[i]);
+    if (!(d <= e)) e = d;  // NaN propagates
+  }
+  return e / scale;
+}
+
+// Errors relative to a family's largest value, but at least 1 (the inputs are standard normal):
+// where every row sees one key, some BoB families are exactly zero and both sides return
+// rounding noise, which a relative error would compare as noise against noise.
+double scale_of(const std::vector<Values>& family) { return std::max(family_scale(family), 1.0); }
+
+void expect_levels_match(const Levels& got, const Levels& want, double tol, const std::string& what) {
+  EXPECT_LE(scaled_error(got.O, want.O, scale_of({want.O})), tol) << what << " O";
+  EXPECT_LE(scaled_error(got.L, want.L, scale_of({want.L})), tol) << what << " L";
+  const double s1 = scale_of(want.bwd), s2 = scale_of(want.bob);
+  for (size_t i = 0; i < 3; ++i) EXPECT_LE(scaled_error(got.bwd[i], want.bwd[i], s1), tol) << what << " bwd " << i;
+  for (size_t i = 0; i < 4; ++i) EXPECT_LE(scaled_error(got.bob[i], want.bob[i], s2), tol) << what << " bob " << i;
+}
+
+// The option cases of the CPU tests (d = 5, up to 13 rows) and sizes that cross the generic
+// kernels' 32-row tiles, so that window edges cut through blocks and whole tiles are skipped.
+const std::vector<OptCase>& gpu_cases() {
+  static const std::vector<OptCase> cases = [] {
+    std::vector<OptCase> c = option_cases();
+    const std::vector<OptCase> large = {
+        {"tiles_gqa_window", 4, 2, 70, 150, 8, false, 20, 5},
+        {"tiles_causal_window_empty_rows", 2, 1, 150, 70, 8, true, 10, {}},
+        {"tiles_right_window", 2, 2, 130, 130, 8, false, {}, 3},
+        {"tiles_causal_nq_lt_nk", 3, 1, 65, 200, 8, true, {}, {}},
+        {"tiles_wide_left", 2, 2, 200, 200, 8, false, 70, 0},
+        {"d96_gqa4_causal_window", 8, 2, 100, 100, 96, true, 33, {}},
+        {"d256_mqa_nq_lt_nk", 2, 1, 40, 90, 256, false, {}, {}},
+        {"d32_gqa_two_sided", 4, 1, 77, 77, 32, false, 9, 12},
+    };
+    c.insert(c.end(), large.begin(), large.end());
+    return c;
+  }();
+  return cases;
+}
+
+class CudaAttentionOptions : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(CudaAttentionOptions, OptionsMatchCpu) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  const OptCase& c = gpu_cases()[GetParam()];
+  const OptInputs in = opt_inputs(c, 2, 300 + GetParam(), DType::f32);  // values exact in f32
+  const AttentionOptions o = options_of(c);
+  for (int mask : {7, 1, 2, 4, 3, 6}) {
+    const std::string what = describe(c) + " cot=" + std::to_string(mask);
+    const Levels cpu = run_levels(in, o, DType::f64, Device::cpu(), mask);
+    expect_levels_match(run_levels(in, o, DType::f64, kGpu, mask), cpu, 1e-12, what + " f64");
+    expect_levels_match(run_levels(in, o, DType::f32, kGpu, mask), cpu, 1e-5, what + " f32");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaAttentionOptions, ::testing::Range<size_t>(0, gpu_cases().size()),
+                         [](const auto& info) { return std::string(gpu_cases()[info.param].name); });
+
+// The cases up to 100 x 100 scores: order 3 of the composite holds Nq x Nk graphs three deep.
+TEST(CudaAttentionOptionsChain, ChainVsComposite) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  int ran = 0;
+  for (size_t n = 0; n < gpu_cases().size(); ++n) {
+    const OptCase& c = gpu_cases()[n];
+    if (c.Nq * c.Nk > 100 * 100) continue;
+    const OptInputs in = opt_inputs(c, 2, 400 + n, DType::f64, kGpu);
+    const AttentionOptions o = options_of(c);
+    const Chain a = run_chain(fused, in.qkv, in.dO, in.tilde, o, in.w);
+    const Chain b = run_chain(composite, in.qkv, in.dO, in.tilde, o, in.w);
+    EXPECT_GT(family_scale(b.second), 1e-2) << describe(c);
+    EXPECT_TRUE(all_finite(a)) << describe(c);
+    expect_chains_equal(a, b, 1e-10, describe(c));
+    ++ran;
+  }
+  EXPECT_GE(ran, 20);
+}
+
+// ---------------------------------------------------------------------- bf16 / f16, head dims
+
+double rounding_floor(DType dtype) { return dtype == DType::bf16 ? 2.0 / 256 : 2.0 / 2048; }
+
+void expect_family_within(const std::vector<Values>& fused_f, const std::vector<Values>& comp_f,
+                          const std::vector<Values>& ref_f, DType dtype, const std::string& what) {
+  const double scale = family_scale(ref_f);
+  ASSERT_EQ(fused_f.size(), ref_f.size()) << what;
+  for (size_t i = 0; i < ref_f.size(); ++i) {
+    const double e_fused = scaled_error(fused_f[i], ref_f[i], scale), e_comp = scaled_error(comp_f[i], ref_f[i], scale);
+    EXPECT_LE(e_fused, std::max(2 * e_comp, rounding_floor(dtype)))
+        << what << " output " << i << ": fused " << e_fused << ", composite " << e_comp;
+  }
+}
+
+class CudaAttentionOptionsLowPrecision : public ::testing::TestWithParam<std::tuple<int64_t, bool>> {};
+
+TEST_P(CudaAttentionOptionsLowPrecision, WithinTwiceComposite) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  const auto [d, f16] = GetParam();
+  const DType dtype = f16 ? DType::f16 : DType::bf16;
+  const std::vector<OptCase> cases = {
+      {"gqa_causal_window", 4, 2, 150, 150, d, true, 40, {}},
+      {"mqa_nq_lt_nk_two_sided", 4, 1, 90, 170, d, false, 30, 10},
+  };
+  for (const OptCase& c : cases) {
+    const std::string what = describe(c) + " " + dtype_name(dtype);
+    const OptInputs in = opt_inputs(c, 1, 500 + d, dtype);  // rounded to the dtype: every run sees them
+    TensorList ref_qkv, q_qkv, ref_tilde, q_tilde;
+    for (const Tensor& t : in.qkv) {
+      ref_qkv.push_back(to(t, DType::f64));
+      q_qkv.push_back(to(t, kGpu));
+    }
+    for (const Tensor& t : in.tilde) {
+      ref_tilde.push_back(to(t, DType::f64));
+      q_tilde.push_back(to(t, kGpu));
+    }
+    const AttentionOptions o = options_of(c);
+    const Chain ref = run_chain(fused, ref_qkv, to(in.dO, DType::f64), ref_tilde, o);  // CPU f64
+    const Chain fu = run_chain(fused, q_qkv, to(in.dO, kGpu), q_tilde, o);
+    const Chain co = run_chain(composite, q_qkv, to(in.dO, kGpu), q_tilde, o);
+    expect_family_within({fu.O}, {co.O}, {ref.O}, dtype, what + " O");
+    expect_family_within(fu.first, co.first, ref.first, dtype, what + " order 1");
+    expect_family_within(fu.second, co.second, ref.second, dtype, what + " order 2");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadDims, CudaAttentionOptionsLowPrecision,
+                         ::testing::Combine(::testing::Values<int64_t>(32, 64, 96, 128, 256), ::testing::Bool()));
+
+// ---------------------------------------------------------------------- edge rows, determinism
+
+TEST(CudaAttentionOptionsEdges, RowsWithoutKeys) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  // causal with Nq = 13 > Nk = 7: rows 0..5 see no key (i' = i - 6 < 0); a window of 2 on the left
+  const OptCase c{"empty_rows", 4, 2, 13, 7, 16, true, 2, {}};
+  const OptInputs in = opt_inputs(c, 2, 600, DType::f64);
+  const Levels g = run_levels(in, options_of(c), DType::f64, kGpu, 7);
+  const int64_t rows = 2 * c.Hq * c.Nq;
+  for (int64_t r = 0; r < rows; ++r) {
+    const bool empty = r % c.Nq < 6;
+    ASSERT_EQ(std::isinf(g.L[r]) && g.L[r] < 0, empty) << "L row " << r << " = " << g.L[r];
+    for (int64_t e = 0; e < c.d; ++e) {
+      const size_t at = static_cast<size_t>(r * c.d + e);
+      for (const Values* x : {&g.O, &g.bwd[0], &g.bob[0], &g.bob[3]}) {
+        ASSERT_TRUE(std::isfinite((*x)[at])) << "row " << r;
+        if (empty) ASSERT_EQ((*x)[at], 0.0) << "row " << r;
+      }
+    }
+  }
+  for (const Values* x : {&g.bwd[1], &g.bwd[2], &g.bob[1], &g.bob[2]})
+    for (double v : *x) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_GT(family_scale({g.O}), 0.1);  // the other rows are not zero
+}
+
+TEST(CudaAttentionOptionsEdges, Deterministic) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  const OptCase c{"gqa_window", 8, 2, 300, 500, 64, true, 100, {}};
+  const OptInputs in = opt_inputs(c, 1, 700, DType::bf16);
+  const Levels a = run_levels(in, options_of(c), DType::bf16, kGpu, 7);
+  const Levels b = run_levels(in, options_of(c), DType::bf16, kGpu, 7);
+  EXPECT_EQ(a.O, b.O);
+  EXPECT_EQ(a.L, b.L);
+  EXPECT_EQ(a.bwd, b.bwd);
+  EXPECT_EQ(a.bob, b.bob);
+}
+
+}  // namespace
+}  // namespace gg::test
