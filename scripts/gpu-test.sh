@@ -9,7 +9,7 @@ OUT="${OUT:-$PWD/gpu-logs}"
 mkdir -p "$OUT"
 BUILD="${GG_GPU_BUILD:-build-gpu}"
 # memcheck: the op table and a small case of every attention kernel, the tail splits included
-MEMCHECK_FILTER="${1:-Cuda.*:Ops/CudaOpTable.F32*:CudaAttention.PoisonedOutputs:CudaAttention.HopperForwardPoisonedAndDeterministic:CudaAttention.HopperFusedTailSplit:CudaAttention.HopperForwardTailSplit:CudaAttentionOptionsEdges.*:Cases/CudaAttentionOptions.OptionsMatchCpu/tiles_gqa_window}"
+MEMCHECK_FILTER="${1:-Cuda.*:Ops/CudaOpTable.F32*:CudaAttention.PoisonedOutputs:CudaAttention.HopperForwardPoisonedAndDeterministic:CudaAttention.HopperFusedTailSplit:CudaAttention.HopperForwardTailSplit:CudaAttentionOptionsEdges.*:Dtypes/CudaAttentionOptionsEmptyRows.*:Cases/CudaAttentionOptions.OptionsMatchCpu/tiles_gqa_window:HeadDims/CudaAttentionOptionsSm80.WithinTwiceGeneric/0}"
 status() { printf '%-28s %s\n' "$1" "$2" | tee -a "$OUT/summary.txt"; }
 : >"$OUT/summary.txt"
 
@@ -46,7 +46,7 @@ if command -v compute-sanitizer >/dev/null; then
   # racecheck (shared-memory hazards) on a small case of every attention kernel: forward, backward
   # and BoB on each path (PoisonedOutputs), the Hopper forward, and the generic kernels with
   # grouped heads, Nq != Nk and windows.
-  RACE_FILTER="CudaAttention.PoisonedOutputs:CudaAttention.HopperForwardPoisonedAndDeterministic:CudaAttentionOptionsEdges.RowsWithoutKeys:Cases/CudaAttentionOptions.OptionsMatchCpu/d32_gqa_two_sided"
+  RACE_FILTER="CudaAttention.PoisonedOutputs:CudaAttention.HopperForwardPoisonedAndDeterministic:Dtypes/CudaAttentionOptionsEmptyRows.*:Cases/CudaAttentionOptions.OptionsMatchCpu/d32_gqa_two_sided"
   compute-sanitizer --tool racecheck --error-exitcode 3 "$BUILD/tests/gg_gpu_tests" --gtest_filter="$RACE_FILTER" \
     >"$OUT/racecheck.log" 2>&1
   rc_rc=$?

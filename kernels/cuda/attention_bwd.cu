@@ -161,8 +161,10 @@ __global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_bwd_dq_g
 
 // ------------------------------------------------------------------------ tensor-core kernels
 
-// dK, dV for key rows [j0, j0 + kBlockM); warp w owns keys [jw, jw + 16).
-template <typename T, int kD>
+// dK, dV for key rows [j0, j0 + kBlockM); warp w owns keys [jw, jw + 16). kOpts: the general mask
+// and shapes; a block of a grouped key/value head sweeps the query tiles of each query head of
+// its group in turn (one pipeline over all of them) and sums in its accumulators.
+template <typename T, int kD, bool kOpts>
 __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dkdv_tc_kernel(const Params<T> p) {
   using Cfg = Sm80Traits<kD>;
   constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride;
@@ -176,26 +178,37 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dkd
 
   // ---- prologue: own key rows, first query tile
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const BlockCoord bc = block_coord(cdiv(p.N, kBM));
+  const int nk = kOpts ? p.Nk : p.N;
+  const BlockCoord bc = block_coord(cdiv(nk, kBM));
   const int j0 = bc.blk * kBM, jw = j0 + 16 * warp;
-  const int64_t head = bc.bh * p.N;
-  const T* Qh = p.Q + head * kD;
-  const T* dOh = p.dO + head * kD;
-  const float* Lh = p.L + head;
-  const float* Dh = p.D + head;
-  const int num_q_tiles = cdiv(p.N, kBN);
-  const int q_begin = p.causal ? j0 / kBN : 0;
+  const int64_t head = bc.bh * nk;                                  // key rows of the block's head
+  const int64_t qhead = kOpts ? p.first_query_head(bc.bh) * p.N : head;  // its group's first query head
+  const int group = kOpts ? p.group : 1;
+  const int jw_last = min(jw + 15, nk - 1);
+  // query tiles [q_begin, q_end) of each query head of the group: the plain case from the
+  // diagonal (causal) or 0, else the band that sees the block's keys; step t of the sweep is
+  // tile q_begin + t % tiles of query head t / tiles
+  int q_begin = p.causal ? j0 / kBN : 0, q_end = cdiv(p.N, kBN);
+  if constexpr (kOpts) {
+    const int lo = p.query_lo(j0), hi = p.query_hi(min(j0 + kBM, nk) - 1);
+    q_begin = lo / kBN;
+    q_end = hi > lo ? cdiv(hi, kBN) : q_begin;
+  }
+  const int tiles = q_end - q_begin, steps = group * tiles;
   const float sl2 = p.scale * kLog2e;
 
-  auto load_tile = [&](int qt, int stage) {
-    load_rows_async<T, kD, kBN>(sQ + stage * Cfg::kTileElems, Qh, qt * kBN, p.N);
-    load_rows_async<T, kD, kBN>(sdO + stage * Cfg::kTileElems, dOh, qt * kBN, p.N);
-    load_scalars_async<Cfg::kThreads>(sL + stage * kBN, Lh, qt * kBN, kBN, p.N);
-    load_scalars_async<Cfg::kThreads>(sD + stage * kBN, Dh, qt * kBN, kBN, p.N);
+  auto tile_of = [&](int t) { return q_begin + (kOpts ? t % tiles : t); };
+  auto load_tile = [&](int t, int stage) {
+    const int64_t qh = kOpts ? qhead + static_cast<int64_t>(t / tiles) * p.N : qhead;
+    const int r0 = tile_of(t) * kBN;
+    load_rows_async<T, kD, kBN>(sQ + stage * Cfg::kTileElems, p.Q + qh * kD, r0, p.N);
+    load_rows_async<T, kD, kBN>(sdO + stage * Cfg::kTileElems, p.dO + qh * kD, r0, p.N);
+    load_scalars_async<Cfg::kThreads>(sL + stage * kBN, p.L + qh, r0, kBN, p.N);
+    load_scalars_async<Cfg::kThreads>(sD + stage * kBN, p.D + qh, r0, kBN, p.N);
   };
-  load_rows_async<T, kD, kBM>(sK, p.K + head * kD, j0, p.N);
-  load_rows_async<T, kD, kBM>(sV, p.V + head * kD, j0, p.N);
-  load_tile(q_begin, 0);
+  load_rows_async<T, kD, kBM>(sK, p.K + head * kD, j0, nk);
+  load_rows_async<T, kD, kBM>(sV, p.V + head * kD, j0, nk);
+  if (steps > 0) load_tile(0, 0);
   cp_async_commit();
 
   float dK[kD / 8][4], dV[kD / 8][4];
@@ -203,28 +216,33 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dkd
   zero(dV);
 
   // ---- main loop over query tiles [i0, i0 + kBN)
-  for (int qt = q_begin; qt < num_q_tiles; ++qt) {
-    const int stage = (qt - q_begin) % 2;
-    if (qt + 1 < num_q_tiles) {
-      load_tile(qt + 1, 1 - stage);
+  for (int t = 0; t < steps; ++t) {
+    const int stage = t % 2;
+    if (t + 1 < steps) {
+      load_tile(t + 1, 1 - stage);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }
     __syncthreads();
-    const int i0 = qt * kBN;
+    const int i0 = tile_of(t) * kBN;
     const T* sQs = sQ + stage * Cfg::kTileElems;
     const T* sdOs = sdO + stage * Cfg::kTileElems;
     const float* sLs = sL + stage * kBN;
     const float* sDs = sD + stage * kBN;
 
-    if (jw < p.N) {
+    if (jw < nk) {
 #pragma unroll 1
       for (int q = 0; q < kBN / 16; ++q) {
         const int is = i0 + 16 * q;  // sub-tile queries [is, is + 16)
-        if (is >= p.N) break;
-        if (p.causal && is + 15 < jw) continue;  // every query before every key of the warp
+        if constexpr (kOpts) {
+          if (is >= p.query_hi(jw_last)) break;    // no later query sees the warp's keys
+          if (is + 16 <= p.query_lo(jw)) continue;  // every query before the warp's keys' band
+        } else {
+          if (is >= p.N) break;
+          if (p.causal && is + 15 < jw) continue;  // every query before every key of the warp
+        }
 
         // Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (16 keys x 16 queries)
         float st[2][4], dpt[2][4];
@@ -240,7 +258,7 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dkd
           for (int e = 0; e < 4; ++e) {
             const int li = 16 * q + frag_col(lane, n, e);  // query within the tile
             const int key = jw + frag_row(lane, e);
-            const bool visible = i0 + li < p.N && (!p.causal || key <= i0 + li);
+            const bool visible = kOpts ? p.sees(i0 + li, key) : i0 + li < p.N && (!p.causal || key <= i0 + li);
             const float P = visible ? exp2f(st[n][e] * sl2 - sLs[li] * kLog2e) : 0.f;
             st[n][e] = P;
             dpt[n][e] = P * (dpt[n][e] - sDs[li]);
@@ -258,12 +276,13 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dkd
 
   // ---- epilogue: dK = s·Σ dSᵀ·Q, dV
   const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
-  store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, dK, scale, jw, p.N, lane);
-  store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, dV, one, jw, p.N, lane);
+  store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, dK, scale, jw, nk, lane);
+  store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, dV, one, jw, nk, lane);
 }
 
-// dQ for query rows [i0, i0 + kBlockM); warp w owns queries [iw, iw + 16).
-template <typename T, int kD>
+// dQ for query rows [i0, i0 + kBlockM); warp w owns queries [iw, iw + 16). kOpts: the general
+// mask and shapes (Params::sees), as the forward.
+template <typename T, int kD, bool kOpts>
 __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dq_tc_kernel(const Params<T> p) {
   using Cfg = Sm80Traits<kD>;
   constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride;
@@ -278,9 +297,17 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dq_
   const BlockCoord bc = block_coord(cdiv(p.N, kBM));
   const int i0 = bc.blk * kBM, iw = i0 + 16 * warp;
   const int64_t head = bc.bh * p.N;
-  const T* Kh = p.K + head * kD;
-  const T* Vh = p.V + head * kD;
-  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + kBM), kBN) : cdiv(p.N, kBN);
+  const int nk = kOpts ? p.Nk : p.N;
+  const int64_t khead = kOpts ? p.kv_head(bc.bh) * nk : head;
+  const T* Kh = p.K + khead * kD;
+  const T* Vh = p.V + khead * kD;
+  int kb_begin = 0, kb_end = p.causal ? cdiv(min(p.N, i0 + kBM), kBN) : cdiv(p.N, kBN);
+  const int iw_last = min(iw + 15, p.N - 1);
+  if constexpr (kOpts) {
+    const int lo = p.key_lo(i0), hi = p.key_hi(min(i0 + kBM, p.N) - 1);
+    kb_begin = lo / kBN;
+    kb_end = hi > lo ? cdiv(hi, kBN) : kb_begin;
+  }
   const float sl2 = p.scale * kLog2e;
   float L2[2], D[2];  // L·log2e and D of own rows g, g + 8
 #pragma unroll
@@ -292,19 +319,19 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dq_
 
   load_rows_async<T, kD, kBM>(sQ, p.Q + head * kD, i0, p.N);
   load_rows_async<T, kD, kBM>(sdO, p.dO + head * kD, i0, p.N);
-  load_rows_async<T, kD, kBN>(sK, Kh, 0, p.N);
-  load_rows_async<T, kD, kBN>(sV, Vh, 0, p.N);
+  load_rows_async<T, kD, kBN>(sK, Kh, kb_begin * kBN, nk);
+  load_rows_async<T, kD, kBN>(sV, Vh, kb_begin * kBN, nk);
   cp_async_commit();
 
   float dQ[kD / 8][4];
   zero(dQ);
 
   // ---- main loop over key tiles [j0, j0 + kBN)
-  for (int kb = 0; kb < num_k_tiles; ++kb) {
-    const int stage = kb % 2;
-    if (kb + 1 < num_k_tiles) {
-      load_rows_async<T, kD, kBN>(sK + (1 - stage) * Cfg::kTileElems, Kh, (kb + 1) * kBN, p.N);
-      load_rows_async<T, kD, kBN>(sV + (1 - stage) * Cfg::kTileElems, Vh, (kb + 1) * kBN, p.N);
+  for (int kb = kb_begin; kb < kb_end; ++kb) {
+    const int stage = (kb - kb_begin) % 2;
+    if (kb + 1 < kb_end) {
+      load_rows_async<T, kD, kBN>(sK + (1 - stage) * Cfg::kTileElems, Kh, (kb + 1) * kBN, nk);
+      load_rows_async<T, kD, kBN>(sV + (1 - stage) * Cfg::kTileElems, Vh, (kb + 1) * kBN, nk);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -319,7 +346,12 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dq_
 #pragma unroll 1
       for (int q = 0; q < kBN / 16; ++q) {
         const int js = j0 + 16 * q;  // sub-tile keys [js, js + 16)
-        if (js >= p.N || (p.causal && js > iw + 15)) break;  // and every later sub-tile
+        if constexpr (kOpts) {
+          if (js >= p.key_hi(iw_last)) break;  // and every later sub-tile
+          if (js + 16 <= p.key_lo(iw)) continue;
+        } else {
+          if (js >= p.N || (p.causal && js > iw + 15)) break;  // and every later sub-tile
+        }
 
         // S = Q·Kᵀ, dP = dO·Vᵀ (16 queries x 16 keys)
         float s[2][4], dp[2][4];
@@ -334,7 +366,7 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dq_
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int key = js + frag_col(lane, n, e), row = iw + frag_row(lane, e);
-            const bool visible = key < p.N && (!p.causal || key <= row);
+            const bool visible = kOpts ? p.sees(row, key) : key < p.N && (!p.causal || key <= row);
             const float P = visible ? exp2f(s[n][e] * sl2 - L2[e / 2]) : 0.f;
             dp[n][e] = P * (dp[n][e] - D[e / 2]);
           }
@@ -729,19 +761,18 @@ __global__ void __launch_bounds__(384, 1)
 template <typename T, int kD>
 void launch_bwd_sm80(const Params<T>& p) {
   using Cfg = Sm80Traits<kD>;
-  const unsigned grid = grid_x(p.BH, cdiv(p.N, Cfg::kBlockM));
   {
     const size_t smem = (2 * Cfg::kOwnElems + 4 * Cfg::kTileElems) * sizeof(T) + 4 * Cfg::kBlockN * sizeof(float);
-    auto kernel = attention_bwd_dkdv_tc_kernel<T, kD>;
+    auto kernel = p.opts ? attention_bwd_dkdv_tc_kernel<T, kD, true> : attention_bwd_dkdv_tc_kernel<T, kD, false>;
     set_smem(kernel, smem);
-    kernel<<<grid, Cfg::kThreads, smem, cuda_stream()>>>(p);
+    kernel<<<grid_x(p.BHkv(), cdiv(p.Nk, Cfg::kBlockM)), Cfg::kThreads, smem, cuda_stream()>>>(p);
     CUDA_CHECK_LAUNCH();
   }
   {
     const size_t smem = (2 * Cfg::kOwnElems + 4 * Cfg::kTileElems) * sizeof(T);
-    auto kernel = attention_bwd_dq_tc_kernel<T, kD>;
+    auto kernel = p.opts ? attention_bwd_dq_tc_kernel<T, kD, true> : attention_bwd_dq_tc_kernel<T, kD, false>;
     set_smem(kernel, smem);
-    kernel<<<grid, Cfg::kThreads, smem, cuda_stream()>>>(p);
+    kernel<<<grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), Cfg::kThreads, smem, cuda_stream()>>>(p);
     CUDA_CHECK_LAUNCH();
   }
 }

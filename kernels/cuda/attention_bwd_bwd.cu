@@ -313,8 +313,8 @@ __device__ __forceinline__ void bob_pass1_epilogue(const Params<T>& p, const flo
 }
 
 // Pass 1 for query rows [i0, i0 + kBlockM), output columns [c0, c0 + kCols); warp w owns
-// queries [iw, iw + 16).
-template <typename T, int kD>
+// queries [iw, iw + 16). kOpts: the general mask and shapes (Params::sees).
+template <typename T, int kD, bool kOpts>
 __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pass1_tc_kernel(const Params<T> p) {
   using Cfg = Sm80Traits<kD>;
   constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride, kCols = Cfg::kBobCols;
@@ -336,11 +336,19 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
   const int c0 = blockIdx.y * kCols;
   const int64_t head = bc.bh * p.N;
   const int64_t hd = head * kD;
-  const T* Kh = p.K + hd;
-  const T* Vh = has_G ? p.V + hd : nullptr;
-  const T* Kth = has_Kt ? p.Kt + hd : nullptr;
-  const T* Vth = has_Vt ? p.Vt + hd : nullptr;
-  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + kBM), kBN) : cdiv(p.N, kBN);
+  const int nk = kOpts ? p.Nk : p.N;
+  const int64_t kd = (kOpts ? p.kv_head(bc.bh) * nk : head) * kD;  // the key/value head's rows
+  const T* Kh = p.K + kd;
+  const T* Vh = has_G ? p.V + kd : nullptr;
+  const T* Kth = has_Kt ? p.Kt + kd : nullptr;
+  const T* Vth = has_Vt ? p.Vt + kd : nullptr;
+  int kb_begin = 0, kb_end = p.causal ? cdiv(min(p.N, i0 + kBM), kBN) : cdiv(p.N, kBN);
+  const int iw_last = min(iw + 15, p.N - 1);
+  if constexpr (kOpts) {
+    const int lo = p.key_lo(i0), hi = p.key_hi(min(i0 + kBM, p.N) - 1);
+    kb_begin = lo / kBN;
+    kb_end = hi > lo ? cdiv(hi, kBN) : kb_begin;
+  }
   const float sl2 = p.scale * kLog2e;
   float L2[2], D[2];  // L·log2e and D of own rows g, g + 8
 #pragma unroll
@@ -351,15 +359,15 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
   }
 
   auto load_tile = [&](int kb, int stage) {
-    load_rows_async<T, kD, kBN>(sK + stage * Cfg::kTileElems, Kh, kb * kBN, p.N);
-    load_rows_async<T, kD, kBN>(sV + stage * Cfg::kTileElems, Vh, kb * kBN, p.N);
-    load_rows_async<T, kD, kBN>(sKt + stage * Cfg::kTileElems, Kth, kb * kBN, p.N);
-    load_rows_async<T, kD, kBN>(sVt + stage * Cfg::kTileElems, Vth, kb * kBN, p.N);
+    load_rows_async<T, kD, kBN>(sK + stage * Cfg::kTileElems, Kh, kb * kBN, nk);
+    load_rows_async<T, kD, kBN>(sV + stage * Cfg::kTileElems, Vh, kb * kBN, nk);
+    load_rows_async<T, kD, kBN>(sKt + stage * Cfg::kTileElems, Kth, kb * kBN, nk);
+    load_rows_async<T, kD, kBN>(sVt + stage * Cfg::kTileElems, Vth, kb * kBN, nk);
   };
   load_rows_async<T, kD, kBM>(sQ, p.Q + hd, i0, p.N);
   load_rows_async<T, kD, kBM>(sdO, p.dO + hd, i0, p.N);
   load_rows_async<T, kD, kBM>(sQt, has_Qt ? p.Qt + hd : nullptr, i0, p.N);
-  load_tile(0, 0);
+  load_tile(kb_begin, 0);
   cp_async_commit();
 
   float XA[kCols / 8][4], X2[kCols / 8][4], X3[kCols / 8][4], Y[kCols / 8][4];
@@ -373,9 +381,9 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
   const T* sQtw = sQt + 16 * warp * kStride;
 
   // ---- main loop over key tiles [j0, j0 + kBN)
-  for (int kb = 0; kb < num_k_tiles; ++kb) {
-    const int stage = kb % 2;
-    if (kb + 1 < num_k_tiles) {
+  for (int kb = kb_begin; kb < kb_end; ++kb) {
+    const int stage = (kb - kb_begin) % 2;
+    if (kb + 1 < kb_end) {
       load_tile(kb + 1, 1 - stage);
       cp_async_commit();
       cp_async_wait<1>();
@@ -393,7 +401,12 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
 #pragma unroll 1
       for (int q = 0; q < kBN / 16; ++q) {
         const int js = j0 + 16 * q;  // sub-tile keys [js, js + 16)
-        if (js >= p.N || (p.causal && js > iw + 15)) break;  // and every later sub-tile
+        if constexpr (kOpts) {
+          if (js >= p.key_hi(iw_last)) break;  // and every later sub-tile
+          if (js + 16 <= p.key_lo(iw)) continue;
+        } else {
+          if (js >= p.N || (p.causal && js > iw + 15)) break;  // and every later sub-tile
+        }
         const int sub = 16 * q * kStride;
 
         // score tiles (16 queries x 16 keys): S, dP, G (unscaled), H
@@ -415,7 +428,7 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
           for (int e = 0; e < 4; ++e) {
             const int h = e / 2;
             const int key = js + frag_col(lane, n, e), row = iw + frag_row(lane, e);
-            const bool visible = key < p.N && (!p.causal || key <= row);
+            const bool visible = kOpts ? p.sees(row, key) : key < p.N && (!p.causal || key <= row);
             const float P = visible ? exp2f(S[n][e] * sl2 - L2[h]) : 0.f;
             split_pass1_entry(P, p.scale, D[h], S[n][e], dP[n][e], G[n][e], Hs[n][e], dS[n][e], e_part[h], f_part[h]);
           }
@@ -448,8 +461,9 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
   bob_pass1_epilogue<T, kD, kCols>(p, XA, X2, X3, Y, e_part, f_part, D, head, iw, c0, lane);
 }
 
-// Pass 2 for key rows [j0, j0 + kBlockM); warp w owns keys [jw, jw + 16).
-template <typename T, int kD>
+// Pass 2 for key rows [j0, j0 + kBlockM); warp w owns keys [jw, jw + 16). kOpts: the general mask
+// and shapes; a grouped key/value head's block sweeps its group's query heads in turn.
+template <typename T, int kD, bool kOpts>
 __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pass2_tc_kernel(const Params<T> p) {
   using Cfg = Sm80Traits<kD>;
   constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride;
@@ -470,31 +484,41 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
   const bool has_Qt = p.Qt != nullptr, has_Kt = p.Kt != nullptr, has_Vt = p.Vt != nullptr;
   const bool has_G = has_Qt || has_Kt, has_H = has_Vt;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const BlockCoord bc = block_coord(cdiv(p.N, kBM));
+  const int nk = kOpts ? p.Nk : p.N;
+  const BlockCoord bc = block_coord(cdiv(nk, kBM));
   const int j0 = bc.blk * kBM, jw = j0 + 16 * warp;
-  const int64_t head = bc.bh * p.N;
+  const int64_t head = bc.bh * nk;  // key rows of the block's head
   const int64_t hd = head * kD;
-  const T* Qh = p.Q + hd;
-  const T* dOh = p.dO + hd;
-  const T* Qth = has_Qt ? p.Qt + hd : nullptr;
-  const int num_q_tiles = cdiv(p.N, kBN);
-  const int q_begin = p.causal ? j0 / kBN : 0;
+  const int64_t qhead = kOpts ? p.first_query_head(bc.bh) * p.N : head;  // its group's first query head
+  const int group = kOpts ? p.group : 1;
+  const int jw_last = min(jw + 15, nk - 1);
+  // query tiles [q_begin, q_end) of each query head of the group (as the backward's dK, dV kernel)
+  int q_begin = p.causal ? j0 / kBN : 0, q_end = cdiv(p.N, kBN);
+  if constexpr (kOpts) {
+    const int lo = p.query_lo(j0), hi = p.query_hi(min(j0 + kBM, nk) - 1);
+    q_begin = lo / kBN;
+    q_end = hi > lo ? cdiv(hi, kBN) : q_begin;
+  }
+  const int tiles = q_end - q_begin, steps = group * tiles;
   const float sl2 = p.scale * kLog2e;
 
-  auto load_tile = [&](int qt, int stage) {
-    load_rows_async<T, kD, kBN>(sQ + stage * Cfg::kTileElems, Qh, qt * kBN, p.N);
-    load_rows_async<T, kD, kBN>(sdO + stage * Cfg::kTileElems, dOh, qt * kBN, p.N);
-    load_rows_async<T, kD, kBN>(sQt + stage * Cfg::kTileElems, Qth, qt * kBN, p.N);
-    load_scalars_async<Cfg::kThreads>(sL + stage * kBN, p.L + head, qt * kBN, kBN, p.N);
-    load_scalars_async<Cfg::kThreads>(sD + stage * kBN, p.D + head, qt * kBN, kBN, p.N);
-    load_scalars_async<Cfg::kThreads>(sE + stage * kBN, p.E + head, qt * kBN, kBN, p.N);
-    load_scalars_async<Cfg::kThreads>(sF + stage * kBN, p.F + head, qt * kBN, kBN, p.N);
+  auto tile_of = [&](int t) { return q_begin + (kOpts ? t % tiles : t); };
+  auto load_tile = [&](int t, int stage) {
+    const int64_t qh = kOpts ? qhead + static_cast<int64_t>(t / tiles) * p.N : qhead;
+    const int r0 = tile_of(t) * kBN;
+    load_rows_async<T, kD, kBN>(sQ + stage * Cfg::kTileElems, p.Q + qh * kD, r0, p.N);
+    load_rows_async<T, kD, kBN>(sdO + stage * Cfg::kTileElems, p.dO + qh * kD, r0, p.N);
+    load_rows_async<T, kD, kBN>(sQt + stage * Cfg::kTileElems, has_Qt ? p.Qt + qh * kD : nullptr, r0, p.N);
+    load_scalars_async<Cfg::kThreads>(sL + stage * kBN, p.L + qh, r0, kBN, p.N);
+    load_scalars_async<Cfg::kThreads>(sD + stage * kBN, p.D + qh, r0, kBN, p.N);
+    load_scalars_async<Cfg::kThreads>(sE + stage * kBN, p.E + qh, r0, kBN, p.N);
+    load_scalars_async<Cfg::kThreads>(sF + stage * kBN, p.F + qh, r0, kBN, p.N);
   };
-  load_rows_async<T, kD, kBM>(sK, p.K + hd, j0, p.N);
-  load_rows_async<T, kD, kBM>(sV, has_G ? p.V + hd : nullptr, j0, p.N);
-  load_rows_async<T, kD, kBM>(sKt, has_Kt ? p.Kt + hd : nullptr, j0, p.N);
-  load_rows_async<T, kD, kBM>(sVt, has_Vt ? p.Vt + hd : nullptr, j0, p.N);
-  load_tile(q_begin, 0);
+  load_rows_async<T, kD, kBM>(sK, p.K + hd, j0, nk);
+  load_rows_async<T, kD, kBM>(sV, has_G ? p.V + hd : nullptr, j0, nk);
+  load_rows_async<T, kD, kBM>(sKt, has_Kt ? p.Kt + hd : nullptr, j0, nk);
+  load_rows_async<T, kD, kBM>(sVt, has_Vt ? p.Vt + hd : nullptr, j0, nk);
+  if (steps > 0) load_tile(0, 0);
   cp_async_commit();
 
   float gK[kD / 8][4], gV[kD / 8][4];
@@ -506,17 +530,17 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
   const T* sVtw = sVt + 16 * warp * kStride;
 
   // ---- main loop over query tiles [i0, i0 + kBN)
-  for (int qt = q_begin; qt < num_q_tiles; ++qt) {
-    const int stage = (qt - q_begin) % 2;
-    if (qt + 1 < num_q_tiles) {
-      load_tile(qt + 1, 1 - stage);
+  for (int t = 0; t < steps; ++t) {
+    const int stage = t % 2;
+    if (t + 1 < steps) {
+      load_tile(t + 1, 1 - stage);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }
     __syncthreads();
-    const int i0 = qt * kBN;
+    const int i0 = tile_of(t) * kBN;
     const T* sQs = sQ + stage * Cfg::kTileElems;
     const T* sdOs = sdO + stage * Cfg::kTileElems;
     const T* sQts = sQt + stage * Cfg::kTileElems;
@@ -525,12 +549,17 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
     const float* sEs = sE + stage * kBN;
     const float* sFs = sF + stage * kBN;
 
-    if (jw < p.N) {
+    if (jw < nk) {
 #pragma unroll 1
       for (int q = 0; q < kBN / 16; ++q) {
         const int is = i0 + 16 * q;  // sub-tile queries [is, is + 16)
-        if (is >= p.N) break;
-        if (p.causal && is + 15 < jw) continue;  // every query before every key of the warp
+        if constexpr (kOpts) {
+          if (is >= p.query_hi(jw_last)) break;
+          if (is + 16 <= p.query_lo(jw)) continue;
+        } else {
+          if (is >= p.N) break;
+          if (p.causal && is + 15 < jw) continue;  // every query before every key of the warp
+        }
         const int sub = 16 * q * kStride;
 
         // score tiles, transposed (16 keys x 16 queries): Sᵀ, dPᵀ, Gᵀ (unscaled), Hᵀ
@@ -552,7 +581,7 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
           for (int e = 0; e < 4; ++e) {
             const int li = 16 * q + frag_col(lane, n, e);  // query within the tile
             const int key = jw + frag_row(lane, e);
-            const bool visible = i0 + li < p.N && (!p.causal || key <= i0 + li);
+            const bool visible = kOpts ? p.sees(i0 + li, key) : i0 + li < p.N && (!p.causal || key <= i0 + li);
             const float P = visible ? exp2f(S[n][e] * sl2 - sLs[li] * kLog2e) : 0.f;
             coef_entry(P, p.scale, sDs[li], sEs[li], sFs[li], S[n][e], dP[n][e], G[n][e], Hs[n][e]);
           }
@@ -575,8 +604,8 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
 
   // ---- epilogue: grad_K = s·(S̄ᵀ·Q + dSᵀ·Qt), grad_V
   const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
-  store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, gK, scale, jw, p.N, lane);
-  store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, gV, one, jw, p.N, lane);
+  store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, gK, scale, jw, nk, lane);
+  store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, gV, one, jw, nk, lane);
 }
 
 
@@ -1345,19 +1374,19 @@ template <typename T, int kD>
 void launch_bob_sm80(const Params<T>& p) {
   launch_D(p);
   using Cfg = Sm80Traits<kD>;
-  const unsigned grid = grid_x(p.BH, cdiv(p.N, Cfg::kBlockM));
   {
     const size_t smem = (3 * Cfg::kOwnElems + 8 * Cfg::kTileElems) * sizeof(T);
-    auto kernel = attention_bob_pass1_tc_kernel<T, kD>;
+    auto kernel = p.opts ? attention_bob_pass1_tc_kernel<T, kD, true> : attention_bob_pass1_tc_kernel<T, kD, false>;
     set_smem(kernel, smem);
-    kernel<<<dim3(grid, kD / Cfg::kBobCols), Cfg::kThreads, smem, cuda_stream()>>>(p);
+    const dim3 grid(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), kD / Cfg::kBobCols);
+    kernel<<<grid, Cfg::kThreads, smem, cuda_stream()>>>(p);
     CUDA_CHECK_LAUNCH();
   }
   {
     const size_t smem = (4 * Cfg::kOwnElems + 6 * Cfg::kTileElems) * sizeof(T) + 8 * Cfg::kBlockN * sizeof(float);
-    auto kernel = attention_bob_pass2_tc_kernel<T, kD>;
+    auto kernel = p.opts ? attention_bob_pass2_tc_kernel<T, kD, true> : attention_bob_pass2_tc_kernel<T, kD, false>;
     set_smem(kernel, smem);
-    kernel<<<grid, Cfg::kThreads, smem, cuda_stream()>>>(p);
+    kernel<<<grid_x(p.BHkv(), cdiv(p.Nk, Cfg::kBlockM)), Cfg::kThreads, smem, cuda_stream()>>>(p);
     CUDA_CHECK_LAUNCH();
   }
 }

@@ -121,6 +121,7 @@ struct Params {
   int Nk;         // keys per head
   int H, group;   // query heads per batch entry; query heads per key/value head
   int wl, wr;     // window (kernels/params.h; -1: unbounded); with causal, wr is -1 and causal rules
+  bool opts;      // grouped heads, Nk != N or a window: the kernels' general mask (kOpts) applies
 
   // The mask, as AttentionShape::first_key / last_key: query i sees keys [key_lo(i), key_hi(i)),
   // key j is seen by queries [query_lo(j), query_hi(j)); all four are non-decreasing.
@@ -183,6 +184,7 @@ Params<T> make_params(const AttentionArgs& a) {
   p.group = s.H > 0 ? static_cast<int>(s.H / s.kv_heads()) : 1;
   p.wl = static_cast<int>(s.window_left);    // below Nk after resolve_mask (ops/attention.cpp)
   p.wr = static_cast<int>(s.window_right);   // below Nq
+  p.opts = p.group != 1 || p.Nk != p.N || p.wl >= 0 || p.wr >= 0;
   return p;
 }
 

@@ -55,16 +55,18 @@ using namespace attn;
 
 // Epilogue of the tensor-core forward kernels (mma.sync and Hopper): this warp's rows from iw,
 // m in log2 units, l this thread's part of the row sums: O = acc / l and L = (m + log2 l)·ln 2.
-template <typename T, int kD>
+// kEmptyRows (masks where a row may see no key): such a row (l = 0) gets O = 0, L = -inf.
+template <typename T, int kD, bool kEmptyRows = false>
 __device__ __forceinline__ void fwd_epilogue(const Params<T>& p, const float (&acc)[kD / 8][4], const float (&m)[2],
                                              const float (&l)[2], int64_t head, int iw, int lane) {
   float inv_l[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const float l_row = quad_sum(l[h]);
-    inv_l[h] = 1.f / l_row;
+    inv_l[h] = kEmptyRows && l_row == 0.f ? 0.f : 1.f / l_row;
     const int row = iw + frag_row(lane, 2 * h);
-    if (lane % 4 == 0 && row < p.N) p.L_out[head + row] = (m[h] + log2f(l_row)) * kLn2;
+    if (lane % 4 == 0 && row < p.N)
+      p.L_out[head + row] = kEmptyRows && l_row == 0.f ? -INFINITY : (m[h] + log2f(l_row)) * kLn2;
   }
   store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, acc, inv_l, iw, p.N, lane);
 }
@@ -142,7 +144,8 @@ __global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_fwd_gene
 
 // ------------------------------------------------------------------------ tensor-core kernel
 
-template <typename T, int kD>
+// kOpts: grouped heads, Nq != Nk or a window (Params::sees); false: the plain full or causal case.
+template <typename T, int kD, bool kOpts>
 __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_fwd_tc_kernel(const Params<T> p) {
   using Cfg = Sm80Traits<kD>;
   constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride;
@@ -156,15 +159,25 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_fwd_tc_
   const BlockCoord bc = block_coord(cdiv(p.N, kBM));
   const int i0 = bc.blk * kBM, iw = i0 + 16 * warp;
   const int64_t head = bc.bh * p.N;
+  const int nk = kOpts ? p.Nk : p.N;
+  const int64_t khead = kOpts ? p.kv_head(bc.bh) * nk : head;
   const T* Qh = p.Q + head * kD;
-  const T* Kh = p.K + head * kD;
-  const T* Vh = p.V + head * kD;
-  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + kBM), kBN) : cdiv(p.N, kBN);
+  const T* Kh = p.K + khead * kD;
+  const T* Vh = p.V + khead * kD;
+  // key tiles [kb_begin, kb_end): the plain case from 0 (causal: to the diagonal), else the band
+  // that the block's rows see
+  int kb_begin = 0, kb_end = p.causal ? cdiv(min(p.N, i0 + kBM), kBN) : cdiv(p.N, kBN);
+  const int iw_last = min(iw + 15, p.N - 1);  // the warp's last real row
+  if constexpr (kOpts) {
+    const int lo = p.key_lo(i0), hi = p.key_hi(min(i0 + kBM, p.N) - 1);
+    kb_begin = lo / kBN;
+    kb_end = hi > lo ? cdiv(hi, kBN) : kb_begin;
+  }
   const float sl2 = p.scale * kLog2e;  // S in log2 units
 
   load_rows_async<T, kD, kBM>(sQ, Qh, i0, p.N);
-  load_rows_async<T, kD, kBN>(sK, Kh, 0, p.N);
-  load_rows_async<T, kD, kBN>(sV, Vh, 0, p.N);
+  load_rows_async<T, kD, kBN>(sK, Kh, kb_begin * kBN, nk);
+  load_rows_async<T, kD, kBN>(sV, Vh, kb_begin * kBN, nk);
   cp_async_commit();
 
   float m[2] = {-INFINITY, -INFINITY};  // running max (log2 units) of rows g and g + 8
@@ -173,11 +186,11 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_fwd_tc_
   zero(acc);
 
   // ---- main loop over key tiles [j0, j0 + kBN)
-  for (int kb = 0; kb < num_k_tiles; ++kb) {
-    const int stage = kb % 2;
-    if (kb + 1 < num_k_tiles) {  // prefetch the next tile into the other stage
-      load_rows_async<T, kD, kBN>(sK + (1 - stage) * Cfg::kTileElems, Kh, (kb + 1) * kBN, p.N);
-      load_rows_async<T, kD, kBN>(sV + (1 - stage) * Cfg::kTileElems, Vh, (kb + 1) * kBN, p.N);
+  for (int kb = kb_begin; kb < kb_end; ++kb) {
+    const int stage = (kb - kb_begin) % 2;
+    if (kb + 1 < kb_end) {  // prefetch the next tile into the other stage
+      load_rows_async<T, kD, kBN>(sK + (1 - stage) * Cfg::kTileElems, Kh, (kb + 1) * kBN, nk);
+      load_rows_async<T, kD, kBN>(sV + (1 - stage) * Cfg::kTileElems, Vh, (kb + 1) * kBN, nk);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -188,7 +201,9 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_fwd_tc_
     const T* sKs = sK + stage * Cfg::kTileElems;
     const T* sVs = sV + stage * Cfg::kTileElems;
 
-    if (iw < p.N && !(p.causal && j0 > iw + 15)) {  // some key of the tile is visible to the warp
+    const bool warp_sees = kOpts ? iw < p.N && j0 < p.key_hi(iw_last) && j0 + kBN > p.key_lo(iw)
+                                 : iw < p.N && !(p.causal && j0 > iw + 15);
+    if (warp_sees) {  // some key of the tile is visible to the warp
       // S = Q·Kᵀ: 16 x kBN per warp, as kBN/16 sub-tiles
       float s[kBN / 16][2][4];
 #pragma unroll
@@ -198,7 +213,8 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_fwd_tc_
       }
 
       // scale to log2 units; mask keys past N and (causal) after the row
-      const bool need_mask = j0 + kBN > p.N || (p.causal && j0 + kBN - 1 > iw);
+      const bool need_mask = kOpts ? j0 + kBN > p.key_hi(iw) || j0 < p.key_lo(iw_last)
+                                   : j0 + kBN > p.N || (p.causal && j0 + kBN - 1 > iw);
 #pragma unroll
       for (int q = 0; q < kBN / 16; ++q)
 #pragma unroll
@@ -208,7 +224,7 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_fwd_tc_
             float v = s[q][n][e] * sl2;
             if (need_mask) {
               const int key = j0 + 16 * q + frag_col(lane, n, e), row = iw + frag_row(lane, e);
-              if (key >= p.N || (p.causal && key > row)) v = -INFINITY;
+              if (kOpts ? !p.sees(row, key) : key >= p.N || (p.causal && key > row)) v = -INFINITY;
             }
             s[q][n][e] = v;
           }
@@ -254,7 +270,7 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_fwd_tc_
     __syncthreads();  // all warps are done with this stage before it is refilled
   }
 
-  fwd_epilogue<T, kD>(p, acc, m, l, head, iw, lane);  // O = acc / l, L = (m + log2 l)·ln 2
+  fwd_epilogue<T, kD, kOpts>(p, acc, m, l, head, iw, lane);  // O = acc / l, L = (m + log2 l)·ln 2
 }
 
 
@@ -540,7 +556,7 @@ template <typename T, int kD>
 void launch_fwd_sm80(const Params<T>& p) {
   using Cfg = Sm80Traits<kD>;
   const size_t smem = (Cfg::kOwnElems + 4 * Cfg::kTileElems) * sizeof(T);
-  auto kernel = attention_fwd_tc_kernel<T, kD>;
+  auto kernel = p.opts ? attention_fwd_tc_kernel<T, kD, true> : attention_fwd_tc_kernel<T, kD, false>;
   set_smem(kernel, smem);
   kernel<<<grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), Cfg::kThreads, smem, cuda_stream()>>>(p);
   CUDA_CHECK_LAUNCH();

@@ -1,5 +1,6 @@
-// The CUDA attention with grouped-query heads, Nq != Nk and windows (the generic kernels, to
-// which choose_path hands every shape the tensor-core kernels do not take):
+// The CUDA attention with grouped-query heads, Nq != Nk and windows: the sm_80 kernels' general
+// mask instances (bf16/f16, d in {32, 64, 128}) and the generic kernels (everything else); the
+// sm_90a kernels take the plain case only (choose_path):
 //
 //   OptionsMatchCpu    forward (O, L), backward (dQ, dK, dV) and BoB (every subset of the three
 //                      cotangents) on the GPU against the CPU kernels: f64 within 1e-12 of each
@@ -11,7 +12,11 @@
 //   LowPrecision       bf16 and f16, head dims 32, 64, 96, 128 and 256: every output of orders 0-2
 //                      against an f64 reference from the same rounded inputs, within 2 x the error
 //                      of the composite run in the same dtype on the GPU (or 2 units of rounding).
-//   RowsWithoutKeys    rows that see no key: O = 0 and L = -inf, and their gradients exactly 0.
+//   RowsWithoutKeys    rows that see no key: O = 0 and L = -inf, and their gradients exactly 0
+//                      (f64: generic kernels; bf16: the sm_80 kernels).
+//   WithinTwiceGeneric the sm_80 (mma.sync) kernels' general-mask instances, bf16/f16, d = 64 and
+//                      128, every level against the CPU's f64 within twice the error of the
+//                      generic CUDA kernels (forced) in the same dtype.
 //   Deterministic      the backward and the BoB of a grouped, windowed case: bitwise identical
 //                      across runs.
 #include <cmath>
@@ -22,6 +27,7 @@
 #include "../attention_chain.h"
 #include "../test_util.h"
 #include "gpu_util.h"
+#include "kernels/cuda/kernels.h"
 
 namespace gg::test {
 namespace {
@@ -191,15 +197,18 @@ INSTANTIATE_TEST_SUITE_P(HeadDims, CudaAttentionOptionsLowPrecision,
 
 // ---------------------------------------------------------------------- edge rows, determinism
 
-TEST(CudaAttentionOptionsEdges, RowsWithoutKeys) {
+class CudaAttentionOptionsEmptyRows : public ::testing::TestWithParam<DType> {};
+
+// f64 runs the generic kernels, bf16 the sm_80 ones (d = 64).
+TEST_P(CudaAttentionOptionsEmptyRows, RowsWithoutKeys) {
   GG_REQUIRE_GPU_OR_SKIP();
-  // causal with Nq = 13 > Nk = 7: rows 0..5 see no key (i' = i - 6 < 0); a window of 2 on the left
-  const OptCase c{"empty_rows", 4, 2, 13, 7, 16, true, 2, {}};
-  const OptInputs in = opt_inputs(c, 2, 600, DType::f64);
-  const Levels g = run_levels(in, options_of(c), DType::f64, kGpu, 7);
+  // causal with Nq = 77 > Nk = 7: rows 0..69 see no key (i' = i - 70 < 0); a window of 2 on the left
+  const OptCase c{"empty_rows", 4, 2, 77, 7, 64, true, 2, {}};
+  const OptInputs in = opt_inputs(c, 2, 600, GetParam());
+  const Levels g = run_levels(in, options_of(c), GetParam(), kGpu, 7);
   const int64_t rows = 2 * c.Hq * c.Nq;
   for (int64_t r = 0; r < rows; ++r) {
-    const bool empty = r % c.Nq < 6;
+    const bool empty = r % c.Nq < 70;
     ASSERT_EQ(std::isinf(g.L[r]) && g.L[r] < 0, empty) << "L row " << r << " = " << g.L[r];
     for (int64_t e = 0; e < c.d; ++e) {
       const size_t at = static_cast<size_t>(r * c.d + e);
@@ -213,6 +222,46 @@ TEST(CudaAttentionOptionsEdges, RowsWithoutKeys) {
     for (double v : *x) ASSERT_TRUE(std::isfinite(v));
   EXPECT_GT(family_scale({g.O}), 0.1);  // the other rows are not zero
 }
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaAttentionOptionsEmptyRows, ::testing::Values(DType::f64, DType::bf16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// The sm_80 kernels' general-mask instances (bf16/f16, d = 64 and 128) against the CPU f64
+// kernels, within twice the error of the generic CUDA kernels (forced) on the same inputs: tiles
+// of 64 rows (32 keys at d = 128) cut by windows, grouped heads up to 8 per key/value head.
+class CudaAttentionOptionsSm80 : public ::testing::TestWithParam<std::tuple<int64_t, bool>> {};
+
+TEST_P(CudaAttentionOptionsSm80, WithinTwiceGeneric) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  const auto [d, f16] = GetParam();
+  const DType dtype = f16 ? DType::f16 : DType::bf16;
+  const std::vector<OptCase> cases = {
+      {"gqa8_window", 8, 1, 200, 200, d, false, 37, 50},
+      {"gqa2_causal_window_nq_lt_nk", 4, 2, 130, 300, d, true, 70, {}},
+      {"causal_nq_gt_nk_empty_rows", 2, 2, 190, 100, d, true, {}, {}},
+      {"right_window_only", 2, 1, 150, 150, d, false, {}, 20},
+      {"zero_width_rect", 2, 2, 70, 140, d, false, 0, 0},
+  };
+  for (const OptCase& c : cases) {
+    const std::string what = describe(c) + " " + dtype_name(dtype);
+    const OptInputs in = opt_inputs(c, 1, 800 + d, dtype);
+    const AttentionOptions o = options_of(c);
+    const Levels ref = run_levels(in, o, DType::f64, Device::cpu(), 7);
+    const Levels fast = run_levels(in, o, dtype, kGpu, 7);
+    Levels slow;
+    {
+      kernels::cuda::testing::ScopedAttentionPath generic(kernels::cuda::testing::AttentionPath::kGeneric);
+      slow = run_levels(in, o, dtype, kGpu, 7);
+    }
+    expect_family_within({fast.O}, {slow.O}, {ref.O}, dtype, what + " O");
+    expect_family_within(fast.bwd, slow.bwd, ref.bwd, dtype, what + " bwd");
+    expect_family_within(fast.bob, slow.bob, ref.bob, dtype, what + " bob");
+    EXPECT_LE(scaled_error(fast.L, ref.L, 1.0), 1e-3) << what << " L";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadDims, CudaAttentionOptionsSm80,
+                         ::testing::Combine(::testing::Values<int64_t>(64, 128), ::testing::Bool()));
 
 TEST(CudaAttentionOptionsEdges, Deterministic) {
   GG_REQUIRE_GPU_OR_SKIP();
