@@ -178,29 +178,14 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dkd
 
   // ---- prologue: own key rows, first query tile
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int nk = kOpts ? p.Nk : p.N;
-  const BlockCoord bc = block_coord(cdiv(nk, kBM));
-  const int j0 = bc.blk * kBM, jw = j0 + 16 * warp;
-  const int64_t head = bc.bh * nk;                                  // key rows of the block's head
-  const int64_t qhead = kOpts ? p.first_query_head(bc.bh) * p.N : head;  // its group's first query head
-  const int group = kOpts ? p.group : 1;
-  const int jw_last = min(jw + 15, nk - 1);
-  // query tiles [q_begin, q_end) of each query head of the group: the plain case from the
-  // diagonal (causal) or 0, else the band that sees the block's keys; step t of the sweep is
-  // tile q_begin + t % tiles of query head t / tiles
-  int q_begin = p.causal ? j0 / kBN : 0, q_end = cdiv(p.N, kBN);
-  if constexpr (kOpts) {
-    const int lo = p.query_lo(j0), hi = p.query_hi(min(j0 + kBM, nk) - 1);
-    q_begin = lo / kBN;
-    q_end = hi > lo ? cdiv(hi, kBN) : q_begin;
-  }
-  const int tiles = q_end - q_begin, steps = group * tiles;
+  const Sm80KeyBlock<kOpts, kBM, kBN, Params<T>> blk(p, warp);
+  const int nk = blk.nk, j0 = blk.j0, jw = blk.jw;
+  const int64_t head = blk.head;
   const float sl2 = p.scale * kLog2e;
 
-  auto tile_of = [&](int t) { return q_begin + (kOpts ? t % tiles : t); };
   auto load_tile = [&](int t, int stage) {
-    const int64_t qh = kOpts ? qhead + static_cast<int64_t>(t / tiles) * p.N : qhead;
-    const int r0 = tile_of(t) * kBN;
+    const int64_t qh = blk.query_head(p, t);
+    const int r0 = blk.tile(t) * kBN;
     load_rows_async<T, kD, kBN>(sQ + stage * Cfg::kTileElems, p.Q + qh * kD, r0, p.N);
     load_rows_async<T, kD, kBN>(sdO + stage * Cfg::kTileElems, p.dO + qh * kD, r0, p.N);
     load_scalars_async<Cfg::kThreads>(sL + stage * kBN, p.L + qh, r0, kBN, p.N);
@@ -208,7 +193,7 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dkd
   };
   load_rows_async<T, kD, kBM>(sK, p.K + head * kD, j0, nk);
   load_rows_async<T, kD, kBM>(sV, p.V + head * kD, j0, nk);
-  if (steps > 0) load_tile(0, 0);
+  if (blk.steps > 0) load_tile(0, 0);
   cp_async_commit();
 
   float dK[kD / 8][4], dV[kD / 8][4];
@@ -216,9 +201,9 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dkd
   zero(dV);
 
   // ---- main loop over query tiles [i0, i0 + kBN)
-  for (int t = 0; t < steps; ++t) {
+  for (int t = 0; t < blk.steps; ++t) {
     const int stage = t % 2;
-    if (t + 1 < steps) {
+    if (t + 1 < blk.steps) {
       load_tile(t + 1, 1 - stage);
       cp_async_commit();
       cp_async_wait<1>();
@@ -226,7 +211,7 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dkd
       cp_async_wait<0>();
     }
     __syncthreads();
-    const int i0 = tile_of(t) * kBN;
+    const int i0 = blk.tile(t) * kBN;
     const T* sQs = sQ + stage * Cfg::kTileElems;
     const T* sdOs = sdO + stage * Cfg::kTileElems;
     const float* sLs = sL + stage * kBN;
@@ -236,13 +221,9 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dkd
 #pragma unroll 1
       for (int q = 0; q < kBN / 16; ++q) {
         const int is = i0 + 16 * q;  // sub-tile queries [is, is + 16)
-        if constexpr (kOpts) {
-          if (is >= p.query_hi(jw_last)) break;    // no later query sees the warp's keys
-          if (is + 16 <= p.query_lo(jw)) continue;  // every query before the warp's keys' band
-        } else {
-          if (is >= p.N) break;
-          if (p.causal && is + 15 < jw) continue;  // every query before every key of the warp
-        }
+        const int sub = blk.sub_tile(p, is);
+        if (sub < 0) break;  // and every later sub-tile
+        if (sub == 0) continue;
 
         // Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (16 keys x 16 queries)
         float st[2][4], dpt[2][4];
@@ -258,8 +239,7 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dkd
           for (int e = 0; e < 4; ++e) {
             const int li = 16 * q + frag_col(lane, n, e);  // query within the tile
             const int key = jw + frag_row(lane, e);
-            const bool visible = kOpts ? p.sees(i0 + li, key) : i0 + li < p.N && (!p.causal || key <= i0 + li);
-            const float P = visible ? exp2f(st[n][e] * sl2 - sLs[li] * kLog2e) : 0.f;
+            const float P = blk.sees(p, i0 + li, key) ? exp2f(st[n][e] * sl2 - sLs[li] * kLog2e) : 0.f;
             st[n][e] = P;
             dpt[n][e] = P * (dpt[n][e] - sDs[li]);
           }
@@ -294,20 +274,11 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dq_
 
   // ---- prologue: own query rows and their L, D; first key tile
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const BlockCoord bc = block_coord(cdiv(p.N, kBM));
-  const int i0 = bc.blk * kBM, iw = i0 + 16 * warp;
-  const int64_t head = bc.bh * p.N;
-  const int nk = kOpts ? p.Nk : p.N;
-  const int64_t khead = kOpts ? p.kv_head(bc.bh) * nk : head;
-  const T* Kh = p.K + khead * kD;
-  const T* Vh = p.V + khead * kD;
-  int kb_begin = 0, kb_end = p.causal ? cdiv(min(p.N, i0 + kBM), kBN) : cdiv(p.N, kBN);
-  const int iw_last = min(iw + 15, p.N - 1);
-  if constexpr (kOpts) {
-    const int lo = p.key_lo(i0), hi = p.key_hi(min(i0 + kBM, p.N) - 1);
-    kb_begin = lo / kBN;
-    kb_end = hi > lo ? cdiv(hi, kBN) : kb_begin;
-  }
+  const Sm80QueryBlock<kOpts, kBM, kBN, Params<T>> blk(p, warp);
+  const int i0 = blk.i0, iw = blk.iw, nk = blk.nk, kb_begin = blk.begin, kb_end = blk.end;
+  const int64_t head = blk.head;
+  const T* Kh = p.K + blk.khead * kD;
+  const T* Vh = p.V + blk.khead * kD;
   const float sl2 = p.scale * kLog2e;
   float L2[2], D[2];  // L·log2e and D of own rows g, g + 8
 #pragma unroll
@@ -346,12 +317,9 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dq_
 #pragma unroll 1
       for (int q = 0; q < kBN / 16; ++q) {
         const int js = j0 + 16 * q;  // sub-tile keys [js, js + 16)
-        if constexpr (kOpts) {
-          if (js >= p.key_hi(iw_last)) break;  // and every later sub-tile
-          if (js + 16 <= p.key_lo(iw)) continue;
-        } else {
-          if (js >= p.N || (p.causal && js > iw + 15)) break;  // and every later sub-tile
-        }
+        const int sub = blk.sub_tile(p, js);
+        if (sub < 0) break;  // and every later sub-tile
+        if (sub == 0) continue;
 
         // S = Q·Kᵀ, dP = dO·Vᵀ (16 queries x 16 keys)
         float s[2][4], dp[2][4];
@@ -366,8 +334,7 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dq_
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int key = js + frag_col(lane, n, e), row = iw + frag_row(lane, e);
-            const bool visible = kOpts ? p.sees(row, key) : key < p.N && (!p.causal || key <= row);
-            const float P = visible ? exp2f(s[n][e] * sl2 - L2[e / 2]) : 0.f;
+            const float P = blk.sees(p, row, key) ? exp2f(s[n][e] * sl2 - L2[e / 2]) : 0.f;
             dp[n][e] = P * (dp[n][e] - D[e / 2]);
           }
 

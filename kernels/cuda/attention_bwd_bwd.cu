@@ -331,24 +331,16 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
   const bool has_Qt = p.Qt != nullptr, has_Kt = p.Kt != nullptr, has_Vt = p.Vt != nullptr;
   const bool has_G = has_Qt || has_Kt, has_H = has_Vt;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const BlockCoord bc = block_coord(cdiv(p.N, kBM));
-  const int i0 = bc.blk * kBM, iw = i0 + 16 * warp;
+  const Sm80QueryBlock<kOpts, kBM, kBN, Params<T>> blk(p, warp);
+  const int i0 = blk.i0, iw = blk.iw, nk = blk.nk, kb_begin = blk.begin, kb_end = blk.end;
   const int c0 = blockIdx.y * kCols;
-  const int64_t head = bc.bh * p.N;
+  const int64_t head = blk.head;
   const int64_t hd = head * kD;
-  const int nk = kOpts ? p.Nk : p.N;
-  const int64_t kd = (kOpts ? p.kv_head(bc.bh) * nk : head) * kD;  // the key/value head's rows
+  const int64_t kd = blk.khead * kD;  // the key/value head's rows
   const T* Kh = p.K + kd;
   const T* Vh = has_G ? p.V + kd : nullptr;
   const T* Kth = has_Kt ? p.Kt + kd : nullptr;
   const T* Vth = has_Vt ? p.Vt + kd : nullptr;
-  int kb_begin = 0, kb_end = p.causal ? cdiv(min(p.N, i0 + kBM), kBN) : cdiv(p.N, kBN);
-  const int iw_last = min(iw + 15, p.N - 1);
-  if constexpr (kOpts) {
-    const int lo = p.key_lo(i0), hi = p.key_hi(min(i0 + kBM, p.N) - 1);
-    kb_begin = lo / kBN;
-    kb_end = hi > lo ? cdiv(hi, kBN) : kb_begin;
-  }
   const float sl2 = p.scale * kLog2e;
   float L2[2], D[2];  // L·log2e and D of own rows g, g + 8
 #pragma unroll
@@ -401,12 +393,9 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
 #pragma unroll 1
       for (int q = 0; q < kBN / 16; ++q) {
         const int js = j0 + 16 * q;  // sub-tile keys [js, js + 16)
-        if constexpr (kOpts) {
-          if (js >= p.key_hi(iw_last)) break;  // and every later sub-tile
-          if (js + 16 <= p.key_lo(iw)) continue;
-        } else {
-          if (js >= p.N || (p.causal && js > iw + 15)) break;  // and every later sub-tile
-        }
+        const int seen = blk.sub_tile(p, js);
+        if (seen < 0) break;  // and every later sub-tile
+        if (seen == 0) continue;
         const int sub = 16 * q * kStride;
 
         // score tiles (16 queries x 16 keys): S, dP, G (unscaled), H
@@ -428,8 +417,7 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
           for (int e = 0; e < 4; ++e) {
             const int h = e / 2;
             const int key = js + frag_col(lane, n, e), row = iw + frag_row(lane, e);
-            const bool visible = kOpts ? p.sees(row, key) : key < p.N && (!p.causal || key <= row);
-            const float P = visible ? exp2f(S[n][e] * sl2 - L2[h]) : 0.f;
+            const float P = blk.sees(p, row, key) ? exp2f(S[n][e] * sl2 - L2[h]) : 0.f;
             split_pass1_entry(P, p.scale, D[h], S[n][e], dP[n][e], G[n][e], Hs[n][e], dS[n][e], e_part[h], f_part[h]);
           }
 
@@ -484,28 +472,14 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
   const bool has_Qt = p.Qt != nullptr, has_Kt = p.Kt != nullptr, has_Vt = p.Vt != nullptr;
   const bool has_G = has_Qt || has_Kt, has_H = has_Vt;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int nk = kOpts ? p.Nk : p.N;
-  const BlockCoord bc = block_coord(cdiv(nk, kBM));
-  const int j0 = bc.blk * kBM, jw = j0 + 16 * warp;
-  const int64_t head = bc.bh * nk;  // key rows of the block's head
-  const int64_t hd = head * kD;
-  const int64_t qhead = kOpts ? p.first_query_head(bc.bh) * p.N : head;  // its group's first query head
-  const int group = kOpts ? p.group : 1;
-  const int jw_last = min(jw + 15, nk - 1);
-  // query tiles [q_begin, q_end) of each query head of the group (as the backward's dK, dV kernel)
-  int q_begin = p.causal ? j0 / kBN : 0, q_end = cdiv(p.N, kBN);
-  if constexpr (kOpts) {
-    const int lo = p.query_lo(j0), hi = p.query_hi(min(j0 + kBM, nk) - 1);
-    q_begin = lo / kBN;
-    q_end = hi > lo ? cdiv(hi, kBN) : q_begin;
-  }
-  const int tiles = q_end - q_begin, steps = group * tiles;
+  const Sm80KeyBlock<kOpts, kBM, kBN, Params<T>> blk(p, warp);
+  const int nk = blk.nk, j0 = blk.j0, jw = blk.jw;
+  const int64_t hd = blk.head * kD;  // the key/value head's rows
   const float sl2 = p.scale * kLog2e;
 
-  auto tile_of = [&](int t) { return q_begin + (kOpts ? t % tiles : t); };
   auto load_tile = [&](int t, int stage) {
-    const int64_t qh = kOpts ? qhead + static_cast<int64_t>(t / tiles) * p.N : qhead;
-    const int r0 = tile_of(t) * kBN;
+    const int64_t qh = blk.query_head(p, t);
+    const int r0 = blk.tile(t) * kBN;
     load_rows_async<T, kD, kBN>(sQ + stage * Cfg::kTileElems, p.Q + qh * kD, r0, p.N);
     load_rows_async<T, kD, kBN>(sdO + stage * Cfg::kTileElems, p.dO + qh * kD, r0, p.N);
     load_rows_async<T, kD, kBN>(sQt + stage * Cfg::kTileElems, has_Qt ? p.Qt + qh * kD : nullptr, r0, p.N);
@@ -518,7 +492,7 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
   load_rows_async<T, kD, kBM>(sV, has_G ? p.V + hd : nullptr, j0, nk);
   load_rows_async<T, kD, kBM>(sKt, has_Kt ? p.Kt + hd : nullptr, j0, nk);
   load_rows_async<T, kD, kBM>(sVt, has_Vt ? p.Vt + hd : nullptr, j0, nk);
-  if (steps > 0) load_tile(0, 0);
+  if (blk.steps > 0) load_tile(0, 0);
   cp_async_commit();
 
   float gK[kD / 8][4], gV[kD / 8][4];
@@ -530,9 +504,9 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
   const T* sVtw = sVt + 16 * warp * kStride;
 
   // ---- main loop over query tiles [i0, i0 + kBN)
-  for (int t = 0; t < steps; ++t) {
+  for (int t = 0; t < blk.steps; ++t) {
     const int stage = t % 2;
-    if (t + 1 < steps) {
+    if (t + 1 < blk.steps) {
       load_tile(t + 1, 1 - stage);
       cp_async_commit();
       cp_async_wait<1>();
@@ -540,7 +514,7 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
       cp_async_wait<0>();
     }
     __syncthreads();
-    const int i0 = tile_of(t) * kBN;
+    const int i0 = blk.tile(t) * kBN;
     const T* sQs = sQ + stage * Cfg::kTileElems;
     const T* sdOs = sdO + stage * Cfg::kTileElems;
     const T* sQts = sQt + stage * Cfg::kTileElems;
@@ -553,13 +527,9 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
 #pragma unroll 1
       for (int q = 0; q < kBN / 16; ++q) {
         const int is = i0 + 16 * q;  // sub-tile queries [is, is + 16)
-        if constexpr (kOpts) {
-          if (is >= p.query_hi(jw_last)) break;
-          if (is + 16 <= p.query_lo(jw)) continue;
-        } else {
-          if (is >= p.N) break;
-          if (p.causal && is + 15 < jw) continue;  // every query before every key of the warp
-        }
+        const int seen = blk.sub_tile(p, is);
+        if (seen < 0) break;  // and every later sub-tile
+        if (seen == 0) continue;
         const int sub = 16 * q * kStride;
 
         // score tiles, transposed (16 keys x 16 queries): Sᵀ, dPᵀ, Gᵀ (unscaled), Hᵀ
@@ -581,8 +551,7 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
           for (int e = 0; e < 4; ++e) {
             const int li = 16 * q + frag_col(lane, n, e);  // query within the tile
             const int key = jw + frag_row(lane, e);
-            const bool visible = kOpts ? p.sees(i0 + li, key) : i0 + li < p.N && (!p.causal || key <= i0 + li);
-            const float P = visible ? exp2f(S[n][e] * sl2 - sLs[li] * kLog2e) : 0.f;
+            const float P = blk.sees(p, i0 + li, key) ? exp2f(S[n][e] * sl2 - sLs[li] * kLog2e) : 0.f;
             coef_entry(P, p.scale, sDs[li], sEs[li], sFs[li], S[n][e], dP[n][e], G[n][e], Hs[n][e]);
           }
 
@@ -604,8 +573,8 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
 
   // ---- epilogue: grad_K = s·(S̄ᵀ·Q + dSᵀ·Qt), grad_V
   const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
-  store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, gK, scale, jw, nk, lane);
-  store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, gV, one, jw, nk, lane);
+  store_acc<T, kD>(p.out1 + (blk.head + jw) * kD, kD, gK, scale, jw, nk, lane);
+  store_acc<T, kD>(p.out2 + (blk.head + jw) * kD, kD, gV, one, jw, nk, lane);
 }
 
 

@@ -694,6 +694,92 @@ __device__ __forceinline__ void mma_accumulate_split(float (&acc)[kCols / 8][4],
   }
 }
 
+// ---------------------------------------------------------------- sm_80 blocks over the mask
+//
+// What the sm_80 kernels' blocks sweep. kOpts false: the plain case (one key/value head per query
+// head, Nk = N, full or causal mask); true: grouped heads, Nk != N and windows (Params::sees).
+
+// A block of kBM query rows from i0 (warp w: rows [iw, iw + 16)) over the key tiles [begin, end)
+// of kBN keys that its rows see, of its key/value head (rows from khead).
+template <bool kOpts, int kBM, int kBN, typename P>
+struct Sm80QueryBlock {
+  int nk, i0, iw, iw_last, begin, end;
+  int64_t head, khead;  // the query head's first row; the key/value head's
+  __device__ Sm80QueryBlock(const P& p, int warp) {
+    nk = kOpts ? p.Nk : p.N;
+    const BlockCoord bc = block_coord(cdiv(p.N, kBM));
+    i0 = bc.blk * kBM;
+    iw = i0 + 16 * warp;
+    iw_last = min(iw + 15, p.N - 1);
+    head = bc.bh * p.N;
+    khead = kOpts ? p.kv_head(bc.bh) * nk : head;
+    begin = 0;
+    end = p.causal ? cdiv(min(p.N, i0 + kBM), kBN) : cdiv(p.N, kBN);
+    if constexpr (kOpts) {
+      const int lo = p.key_lo(i0), hi = p.key_hi(min(i0 + kBM, p.N) - 1);
+      begin = lo / kBN;
+      end = hi > lo ? cdiv(hi, kBN) : begin;
+    }
+  }
+  // The warp's 16 rows against keys [js, js + 16): -1 none of them or of any later keys (stop),
+  // 0 none of these (skip), 1 some.
+  __device__ int sub_tile(const P& p, int js) const {
+    if constexpr (kOpts) {
+      if (js >= p.key_hi(iw_last)) return -1;
+      return js + 16 <= p.key_lo(iw) ? 0 : 1;
+    } else {
+      return (js >= p.N || (p.causal && js > iw + 15)) ? -1 : 1;
+    }
+  }
+  __device__ bool sees(const P& p, int row, int key) const {
+    return kOpts ? p.sees(row, key) : key < p.N && (!p.causal || key <= row);
+  }
+};
+
+// A block of kBM key rows from j0 (warp w: keys [jw, jw + 16)) of key/value head bh over, for each
+// query head of its group in turn, the query tiles [q_begin, q_begin + tiles) of kBN rows that see
+// its keys: step t < steps is tile tile(t) of query head query_head(t) (its first row).
+template <bool kOpts, int kBM, int kBN, typename P>
+struct Sm80KeyBlock {
+  int nk, j0, jw, jw_last, q_begin, tiles, steps;
+  int64_t head, qhead;  // the key/value head's first row; its group's first query head's
+  __device__ Sm80KeyBlock(const P& p, int warp) {
+    nk = kOpts ? p.Nk : p.N;
+    const BlockCoord bc = block_coord(cdiv(nk, kBM));
+    j0 = bc.blk * kBM;
+    jw = j0 + 16 * warp;
+    jw_last = min(jw + 15, nk - 1);
+    head = bc.bh * nk;
+    qhead = kOpts ? p.first_query_head(bc.bh) * p.N : head;
+    q_begin = p.causal ? j0 / kBN : 0;
+    int q_end = cdiv(p.N, kBN);
+    if constexpr (kOpts) {
+      const int lo = p.query_lo(j0), hi = p.query_hi(min(j0 + kBM, nk) - 1);
+      q_begin = lo / kBN;
+      q_end = hi > lo ? cdiv(hi, kBN) : q_begin;
+    }
+    tiles = q_end - q_begin;
+    steps = (kOpts ? p.group : 1) * tiles;
+  }
+  __device__ int tile(int t) const { return q_begin + (kOpts ? t % tiles : t); }
+  __device__ int64_t query_head(const P& p, int t) const {
+    return kOpts ? qhead + static_cast<int64_t>(t / tiles) * p.N : qhead;
+  }
+  // Queries [is, is + 16) against the warp's keys: -1 none of them or later ones, 0 none, 1 some.
+  __device__ int sub_tile(const P& p, int is) const {
+    if constexpr (kOpts) {
+      if (is >= p.query_hi(jw_last)) return -1;
+      return is + 16 <= p.query_lo(jw) ? 0 : 1;
+    } else {
+      if (is >= p.N) return -1;
+      return (p.causal && is + 15 < jw) ? 0 : 1;  // every query before every key of the warp
+    }
+  }
+  __device__ bool sees(const P& p, int query, int key) const {
+    return kOpts ? p.sees(query, key) : query < p.N && (!p.causal || key <= query);
+  }
+};
+
 // ---------------------------------------------------------------- tile loads
 
 // Rows [r0, r0 + kRows) of a head's (N, kD) matrix into s[kRows][kStride], by cp.async; rows at or

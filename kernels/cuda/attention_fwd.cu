@@ -156,23 +156,12 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_fwd_tc_
 
   // ---- prologue: query rows [i0, i0 + kBM); this warp's rows [iw, iw + 16)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const BlockCoord bc = block_coord(cdiv(p.N, kBM));
-  const int i0 = bc.blk * kBM, iw = i0 + 16 * warp;
-  const int64_t head = bc.bh * p.N;
-  const int nk = kOpts ? p.Nk : p.N;
-  const int64_t khead = kOpts ? p.kv_head(bc.bh) * nk : head;
+  const Sm80QueryBlock<kOpts, kBM, kBN, Params<T>> blk(p, warp);  // key tiles [begin, end)
+  const int i0 = blk.i0, iw = blk.iw, iw_last = blk.iw_last, nk = blk.nk, kb_begin = blk.begin, kb_end = blk.end;
+  const int64_t head = blk.head;
   const T* Qh = p.Q + head * kD;
-  const T* Kh = p.K + khead * kD;
-  const T* Vh = p.V + khead * kD;
-  // key tiles [kb_begin, kb_end): the plain case from 0 (causal: to the diagonal), else the band
-  // that the block's rows see
-  int kb_begin = 0, kb_end = p.causal ? cdiv(min(p.N, i0 + kBM), kBN) : cdiv(p.N, kBN);
-  const int iw_last = min(iw + 15, p.N - 1);  // the warp's last real row
-  if constexpr (kOpts) {
-    const int lo = p.key_lo(i0), hi = p.key_hi(min(i0 + kBM, p.N) - 1);
-    kb_begin = lo / kBN;
-    kb_end = hi > lo ? cdiv(hi, kBN) : kb_begin;
-  }
+  const T* Kh = p.K + blk.khead * kD;
+  const T* Vh = p.V + blk.khead * kD;
   const float sl2 = p.scale * kLog2e;  // S in log2 units
 
   load_rows_async<T, kD, kBM>(sQ, Qh, i0, p.N);
@@ -224,7 +213,7 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_fwd_tc_
             float v = s[q][n][e] * sl2;
             if (need_mask) {
               const int key = j0 + 16 * q + frag_col(lane, n, e), row = iw + frag_row(lane, e);
-              if (kOpts ? !p.sees(row, key) : key >= p.N || (p.causal && key > row)) v = -INFINITY;
+              if (!blk.sees(p, row, key)) v = -INFINITY;
             }
             s[q][n][e] = v;
           }
