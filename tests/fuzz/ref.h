@@ -8,6 +8,7 @@
 #include <numeric>
 #include <vector>
 
+#include "../index_util.h"
 #include "gradgrad.h"
 
 namespace gg::fuzz {
@@ -19,19 +20,8 @@ struct Ref {
   int64_t numel() const { return static_cast<int64_t>(v.size()); }
 };
 
-inline std::vector<int64_t> unravel(int64_t i, const Shape& s) {
-  std::vector<int64_t> idx(s.size());
-  for (size_t d = s.size(); d-- > 0;) {
-    idx[d] = i % s[d];
-    i /= s[d];
-  }
-  return idx;
-}
-inline int64_t ravel(const std::vector<int64_t>& idx, const Shape& s) {
-  int64_t i = 0;
-  for (size_t d = 0; d < s.size(); ++d) i = i * s[d] + idx[d];
-  return i;
-}
+using test::ravel;
+using test::unravel;
 inline bool wrap(int64_t& d, int64_t ndim, bool scalar_ok) {
   if (ndim == 0) {
     if (!scalar_ok || (d != 0 && d != -1)) return false;
