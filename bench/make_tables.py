@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Regenerates the GPU tables of docs/benchmarks.md from the results files in bench/results/.
 
-scripts/bench-gpu.sh writes one file per benchmark (cuda.jsonl, attention.jsonl, long.jsonl): a
-first line {"bench": "meta", ...} with the card, the date, the commit and the command, then one
-JSON object per measurement. Each table of docs/benchmarks.md sits between two markers,
+scripts/bench-gpu.sh writes one file per benchmark (cuda.jsonl, attention.jsonl, long.jsonl,
+options.jsonl): a first line {"bench": "meta", ...} with the card, the date, the commit and the
+command, then one JSON object per measurement. Where options.jsonl does not exist (not measured
+yet), its block says so. Each table of docs/benchmarks.md sits between two markers,
 
   <!-- make_tables: NAME -->
   ...
@@ -14,6 +15,7 @@ and this script replaces what is between them with the table built from bench/re
   python3 bench/make_tables.py            rewrite docs/benchmarks.md in place
   python3 bench/make_tables.py --check    exit 1 if the page is not what the results give
   python3 bench/make_tables.py --print attention   print one block to stdout
+  python3 bench/make_tables.py --summary FILE      chain times and ratios of an options.jsonl
 """
 import argparse
 import json
@@ -173,10 +175,171 @@ def cuda_block(meta, rows):
     return header(meta) + [""] + table(["figure", "gradgrad", "reference (same run)", "ratio"], body)
 
 
-BLOCKS = {"cuda": cuda_block, "attention": attention_block, "long": long_block}
+# ---------------------------------------------------------------- attention options
+# options.jsonl (scripts/bench-gpu.sh options): bench_attention_gpu lines tagged with a "group":
+# "gqa" (grouped heads beside Hkv = Hq), "window" (windowed causal beside the dense causal chain),
+# "rect" (Nq != Nk beside square chains). Lines that are "skipped" or carry an "error" show as such.
+
+
+def options_key(r):
+    return (r.get("group"), r.get("d"), bool(r.get("causal")), r.get("hq"), r.get("hkv"),
+            r.get("nq"), r.get("nk"), r.get("window_left"), r.get("window_right"))
+
+
+def find(rows, group, d, causal, hq, hkv, nq, nk, wl=None, wr=None):
+    key = (group, d, causal, hq, hkv, nq, nk, wl, wr)
+    return next((r for r in rows if options_key(r) == key), None)
+
+
+def chain_of(r):
+    return None if r is None or "error" in r or r.get("mode") == "skipped" else r.get("chain_ms")
+
+
+def chain_cell(r):
+    if r is None:
+        return "—"
+    if "error" in r:
+        return "error: " + r["error"][:80].replace("|", "/")
+    if r.get("mode") == "skipped":
+        return f"skipped (estimated {r['estimated_chain_ms'] / 1000:.0f} s)"
+    return ms(r["chain_ms"])
+
+
+def timed(r):
+    if r is None or chain_of(r) is None:
+        return "—"
+    return "one chain" if r.get("mode") == "chain_only" else f"median of {r.get('reps', '?')}"
+
+
+def mask_name(r):
+    return "causal" if r.get("causal") else "full"
+
+
+def gqa_reference(rows, r):
+    """The line with Hkv = Hq and otherwise r's configuration."""
+    hq = r.get("hq")
+    return find(rows, "gqa", r.get("d"), bool(r.get("causal")), hq, hq, r.get("nq"), r.get("nk"))
+
+
+def window_reference(rows, r):
+    """The dense chain with r's causal flag and size, and its time scaled by the visible fractions."""
+    dense = find(rows, "window", r.get("d"), bool(r.get("causal")), r.get("hq"), r.get("hkv"),
+                 r.get("nq"), r.get("nk"))
+    t = chain_of(dense)
+    if t is None or not dense.get("visible_fraction") or r.get("visible_fraction") is None:
+        return dense, None
+    return dense, t * r["visible_fraction"] / dense["visible_fraction"]
+
+
+def rect_reference(rows, r):
+    """The square chain at N = Nk with r's mask."""
+    nk = r.get("nk")
+    return find(rows, "rect", r.get("d"), bool(r.get("causal")), r.get("hq"), r.get("hkv"), nk, nk)
+
+
+def ratio_of(a, b):
+    return None if a is None or b is None else a / b
+
+
+def peak(r):
+    return None if chain_of(r) is None else r.get("chain_peak_GiB")
+
+
+def group_rows(rows, group):
+    return [r for r in rows if r.get("group") == group]
+
+
+def windowed(r):
+    return r.get("window_left") is not None or r.get("window_right") is not None
+
+
+def options_block(meta, rows):
+    out = header(meta)
+    gqa = sorted(group_rows(rows, "gqa"), key=lambda r: (r.get("d"), bool(r.get("causal")), r.get("nq"),
+                                                         -(r.get("hkv") or 0)))
+    if gqa:
+        out += ["", "**Grouped heads**: chain against the chain with Hkv = Hq and otherwise the same "
+                "configuration. Target: within 5% of it (ratio at most 1.05×) with a lower peak.", ""]
+        body = []
+        for r in gqa:
+            ref = gqa_reference(rows, r)
+            body.append([r.get("d"), mask_name(r), f"{r.get('nq'):,}", f"{r.get('hq')} / {r.get('hkv')}",
+                         chain_cell(r), ratio(chain_of(r), chain_of(ref)),
+                         "—" if peak(r) is None else f"{peak(r):.3f}", ratio(peak(r), peak(ref)), timed(r)])
+        out += table(["d", "mask", "N", "Hq / Hkv", "chain ms", "ratio to Hkv = Hq", "chain peak GiB",
+                      "peak ratio", "timed"], body)
+    win = sorted((r for r in group_rows(rows, "window") if windowed(r)), key=lambda r: (r.get("d"), r.get("nq")))
+    if win:
+        out += ["", "**Sliding window**: the windowed chain against the dense chain of the same mask and "
+                "size, scaled by the ratio of their visible fractions (the time a kernel would take whose "
+                "cost follows the visible pairs). Target: at most 1.15× the scaled time, and linear in N.", ""]
+        body = []
+        for r in win:
+            dense, scaled = window_reference(rows, r)
+            left, right = r.get("window_left"), r.get("window_right")
+            right = right if right is not None else 0 if r.get("causal") else None
+            body.append([r.get("d"), f"{r.get('nq'):,}",
+                         f"{'—' if left is None else left} / {'—' if right is None else right}",
+                         f"{r.get('visible_fraction', 0):.4f}", chain_cell(r), timed(r), chain_cell(dense),
+                         "—" if dense is None else f"{dense.get('visible_fraction', 0):.4f}", ms(scaled),
+                         ratio(chain_of(r), scaled)])
+        out += table(["d", "N", "window left / right", "visible fraction", "chain ms", "timed", "dense chain ms",
+                      "dense visible fraction", "dense scaled", "ratio"], body)
+        timed_win = [r for r in win if chain_of(r) is not None]
+        for a, b in zip(timed_win, timed_win[1:]):
+            if a.get("d") == b.get("d") and b.get("nq") > a.get("nq"):
+                out += ["", f"From N = {a.get('nq'):,} to {b.get('nq'):,} "
+                        f"({b.get('nq') / a.get('nq'):g}× N) the windowed chain takes "
+                        f"{chain_of(b) / chain_of(a):.2f}× the time (linear in N: "
+                        f"{b.get('nq') / a.get('nq'):g}×)."]
+    rect = group_rows(rows, "rect")
+    if rect:
+        out += ["", "**Nq ≠ Nk** beside the square chains with the same mask (causal aligned to the bottom "
+                "right). Effective TFLOP/s: 46 · visible pairs · d per head over the chain time.", ""]
+        body = []
+        order = sorted(rect, key=lambda r: (r.get("nq") == r.get("nk"), r.get("nk"), r.get("nq")))
+        for r in order:
+            tf = r.get("chain_TFLOPs") if chain_of(r) is not None else None
+            body.append([f"{r.get('nq'):,}", f"{r.get('nk'):,}", r.get("d"), mask_name(r),
+                         f"{r.get('visible_fraction', 0):.4f}", chain_cell(r), "—" if tf is None else f"{tf:.0f}",
+                         timed(r)])
+        out += table(["Nq", "Nk", "d", "mask", "visible fraction", "chain ms", "chain TFLOP/s", "timed"], body)
+    if not (gqa or win or rect):
+        out += ["", "No grouped-heads, window or Nq ≠ Nk lines in the results file."]
+    return out
+
+
+def options_summary(rows):
+    """Configuration, chain ms and the ratio to its reference, one line each (plain text)."""
+    lines = [f"{'configuration':<70} {'chain ms':>9} {'ratio':>8}  reference"]
+    for r in rows:
+        g = r.get("group")
+        if g == "gqa" and r.get("hkv") != r.get("hq"):
+            ref_ms, what = chain_of(gqa_reference(rows, r)), "Hkv = Hq"
+        elif g == "window" and windowed(r):
+            ref_ms, what = window_reference(rows, r)[1], "dense chain x visible-fraction ratio"
+        elif g == "rect" and r.get("nq") != r.get("nk"):
+            ref_ms, what = chain_of(rect_reference(rows, r)), f"square N = {r.get('nk')}"
+        else:
+            ref_ms, what = None, "(reference)"
+        cfg = (f"{g} d={r.get('d')} {mask_name(r)} Hq={r.get('hq')} Hkv={r.get('hkv')} "
+               f"Nq={r.get('nq')} Nk={r.get('nk')}")
+        for side in ("left", "right"):
+            if r.get("window_" + side) is not None:
+                cfg += f" window_{side}={r['window_' + side]}"
+        cell = "error" if "error" in r else "skipped" if r.get("mode") == "skipped" else ms(r.get("chain_ms"))
+        lines.append(f"{cfg:<70} {cell:>9} {ratio(chain_of(r), ref_ms):>8}  {what}")
+    return lines
+
+
+BLOCKS = {"cuda": cuda_block, "attention": attention_block, "long": long_block, "options": options_block}
+# Blocks whose results file may not exist yet: the page then says so instead of a table.
+OPTIONAL = {"options": "Not measured yet: `scripts/bench-gpu.sh options` writes `bench/results/options.jsonl`."}
 
 
 def render(name):
+    if name in OPTIONAL and not os.path.exists(os.path.join(RESULTS, name + ".jsonl")):
+        return OPTIONAL[name]
     meta, rows = read(name)
     return "\n".join(BLOCKS[name](meta, rows))
 
@@ -195,7 +358,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--print", choices=sorted(BLOCKS), dest="only")
+    ap.add_argument("--summary", metavar="OPTIONS_JSONL",
+                    help="print the chain times of an options results file with their ratios")
     a = ap.parse_args()
+    if a.summary:
+        print("\n".join(options_summary(read_path(a.summary)[1])))
+        return
     if a.only:
         print(render(a.only))
         return

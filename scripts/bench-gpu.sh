@@ -4,7 +4,7 @@
 # in one run. Each benchmark overwrites its results file, whose first line records the card, the
 # driver, the date, the commit and the command:
 #
-#   scripts/bench-gpu.sh [cuda|attention|long|ab|all ...]     (default: all = cuda attention long)
+#   scripts/bench-gpu.sh [cuda|attention|long|options|ab|all ...]  (default: all = cuda attention long)
 #
 #   cuda       bench_cuda (add/sum bandwidth, matmul against cuBLAS, an MLP double-backward step)
 #              and bench/mlp_torch.py                                  -> bench/results/cuda.jsonl
@@ -20,6 +20,23 @@
 #              N = 4096, 8192, 16384 for d = 64 causal and not and d = 128 not causal, and prints
 #              the medians of fwd, fwd+bwd and chain with new/old ratios. GG_AB_REPS sets the
 #              repeats per measurement (default 10). Lines go to $OUT/ab.jsonl, not to bench/results.
+#   options    bench_attention_gpu on grouped heads, windows and Nq != Nk, each beside its dense
+#              reference in the same run; B = 1, Hq = 16, bf16       -> bench/results/options.jsonl
+#              (a) "gqa": Hkv = 16, 4, 1 at N = 16K and 64K for d = 64 full and causal, d = 128 full
+#              (b) "window": causal, window_left = 4096, d = 64, N = 64K and 256K, beside the dense
+#                  causal chain at the same N
+#              (c) "rect": Nq = 4K, Nk = 64K, causal (bottom-right), d = 64, beside the square
+#                  causal chains at N = 4K and 64K
+#              Each line carries its "group". The stages are timed (median of GG_BENCH_OPTIONS_REPS,
+#              default 2) where the first chain of a size took at most GG_BENCH_OPTIONS_CHAIN_ONLY_MS
+#              (default 1000); above, the line is that one chain (as --chain-only). A size whose
+#              chain, estimated from the previous size by the visible pairs, would exceed
+#              GG_BENCH_OPTIONS_MAX_CHAIN_MS (default 45000) gets a "skipped" line. With the dense
+#              chain at 64K, d = 64 taking 3 s and the generic kernels 20x slower than the dense
+#              ones, this keeps the mode under about 4 minutes. GG_BENCH_OPTIONS_N (e.g. 4096,16384)
+#              replaces the sizes of (a), GG_BENCH_OPTIONS_WINDOW_N those of (b). Ends with a table
+#              of chain times and ratios to the references (bench/make_tables.py --summary).
+#              Not part of "all" (it runs for minutes on the generic kernels).
 #
 # Then: python3 bench/make_tables.py (docs/benchmarks.md) and python3 bench/plot_attention.py.
 # Logs go to $OUT (default ./gpu-logs). GG_GPU_BUILD names the build folder (default build-gpu).
@@ -44,7 +61,8 @@ configure_and_build() {  # source dir, build dir, log name, targets...
 }
 targets=()
 want cuda && targets+=(bench_cuda)
-{ want attention || want long || [[ "$what" == *" ab "* ]]; } && targets+=(bench_attention_gpu)
+{ want attention || want long || [[ "$what" == *" ab "* || "$what" == *" options "* ]]; } &&
+  targets+=(bench_attention_gpu)
 configure_and_build . "$BUILD" build "${targets[@]}"
 
 card="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
@@ -96,6 +114,38 @@ if want long; then
     >>bench/results/long.jsonl 2>>"$OUT/bench_attention_gpu.err" || rc=1
 fi
 
+if [[ "$what" == *" options "* ]]; then
+  env_desc=""
+  for v in GG_BENCH_OPTIONS_N GG_BENCH_OPTIONS_WINDOW_N GG_BENCH_OPTIONS_REPS GG_BENCH_OPTIONS_CHAIN_ONLY_MS \
+           GG_BENCH_OPTIONS_MAX_CHAIN_MS; do
+    [ -n "${!v+x}" ] && env_desc+="$v=\"${!v}\" "
+  done
+  start options "${env_desc}scripts/bench-gpu.sh options"
+  limits=(--reps "${GG_BENCH_OPTIONS_REPS:-2}" --chain-only-above "${GG_BENCH_OPTIONS_CHAIN_ONLY_MS:-1000}"
+          --skip-above "${GG_BENCH_OPTIONS_MAX_CHAIN_MS:-45000}")
+  options_run() {  # group, bench_attention_gpu arguments: appends its lines tagged with the group
+    local group=$1 t0=$SECONDS
+    shift
+    "$ours" --heads 16 --batch 1 --dtype bf16 "${limits[@]}" "$@" 2>>"$OUT/bench_attention_gpu.err" |
+      sed "s/^{/{\"group\":\"$group\",/" >>bench/results/options.jsonl
+    [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+    echo "options: $group $* ($((SECONDS - t0)) s)"
+  }
+  gqa_n="${GG_BENCH_OPTIONS_N:-16384,65536}"
+  for cfg in "64" "64 --causal" "128"; do
+    for hkv in 16 4 1; do
+      # shellcheck disable=SC2086  # cfg is "d [--causal]"
+      options_run gqa --n "$gqa_n" --d $cfg --hkv $hkv
+    done
+  done
+  window_n="${GG_BENCH_OPTIONS_WINDOW_N:-65536,262144}"
+  options_run window --n "$window_n" --d 64 --causal
+  options_run window --n "$window_n" --d 64 --causal --window-left 4096
+  options_run rect --n 4096,65536 --d 64 --causal
+  options_run rect --n 4096 --nk 65536 --d 64 --causal
+  python3 bench/make_tables.py --summary bench/results/options.jsonl || rc=1
+fi
+
 if [[ "$what" == *" ab "* ]]; then
   base_build="$BUILD-base"
   configure_and_build "$GG_AB_BASE" "$base_build" build-base bench_attention_gpu
@@ -139,8 +189,11 @@ for k in keys:
 PY
 fi
 
-for f in cuda attention long; do
-  want $f && [ -s "bench/results/$f.jsonl" ] && cp "bench/results/$f.jsonl" "$OUT/" &&
+ran=()
+for f in cuda attention long; do want $f && ran+=("$f"); done
+[[ "$what" == *" options "* ]] && ran+=(options)
+for f in "${ran[@]}"; do
+  [ -s "bench/results/$f.jsonl" ] && cp "bench/results/$f.jsonl" "$OUT/" &&
     echo "wrote bench/results/$f.jsonl ($(($(wc -l <"bench/results/$f.jsonl") - 1)) lines)"
 done
 grep -h '"error"' bench/results/*.jsonl 2>/dev/null | head -5
