@@ -20,6 +20,7 @@
 #include "nn/module.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
+#include "dist/dist.h"
 #if defined(GG_HAS_SAFETENSORS)  // built where nlohmann-json was found (CMakeLists.txt)
 #include "io/safetensors.h"
 #include "nn/serialize.h"

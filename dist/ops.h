@@ -1,0 +1,72 @@
+// Differentiable collectives, data-parallel helpers and sequence-parallel attention.
+//
+// Semantics of a gradient across ranks: each rank differentiates its own scalar (or takes
+// grad_outputs for its own outputs), and the gradient it gets for its own inputs is that of the
+// SUM over ranks of those scalars. A collective's backward is the collective that is its
+// adjoint, written with these same functions, so create_graph records it and grad-of-grad works:
+//
+//   y = all_reduce(x)              (y = Σ_r x_r on every rank)     backward: all_reduce
+//   y = all_gather(x, dim)         (cat of the x_r)                backward: reduce_scatter
+//   y = reduce_scatter(x, dim)     (piece r of Σ_s x_s)            backward: all_gather
+//   y = broadcast(x, root)         (x_root on every rank)          backward: Σ_s g_s to root, 0 elsewhere
+//
+// Every rank must run the same program: the same collectives in the same order, forward and
+// backward. In particular, when one rank's backward reaches a collective, every rank's must
+// (each rank differentiates a scalar that depends on the collective's output).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+#include "dist/group.h"
+#include "ops/ops.h"
+
+namespace gg::dist {
+
+// ---------------------------------------------------------------- differentiable collectives
+Tensor all_reduce(Group& group, const Tensor& x);       // sum over ranks
+Tensor all_reduce_mean(Group& group, const Tensor& x);  // all_reduce(x) / size
+// Along `dim`, rank order; the ranks' sizes along `dim` may differ (`sizes` receives them).
+Tensor all_gather(Group& group, const Tensor& x, int64_t dim, std::vector<int64_t>* sizes = nullptr);
+// Piece `rank` (along `dim`, lengths `sizes`, or equal pieces when empty) of the sum over ranks.
+Tensor reduce_scatter(Group& group, const Tensor& x, int64_t dim, const std::vector<int64_t>& sizes = {});
+Tensor broadcast(Group& group, const Tensor& x, int root);
+
+// ---------------------------------------------------------------- data parallel
+// The elementwise sum over ranks of every tensor of the list, in one collective (the list is
+// packed into one buffer per dtype). Not recorded on the tape: for gradients after a backward.
+TensorList all_reduce_coalesced(Group& group, const TensorList& xs);
+// all_reduce_coalesced / size: the gradients of the mean of the ranks' losses. When the ranks'
+// losses are weighted shares of a global loss (uneven shards), scale each loss by its share
+// and use all_reduce_coalesced instead.
+TensorList average_gradients(Group& group, const TensorList& grads);
+
+// ---------------------------------------------------------------- sequence parallel
+// How a sequence of N rows is cut among P ranks.
+//   contiguous: rank r holds one block of rows, in rank order (blocks may differ in length).
+//   zigzag: the sequence is cut into 2P chunks (lengths differing by at most one, the longer
+//     first); rank r holds chunks r and 2P-1-r, concatenated. Under a causal mask every rank
+//     then has about the same number of (query, key) pairs to compute.
+enum class Sharding { contiguous, zigzag };
+
+// Rank `rank`'s zig-zag shard of the full tensor x along `dim` (differentiable).
+Tensor zigzag_shard(const Tensor& x, int64_t rank, int64_t world_size, int64_t dim);
+// The inverse: `gathered` is the ranks' zig-zag shards concatenated along `dim` in rank order
+// (as all_gather returns them); the result is the sequence in its natural order.
+Tensor zigzag_unshard(const Tensor& gathered, int64_t world_size, int64_t dim);
+
+// Sequence-parallel gg::attention. q (B, Hq, n, d), k and v (B, Hkv, n, d) are this rank's
+// rows of the global (B, H, N, d) tensors, cut the same way for q, k and v (`sharding`); the
+// result is this rank's rows of gg::attention(Q, K, V, options) over the whole sequence. Every
+// rank must hold at least one row. The options mean what they mean for the global Nq = Nk = N
+// attention (causal, windows, scale; grouped-query heads as in gg::attention).
+//
+// Schedule: K and V are all-gathered (one collective, differentiable: the backward
+// reduce-scatters dK and dV), then each of this rank's query blocks runs the fused
+// gg::attention against the keys it can see, with the mask re-aligned to the narrowed keys.
+// Orders 1 and 2 are the fused kernels' (backward and BoB); the cross-rank traffic at every
+// order is the gathers and reduce-scatters of K- and V-shaped tensors. docs/distributed.md.
+Tensor attention(Group& group, const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options = {},
+                 Sharding sharding = Sharding::contiguous);
+
+}  // namespace gg::dist

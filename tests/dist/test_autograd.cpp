@@ -1,0 +1,134 @@
+// Differentiable collectives: a small program that uses all_gather, reduce_scatter, all_reduce
+// and broadcast, run on P in-process ranks, against the same program on one thread over the
+// whole data (f64). Values, first-order gradients and second-order gradients (the gradient of
+// a function of the first-order ones, create_graph) must agree to rounding.
+#include <gtest/gtest.h>
+
+#include "dist_util.h"
+#include "gradgrad.h"
+
+namespace gg {
+namespace {
+
+using dist::Group;
+using test::relative_gap;
+using test::shard;
+
+constexpr int64_t kRows = 7, kFeatures = 5, kOut = 5, kOut2 = 3, kBias = 4;
+constexpr double kTol = 1e-12;
+
+struct Data {
+  Tensor X, W, W2, b;  // b: the root's bias (the others' are ignored by broadcast)
+};
+
+// The per-shard term sum(sin(b · sum(X_r))) needs the row shards of X on one thread too.
+Tensor reference_loss(const Data& d, int P) {
+  Tensor l = sum(tanh(matmul(d.X, d.W))) + sum(cos(matmul(d.X, d.W2)));
+  Tensor s = sum(d.X * d.X);
+  l = l + s * s * 0.1;
+  for (int r = 0; r < P; ++r) {
+    const std::vector<int64_t> sizes = test::shard_sizes(kRows, P);
+    const int64_t a = test::shard_start(sizes, r);
+    l = l + sum(sin(d.b * sum(slice(d.X, 0, a, a + sizes[static_cast<size_t>(r)]))));
+  }
+  return l;
+}
+
+// Rank r's share: X by rows, W by columns, W2 by rows (the features), its own bias.
+Tensor rank_loss(Group& g, const TensorList& leaves, int root) {
+  const int P = g.size(), r = g.rank();
+  const Tensor &Xr = leaves[0], &Wr = leaves[1], &W2r = leaves[2], &br = leaves[3];
+  std::vector<int64_t> row_sizes;
+  const Tensor Xg = dist::all_gather(g, Xr, 0, &row_sizes);  // the whole X on every rank
+  Tensor l = sum(tanh(matmul(Xg, Wr)));                       // column-parallel
+  const std::vector<int64_t> f = test::shard_sizes(kFeatures, P);
+  const int64_t f0 = test::shard_start(f, r);
+  const Tensor partial = matmul(slice(Xg, 1, f0, f0 + f[static_cast<size_t>(r)]), W2r);  // row-parallel
+  l = l + sum(cos(dist::reduce_scatter(g, partial, 0, row_sizes)));  // this rank's rows of X·W2
+  const Tensor s = dist::all_reduce(g, sum(Xr * Xr));
+  l = l + s * s * (0.1 / P);
+  return l + sum(sin(dist::broadcast(g, br, root) * sum(Xr)));
+}
+
+class DifferentiableCollectives : public ::testing::TestWithParam<int> {};
+
+TEST_P(DifferentiableCollectives, FirstAndSecondOrderMatchOneRank) {
+  const int P = GetParam();
+  const int root = P / 2;
+  manual_seed(11);
+  Data d{randn({kRows, kFeatures}, DType::f64), randn({kFeatures, kOut}, DType::f64) * 0.5,
+         randn({kFeatures, kOut2}, DType::f64) * 0.5, Tensor()};
+  TensorList biases;
+  for (int r = 0; r < P; ++r) biases.push_back(randn({kBias}, DType::f64));
+  d.b = biases[static_cast<size_t>(root)];
+
+  // One thread, whole data.
+  const TensorList full = {test::leaf(d.X), test::leaf(d.W), test::leaf(d.W2), test::leaf(d.b)};
+  const Data fd{full[0], full[1], full[2], full[3]};
+  const Tensor L = reference_loss(fd, P);
+  const TensorList g1 = grad({L}, full, {}, {true});
+  Tensor pen = sum(g1[0] * g1[0]) + sum(g1[1] * g1[1]) + sum(g1[2] * g1[2]) + sum(g1[3] * g1[3]);
+  const TensorList g2 = grad({pen}, full);
+
+  // P ranks.
+  std::vector<double> losses(static_cast<size_t>(P));
+  std::vector<TensorList> first(static_cast<size_t>(P)), second(static_cast<size_t>(P));
+  dist::run_threads(P, [&](Group& g) {
+    const int r = g.rank();
+    const TensorList leaves = {shard(d.X, 0, r, P, true), shard(d.W, 1, r, P, true), shard(d.W2, 0, r, P, true),
+                               test::leaf(biases[static_cast<size_t>(r)])};
+    const Tensor l = rank_loss(g, leaves, root);
+    losses[static_cast<size_t>(r)] = l.item();
+    const TensorList gr = grad({l}, leaves, {}, {true});
+    const Tensor p = sum(gr[0] * gr[0]) + sum(gr[1] * gr[1]) + sum(gr[2] * gr[2]) + sum(gr[3] * gr[3]);
+    first[static_cast<size_t>(r)] = gr;
+    second[static_cast<size_t>(r)] = grad({p}, leaves);
+  });
+
+  double total = 0;
+  for (double l : losses) total += l;
+  EXPECT_NEAR(total, L.item(), kTol * std::abs(L.item()));
+  for (const auto* order : {&first, &second}) {
+    const TensorList& want = order == &first ? g1 : g2;
+    const char* name = order == &first ? "first order" : "second order";
+    for (int r = 0; r < P; ++r) {
+      const TensorList& got = (*order)[static_cast<size_t>(r)];
+      EXPECT_LT(relative_gap(got[0], shard(want[0], 0, r, P)), kTol) << name << " dX, rank " << r;
+      EXPECT_LT(relative_gap(got[1], shard(want[1], 1, r, P)), kTol) << name << " dW, rank " << r;
+      EXPECT_LT(relative_gap(got[2], shard(want[2], 0, r, P)), kTol) << name << " dW2, rank " << r;
+      const Tensor wb = r == root ? want[3] : zeros_like(want[3]);
+      EXPECT_LT(relative_gap(got[3], wb), kTol) << name << " db, rank " << r;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, DifferentiableCollectives, ::testing::Values(1, 2, 3, 4));
+
+TEST(DataParallel, AverageGradientsIsTheMeanOverRanksInOneCall) {
+  const int P = 3;
+  manual_seed(5);
+  std::vector<TensorList> per_rank;
+  for (int r = 0; r < P; ++r)
+    per_rank.push_back({randn({2, 3}, DType::f64), randn({4}, DType::f32), randn({}, DType::f64)});
+  std::vector<TensorList> avg(P), sum_list(P);
+  dist::run_threads(P, [&](Group& g) {
+    const size_t r = static_cast<size_t>(g.rank());
+    avg[r] = dist::average_gradients(g, per_rank[r]);
+    sum_list[r] = dist::all_reduce_coalesced(g, per_rank[r]);
+  });
+  for (size_t i = 0; i < per_rank[0].size(); ++i) {
+    Tensor want = per_rank[0][i];
+    for (int r = 1; r < P; ++r) want = want + per_rank[static_cast<size_t>(r)][i];
+    for (int r = 0; r < P; ++r) {
+      const TensorList& a = avg[static_cast<size_t>(r)];
+      EXPECT_EQ(a[i].shape(), want.shape());
+      EXPECT_EQ(a[i].dtype(), want.dtype());
+      EXPECT_EQ(test::values(sum_list[static_cast<size_t>(r)][i]), test::values(want)) << "tensor " << i;
+      EXPECT_EQ(test::values(a[i]), test::values(want * (1.0 / P))) << "tensor " << i;
+    }
+  }
+  EXPECT_THROW(dist::run_threads(1, [](Group& g) { dist::average_gradients(g, {Tensor()}); }), ValueError);
+}
+
+}  // namespace
+}  // namespace gg

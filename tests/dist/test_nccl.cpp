@@ -1,0 +1,80 @@
+// NcclGroup on one GPU (world size 1, or the rank this process was given by scripts/launch.sh):
+// the collectives' identities at world size 1, and the sequence-parallel attention against the
+// single-GPU op. Skipped without a GPU unless GG_REQUIRE_GPU=1.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "gpu/gpu_util.h"
+#include "gradgrad.h"
+
+namespace gg {
+namespace {
+
+#ifdef GG_HAS_NCCL
+std::shared_ptr<dist::NcclGroup> world_of_one() {
+  dist::LaunchOptions o;
+  o.rank = 0;
+  o.world_size = 1;
+  o.local_rank = 0;
+  return dist::NcclGroup::create(o);
+}
+
+std::vector<double> host(const Tensor& t) { return t.to_vector<double>(); }
+
+TEST(NcclGroup, WorldOfOneCollectivesAreIdentities) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  auto g = world_of_one();
+  EXPECT_EQ(g->rank(), 0);
+  EXPECT_EQ(g->size(), 1);
+  manual_seed(3);
+  const Tensor x = randn({3, 5}, DType::f32).cuda();
+  EXPECT_EQ(host(g->all_reduce(x)), host(x));
+  EXPECT_EQ(host(g->all_gather(x, 1)), host(x));
+  EXPECT_EQ(host(g->reduce_scatter(x, 0)), host(x));
+  EXPECT_EQ(host(g->broadcast(x, 0)), host(x));
+  const Tensor i = from_indices({1, 2, 3}, {3}, Device::cuda(0));
+  EXPECT_EQ(g->all_reduce(i).to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 3}));
+  g->barrier();
+  // Differentiable: the backward of all_gather is reduce_scatter, here the identity again.
+  Tensor leaf = x.detach().requires_grad_();
+  const Tensor y = dist::all_gather(*g, leaf, 0);
+  EXPECT_EQ(host(grad(sum(y * y), leaf)), host(x * 2.0));
+  EXPECT_THROW(g->all_reduce(x.cpu()), DeviceError);
+  EXPECT_THROW(g->all_reduce(zeros({2}, DType::b8, Device::cuda(0))), DTypeError);
+}
+
+TEST(NcclGroup, SequenceParallelAttentionOfOneRankIsTheFusedOp) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  auto g = world_of_one();
+  manual_seed(4);
+  const Shape s = {1, 2, 64, 32};
+  const Tensor q = randn(s).cuda().requires_grad_(), k = randn(s).cuda().requires_grad_(),
+               v = randn(s).cuda().requires_grad_();
+  AttentionOptions causal;
+  causal.causal = true;
+  const Tensor dO = randn(s).cuda();
+  const TensorList want = grad({attention(q, k, v, causal)}, {q, k, v}, {dO});
+  const TensorList got = grad({dist::attention(*g, q, k, v, causal)}, {q, k, v}, {dO});
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(host(got[i]), host(want[i])) << "input " << i;
+}
+
+// Under scripts/launch.sh (WORLD_SIZE set), every rank checks an all_reduce of its rank number.
+TEST(NcclGroup, LaunchedRanksSumTheirRanks) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  if (!std::getenv("WORLD_SIZE")) GTEST_SKIP() << "not started by scripts/launch.sh";
+  auto g = dist::NcclGroup::create();
+  const Tensor r = full({4}, g->rank(), DType::f64, g->device());
+  const double n = g->size();
+  EXPECT_EQ(host(g->all_reduce(r)), std::vector<double>(4, n * (n - 1) / 2));
+  EXPECT_EQ(g->all_gather(r, 0).size(0), 4 * g->size());
+}
+#else
+TEST(NcclGroup, BuiltWithoutNccl) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  EXPECT_THROW(dist::NcclGroup::create(), DeviceError);
+}
+#endif
+
+}  // namespace
+}  // namespace gg
