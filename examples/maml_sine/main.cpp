@@ -59,6 +59,7 @@ struct Config {
   bool full = false, first_order = false, smoke = false;
   std::string out_dir = "maml_sine_out";
   int64_t eval_tasks = kEvalTasks;
+  int world_size = 1;  // data-parallel ranks (threads) sharing each meta-batch
   maml::InnerGrad mode() const { return first_order ? maml::InnerGrad::first_order : maml::InnerGrad::second_order; }
 };
 
@@ -142,40 +143,80 @@ struct TrainResult {
 };
 
 // Meta-training (maml = true) or joint regression on all tasks (the pretrained baseline).
+//
+// --world-size N runs N data-parallel ranks (gg::dist::run_threads): every rank draws the same
+// global meta-batch (the same seed), keeps its share of the tasks, scales its loss by that
+// share, and the gradients are summed over ranks in one all_reduce per step; each rank's Adam
+// then makes the same update, so the parameters stay identical. Rank 0 trains `net` itself.
 TrainResult train(const Config& cfg, const maml::Net& net, bool maml_objective, examples::Metrics& metrics) {
   const char* phase = maml_objective ? "maml" : "pretrain";
-  maml::SineTaskSampler sampler(cfg.seed * 2 + (maml_objective ? 0 : 1));
-  const Params params = net.named_parameters();
-  gg::optim::Adam adam(net.parameters(), {kMetaLr});
+  const int P = cfg.world_size;
+  std::vector<Params> rank_params{net.named_parameters()};
+  for (int r = 1; r < P; ++r) {  // the other ranks start from copies
+    Params copy;
+    for (const auto& [name, t] : rank_params[0]) copy.emplace_back(name, gg::clone(t.detach()).requires_grad_());
+    rank_params.push_back(copy);
+  }
   maml::ProgressBar bar(phase, cfg.iterations);
   const int log_every = examples::log_every(cfg.iterations);
-  double last_loss = NAN;
   const auto start = std::chrono::steady_clock::now();
-  for (int it = 1; it <= cfg.iterations; ++it) {
-    const maml::SineTasks tasks = sampler.tasks(kMetaBatch);
-    const Points support = sampler.points(tasks, kShotsTrain, gg::DType::f32, cfg.device);  // (25, 10, 1)
-    const Points query = sampler.points(tasks, kShotsTrain, gg::DType::f32, cfg.device);    // (25, 10, 1)
-    gg::Tensor loss;
-    if (maml_objective) {
-      loss = maml::meta_loss(net, params, support, query, kInnerLr, cfg.mode());
-    } else {  // ordinary regression on the same points, one model for all tasks
-      const Points all = maml::concat_points(support, query);
-      loss = gg::mse_loss(net(all.x), all.y);
-    }
-    adam.step(gg::grad({loss}, adam.params()));
-    if (it % log_every == 0 || it == cfg.iterations) {
-      last_loss = loss.item();
-      metrics.train(phase, it, last_loss, seconds_since(start));
-      if (!std::isfinite(last_loss)) {
-        bar.finish();
-        std::fprintf(stderr, "error: %s loss is %f at iteration %d\n", phase, last_loss, it);
-        return {seconds_since(start), false};
+  TrainResult result;
+  auto rank_loop = [&](gg::dist::Group* group) {
+    const int r = group ? group->rank() : 0;
+    maml::SineTaskSampler sampler(cfg.seed * 2 + (maml_objective ? 0 : 1));
+    const Params& params = rank_params[static_cast<size_t>(r)];
+    gg::optim::Adam adam(gg::nn::values(params), {kMetaLr});
+    const int64_t t0 = kMetaBatch * r / P, t1 = kMetaBatch * (r + 1) / P;  // this rank's tasks
+    double last_loss = NAN;
+    for (int it = 1; it <= cfg.iterations; ++it) {
+      const maml::SineTasks tasks = sampler.tasks(kMetaBatch);
+      Points support = sampler.points(tasks, kShotsTrain, gg::DType::f32, cfg.device);  // (25, 10, 1)
+      Points query = sampler.points(tasks, kShotsTrain, gg::DType::f32, cfg.device);    // (25, 10, 1)
+      if (P > 1) {
+        support = {gg::slice(support.x, 0, t0, t1), gg::slice(support.y, 0, t0, t1)};
+        query = {gg::slice(query.x, 0, t0, t1), gg::slice(query.y, 0, t0, t1)};
       }
+      gg::Tensor loss;
+      if (maml_objective) {
+        loss = maml::meta_loss(net, params, support, query, kInnerLr, cfg.mode());
+      } else {  // ordinary regression on the same points, one model for all tasks
+        const Points all = maml::concat_points(support, query);
+        loss = gg::mse_loss(net(params, all.x), all.y);
+      }
+      if (P > 1) loss = loss * (static_cast<double>(t1 - t0) / kMetaBatch);  // this rank's share of the mean
+      gg::TensorList grads = gg::grad({loss}, adam.params());
+      if (group) grads = gg::dist::all_reduce_coalesced(*group, grads);
+      adam.step(grads);
+      if (it % log_every == 0 || it == cfg.iterations) {
+        last_loss = group ? group->all_reduce(loss.detach()).item() : loss.item();
+        if (r == 0) metrics.train(phase, it, last_loss, seconds_since(start));
+        if (!std::isfinite(last_loss)) {
+          if (r == 0) {
+            bar.finish();
+            std::fprintf(stderr, "error: %s loss is %f at iteration %d\n", phase, last_loss, it);
+            result.finite = false;
+          }
+          return;
+        }
+      }
+      if (r == 0) bar.update(it, last_loss);
     }
-    bar.update(it, last_loss);
+  };
+  if (P == 1) {
+    rank_loop(nullptr);
+  } else {
+    gg::dist::run_threads(P, [&](gg::dist::Group& g) { rank_loop(&g); });
+    // Every rank made the same updates: check that the copies did not drift apart.
+    for (int r = 1; r < P; ++r)
+      for (size_t i = 0; i < rank_params[0].size(); ++i)
+        if (max_abs_diff(rank_params[0][i].second, rank_params[static_cast<size_t>(r)][i].second) != 0.0) {
+          std::fprintf(stderr, "error: rank %d's %s differs from rank 0's\n", r, rank_params[0][i].first.c_str());
+          result.finite = false;
+        }
   }
-  bar.finish();
-  return {seconds_since(start), true};
+  if (result.finite) bar.finish();
+  result.seconds = seconds_since(start);
+  return result;
 }
 
 // ------------------------------------------------------------------------- evaluation
@@ -281,6 +322,13 @@ int run(const Config& cfg) {
               static_cast<long long>(kMetaBatch), static_cast<long long>(kShotsTrain),
               static_cast<long long>(kShotsTrain),
               kInnerLr, kMetaLr);
+  if (cfg.world_size > 1) {
+    if (!cfg.device.is_cpu()) {
+      std::fprintf(stderr, "error: --world-size runs its ranks as threads on the CPU; use --device cpu\n");
+      return 2;
+    }
+    std::printf("  data parallel: %d ranks (threads), each with its share of every meta-batch\n", cfg.world_size);
+  }
   std::printf("  output: %s\n\nself-checks (f64):\n", cfg.out_dir.c_str());
   const bool batching_ok = check_per_task_gradients(cfg.device);
   const bool meta_gradient_ok = check_meta_gradient(cfg.device);
@@ -289,6 +337,7 @@ int run(const Config& cfg) {
   examples::Metrics metrics(cfg.out_dir, "maml_sine",
                             {{"device", cfg.device.str()}, {"seed", cfg.seed}, {"iterations", cfg.iterations},
                              {"first_order", cfg.first_order}, {"smoke", cfg.smoke}, {"eval_tasks", cfg.eval_tasks},
+                             {"world_size", cfg.world_size},
                              {"model", "MLP 1-40-40-1 ReLU"}, {"meta_batch", kMetaBatch}, {"shots", kShotsTrain},
                              {"inner_lr", kInnerLr}, {"outer_optimizer", "Adam"}, {"lr", kMetaLr}});
 
@@ -351,6 +400,10 @@ int main(int argc, char** argv) {
   auto* full = app.add_flag("--full", cfg.full, "the paper's 70,000 meta-iterations");
   app.add_flag("--first-order", cfg.first_order, "first-order MAML: treat the inner gradient as a constant");
   auto* smoke = app.add_flag("--smoke", cfg.smoke, "a tiny run for testing: 50 iterations, 20 evaluation tasks");
+  app.add_option("--world-size", cfg.world_size,
+                 "data-parallel ranks on the CPU (threads), each with its share of every meta-batch")
+      ->check(CLI::Range(1, static_cast<int>(kMetaBatch)))
+      ->capture_default_str();
   app.add_option("--out", cfg.out_dir, "output directory (metrics.jsonl, plot)")->capture_default_str();
   full->excludes(iters);
   full->excludes(smoke);

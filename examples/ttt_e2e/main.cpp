@@ -58,6 +58,7 @@ struct Config {
   std::string out_dir = "ttt_e2e_out";
   ttt::ModelConfig model;
   int64_t seq_len = 128, batch = 16;
+  int world_size = 1;  // data-parallel ranks (threads) sharing each batch
   ttt::InnerLoop inner{1.0, 1};
   double lr = 3e-3, clip = 1.0;
   int64_t eval_seqs = 512, val_seqs = 128;
@@ -156,39 +157,84 @@ struct TrainResult {
 
 // Meta-training (TTT-E2E, second order) or ordinary LM training (Order::none). Both see the
 // same sequences in the same order.
+//
+// --world-size N runs N data-parallel ranks (gg::dist::run_threads): every rank draws the same
+// global batch, keeps its share of the sequences, scales its loss by that share, and the
+// gradients are summed over ranks in one all_reduce per step before clipping; every rank's
+// Adam then makes the same update. Rank 0 trains `model` itself.
 TrainResult train(const Config& cfg, Model& model, Order order, examples::Metrics& metrics) {
   const char* phase = order == Order::none ? "ordinary" : "meta";
-  ttt::MarkovSampler sampler(cfg.seed * 1000003 + 1, cfg.model.vocab);
-  gg::optim::Adam adam(model.parameters(), {cfg.lr});
+  const int P = cfg.world_size;
+  std::vector<Model> rank_models{model};
+  for (int r = 1; r < P; ++r) {  // the other ranks start from copies
+    gg::TensorList copy;
+    for (const gg::Tensor& t : model.parameters()) copy.push_back(gg::clone(t.detach()).requires_grad_());
+    rank_models.push_back(model.with_parameters(copy));
+  }
   const int log_every = examples::log_every(cfg.iterations);
   ttt::ProgressBar bar(phase, cfg.iterations);
   const int warmup = std::max(1, std::min(100, cfg.iterations / 10));
-  double last_loss = NAN;
   const auto start = std::chrono::steady_clock::now();
-  for (int it = 1; it <= cfg.iterations; ++it) {
-    // Linear warm-up, then cosine decay to a tenth of the peak.
-    const double lr = it <= warmup ? gg::optim::linear_warmup(it - 1, warmup, cfg.lr)
-                                   : gg::optim::cosine(it - warmup, std::max(1, cfg.iterations - warmup), cfg.lr,
-                                                       0.1 * cfg.lr);
-    const Chunks data = ttt::make_chunks(sampler.sample(cfg.batch, cfg.seq_len), cfg.model.chunk, cfg.model.vocab,
-                                         gg::DType::f32, cfg.device);
-    const gg::Tensor loss = ttt::meta_loss(model, data, cfg.inner, order);
-    gg::TensorList grads = gg::grad({loss}, adam.params());
-    const double grad_norm = gg::optim::clip_grad_norm(grads, cfg.clip);
-    adam.lr = lr;
-    adam.step(grads);
-    last_loss = loss.item();
-    if (!std::isfinite(last_loss) || !std::isfinite(grad_norm)) {
-      bar.finish();
-      std::fprintf(stderr, "error: %s loss %f, gradient norm %f at iteration %d\n", phase, last_loss, grad_norm, it);
-      return {seconds_since(start), false};
+  TrainResult result;
+  auto rank_loop = [&](gg::dist::Group* group) {
+    const int r = group ? group->rank() : 0;
+    const Model& m = rank_models[static_cast<size_t>(r)];
+    ttt::MarkovSampler sampler(cfg.seed * 1000003 + 1, cfg.model.vocab);
+    gg::optim::Adam adam(m.parameters(), {cfg.lr});
+    const int64_t b0 = cfg.batch * r / P, b1 = cfg.batch * (r + 1) / P;  // this rank's sequences
+    double last_loss = NAN;
+    for (int it = 1; it <= cfg.iterations; ++it) {
+      // Linear warm-up, then cosine decay to a tenth of the peak.
+      const double lr = it <= warmup ? gg::optim::linear_warmup(it - 1, warmup, cfg.lr)
+                                     : gg::optim::cosine(it - warmup, std::max(1, cfg.iterations - warmup), cfg.lr,
+                                                         0.1 * cfg.lr);
+      Chunks data = ttt::make_chunks(sampler.sample(cfg.batch, cfg.seq_len), cfg.model.chunk, cfg.model.vocab,
+                                     gg::DType::f32, cfg.device);
+      if (P > 1)
+        for (int64_t c = 0; c < data.count(); ++c) {
+          data.inputs[static_cast<size_t>(c)] = gg::slice(data.inputs[static_cast<size_t>(c)], 0, b0, b1);
+          data.targets[static_cast<size_t>(c)] = gg::slice(data.targets[static_cast<size_t>(c)], 0, b0, b1);
+        }
+      gg::Tensor loss = ttt::meta_loss(m, data, cfg.inner, order);
+      if (P > 1) loss = loss * (static_cast<double>(b1 - b0) / static_cast<double>(cfg.batch));  // share of the mean
+      gg::TensorList grads = gg::grad({loss}, adam.params());
+      if (group) grads = gg::dist::all_reduce_coalesced(*group, grads);
+      const double grad_norm = gg::optim::clip_grad_norm(grads, cfg.clip);
+      adam.lr = lr;
+      adam.step(grads);
+      last_loss = group ? group->all_reduce(loss.detach()).item() : loss.item();
+      if (!std::isfinite(last_loss) || !std::isfinite(grad_norm)) {
+        if (r == 0) {
+          bar.finish();
+          std::fprintf(stderr, "error: %s loss %f, gradient norm %f at iteration %d\n", phase, last_loss, grad_norm,
+                       it);
+          result.finite = false;
+        }
+        return;
+      }
+      if (r == 0 && (it % log_every == 0 || it == cfg.iterations))
+        metrics.train(phase, it, last_loss, seconds_since(start), {{"grad_norm", grad_norm}, {"lr", lr}});
+      if (r == 0) bar.update(it, last_loss);
     }
-    if (it % log_every == 0 || it == cfg.iterations)
-      metrics.train(phase, it, last_loss, seconds_since(start), {{"grad_norm", grad_norm}, {"lr", lr}});
-    bar.update(it, last_loss);
+  };
+  if (P == 1) {
+    rank_loop(nullptr);
+  } else {
+    gg::dist::run_threads(P, [&](gg::dist::Group& g) { rank_loop(&g); });
+    // Every rank made the same updates: check that the copies did not drift apart.
+    const gg::TensorList p0 = model.parameters();
+    for (int r = 1; r < P; ++r) {
+      const gg::TensorList pr = rank_models[static_cast<size_t>(r)].parameters();
+      for (size_t i = 0; i < p0.size(); ++i)
+        if (gg::max(gg::abs(p0[i] - pr[i])).item() != 0.0) {
+          std::fprintf(stderr, "error: rank %d's parameter %zu differs from rank 0's\n", r, i);
+          result.finite = false;
+        }
+    }
   }
-  bar.finish();
-  return {seconds_since(start), true};
+  if (result.finite) bar.finish();
+  result.seconds = seconds_since(start);
+  return result;
 }
 
 // ------------------------------------------------------------------------- evaluation
@@ -272,6 +318,13 @@ int run(const Config& cfg) {
               cfg.inner.steps, cfg.inner.lr, static_cast<long long>(mc.ttt_blocks));
   std::printf("  outer: batch %lld sequences, Adam %g (warm-up, cosine), clip %g\n", static_cast<long long>(cfg.batch),
               cfg.lr, cfg.clip);
+  if (cfg.world_size > 1) {
+    if (!cfg.device.is_cpu()) {
+      std::fprintf(stderr, "error: --world-size runs its ranks as threads on the CPU; use --device cpu\n");
+      return 2;
+    }
+    std::printf("  data parallel: %d ranks (threads), each with its share of every batch\n", cfg.world_size);
+  }
   std::printf("  output: %s\n\nself-checks (f64, tiny model):\n", cfg.out_dir.c_str());
 
   examples::Metrics metrics(
@@ -279,7 +332,7 @@ int run(const Config& cfg) {
       {{"device", cfg.device.str()}, {"seed", cfg.seed}, {"iterations", cfg.iterations}, {"smoke", cfg.smoke},
        {"seq_len", cfg.seq_len}, {"batch", cfg.batch}, {"inner_lr", cfg.inner.lr}, {"inner_steps", cfg.inner.steps},
        {"outer_optimizer", "Adam"}, {"lr", cfg.lr}, {"clip", cfg.clip}, {"eval_seqs", cfg.eval_seqs},
-       {"val_seqs", cfg.val_seqs},
+       {"val_seqs", cfg.val_seqs}, {"world_size", cfg.world_size},
        {"model", {{"vocab", mc.vocab}, {"d_model", mc.d_model}, {"heads", mc.heads}, {"blocks", mc.blocks},
                   {"mlp_hidden", mc.mlp_hidden}, {"chunk", mc.chunk}, {"tied", mc.tied}, {"ttt_blocks", mc.ttt_blocks}}}});
   json check1, check2;
@@ -415,6 +468,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--vocab", cfg.model.vocab, "tokens in the Markov chains")->check(CLI::Range(4, 1024))->capture_default_str();
   app.add_option("--batch", cfg.batch, "sequences per outer step")->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_option("--world-size", cfg.world_size,
+                 "data-parallel ranks on the CPU (threads), each with its share of every batch")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   app.add_option("--lr", cfg.lr, "outer Adam learning rate (peak)")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_flag("--tied", cfg.model.tied, "tie the output head to the token embedding");
   app.add_option("--eval-seqs", cfg.eval_seqs, "held-out test sequences")->check(CLI::Range(2, 100000))->capture_default_str();
@@ -425,6 +482,11 @@ int main(int argc, char** argv) {
     cfg.batch = 8;
     cfg.eval_seqs = 64;
     cfg.val_seqs = 32;
+  }
+  if (cfg.world_size > cfg.batch) {
+    std::fprintf(stderr, "error: --world-size (%d) must not exceed the batch (%lld sequences)\n", cfg.world_size,
+                 static_cast<long long>(cfg.batch));
+    return 2;
   }
   if (cfg.seq_len % cfg.model.chunk != 0 || cfg.seq_len / cfg.model.chunk < 2) {
     std::fprintf(stderr, "error: --seq-len (%lld) must be a multiple of --chunk (%lld), at least 2 chunks\n",
