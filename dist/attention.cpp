@@ -79,7 +79,8 @@ Tensor attention(Group& group, const Tensor& q, const Tensor& k, const Tensor& v
                  Sharding sharding) {
   const char* op = "dist::attention";
   GG_CHECK(q.defined() && k.defined() && v.defined(), ValueError, "gg::", op, ": q, k and v must be defined");
-  GG_CHECK(q.dim() == 4 && k.dim() == 4, ShapeError, "gg::", op, ": q must be (B, Hq, n, d) and k (B, Hkv, n, d), got q ",
+  GG_CHECK(q.dim() == 4 && k.dim() == 4, ShapeError, "gg::", op,
+           ": q must be (B, Hq, n, d) and k (B, Hkv, n, d), got q ",
            shape_str(q.shape()), ", k ", shape_str(k.shape()));
   GG_CHECK(v.shape() == k.shape(), ShapeError, "gg::", op, ": v must have k's shape, got k ", shape_str(k.shape()),
            ", v ", shape_str(v.shape()));
@@ -97,7 +98,8 @@ Tensor attention(Group& group, const Tensor& q, const Tensor& k, const Tensor& v
   const int64_t P = group.size(), rank = group.rank();
   const int64_t N = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
   for (int64_t r = 0; r < P; ++r)
-    GG_CHECK(sizes[static_cast<size_t>(r)] >= 1, ShapeError, "gg::", op, ": every rank must hold at least one row, rank ",
+    GG_CHECK(sizes[static_cast<size_t>(r)] >= 1, ShapeError, "gg::", op,
+             ": every rank must hold at least one row, rank ",
              r, " holds none (rows per rank ", shape_str(sizes), ")");
 
   std::vector<Block> blocks;

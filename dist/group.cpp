@@ -157,7 +157,8 @@ Tensor Group::reduce_scatter(const Tensor& x, int64_t dim, const std::vector<int
     for (int64_t r = 0; r < P; ++r)
       GG_CHECK(std::equal(sizes.begin(), sizes.end(), all.begin() + r * P), ValueError,
                "gg::dist::reduce_scatter: the ranks cut x differently: rank ", rank(), " has sizes ",
-               shape_str(sizes), ", rank ", r, " has ", shape_str(Shape(all.begin() + r * P, all.begin() + (r + 1) * P)));
+               shape_str(sizes), ", rank ", r, " has ",
+               shape_str(Shape(all.begin() + r * P, all.begin() + (r + 1) * P)));
   }
   const int64_t mine = sizes[static_cast<size_t>(rank())];
   const int64_t m = *std::max_element(sizes.begin(), sizes.end());

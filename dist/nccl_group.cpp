@@ -181,8 +181,8 @@ void NcclGroup::barrier() {
 Tensor NcclGroup::all_reduce_flat(const Tensor& x) {
   impl_->check_tensor("all_reduce", x);
   Tensor out = empty(x.shape(), x.dtype(), x.device());
-  check_nccl(ncclAllReduce(x.raw_data(), out.raw_data(), static_cast<size_t>(x.numel()), nccl_type("all_reduce", x.dtype()),
-                           ncclSum, impl_->comm, impl_->stream()),
+  check_nccl(ncclAllReduce(x.raw_data(), out.raw_data(), static_cast<size_t>(x.numel()),
+                           nccl_type("all_reduce", x.dtype()), ncclSum, impl_->comm, impl_->stream()),
              impl_->comm, "ncclAllReduce");
   return out;
 }

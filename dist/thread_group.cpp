@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -176,7 +177,15 @@ void run_threads(int world_size, const std::function<void(Group&)>& fn) {
   // Every rank on a fresh thread, so each starts with grad mode on and backward level 0 whatever
   // the caller's thread has set.
   std::vector<std::thread> threads;
-  for (int r = 0; r < world_size; ++r) threads.emplace_back(body, r);
+  try {
+    for (int r = 0; r < world_size; ++r) threads.emplace_back(body, r);
+  } catch (const std::system_error& e) {  // no more threads: release the started ones, then fail
+    shared->abort(std::string("gg::dist::run_threads: cannot start rank ") + std::to_string(threads.size()) + ": " +
+                  e.what());
+    for (std::thread& t : threads) t.join();
+    throw DistError(std::string("gg::dist::run_threads: cannot start ") + std::to_string(world_size) +
+                    " threads: " + e.what());
+  }
   for (std::thread& t : threads) t.join();
   if (first) std::rethrow_exception(first);
   if (any) std::rethrow_exception(any);

@@ -162,7 +162,8 @@ TEST(DistAttention, BadShardsAreTypedErrors) {
                ShapeError);
   EXPECT_THROW(dist::run_threads(1,
                                  [](Group& g) {
-                                   const Tensor q = zeros({1, 1, 4, 2}, DType::f64), k = zeros({1, 1, 3, 2}, DType::f64);
+                                   const Tensor q = zeros({1, 1, 4, 2}, DType::f64);
+                                   const Tensor k = zeros({1, 1, 3, 2}, DType::f64);
                                    dist::attention(g, q, k, k);
                                  }),
                ShapeError);

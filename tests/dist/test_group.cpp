@@ -201,7 +201,8 @@ TEST(Launch, InitFileIsSharedByRankZeroAndReadByTheOthers) {
   std::vector<std::string> got(3);
   std::vector<std::thread> readers;
   for (int r = 1; r < 3; ++r)
-    readers.emplace_back([&, r] { got[static_cast<size_t>(r)] = dist::share_through_file(path, r, std::string(128, '\0'), 10); });
+    readers.emplace_back(
+        [&, r] { got[static_cast<size_t>(r)] = dist::share_through_file(path, r, std::string(128, '\0'), 10); });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the readers poll first
   got[0] = dist::share_through_file(path, 0, blob, 10);
   for (auto& t : readers) t.join();
