@@ -46,17 +46,10 @@ Tensor unshard(const TensorList& parts, int P, Sharding s) {
   return s == Sharding::zigzag ? dist::zigzag_unshard(all, P, 2) : all;
 }
 
-struct Case {
-  int P;
-  Sharding sharding;
-};
-
-class SequenceParallel : public ::testing::TestWithParam<Case> {};
-
-TEST_P(SequenceParallel, OutputFirstAndSecondOrderMatchOneRank) {
-  const auto [P, sharding] = GetParam();
-  const int64_t B = 2, Hq = 4, Hkv = 2, N = 13, d = 6;  // odd N, grouped-query heads
-  manual_seed(100 + P);
+// dist::attention on P ranks against gg::attention on one thread, for every mask case.
+void expect_matches_one_rank(int P, Sharding sharding, int64_t N) {
+  const int64_t B = 2, Hq = 4, Hkv = 2, d = 6;  // grouped-query heads
+  manual_seed(100 + P + N);
   const Tensor Q = randn({B, Hq, N, d}, DType::f64), K = randn({B, Hkv, N, d}, DType::f64),
                V = randn({B, Hkv, N, d}, DType::f64);
   const Tensor dO = randn({B, Hq, N, d}, DType::f64);
@@ -98,6 +91,21 @@ TEST_P(SequenceParallel, OutputFirstAndSecondOrderMatchOneRank) {
     }
   }
 }
+
+struct Case {
+  int P;
+  Sharding sharding;
+};
+
+class SequenceParallel : public ::testing::TestWithParam<Case> {};
+
+// 13 rows: uneven shards and chunks for every P.
+TEST_P(SequenceParallel, OutputFirstAndSecondOrderMatchOneRank) {
+  expect_matches_one_rank(GetParam().P, GetParam().sharding, 13);
+}
+
+// Fewer rows than zig-zag chunks: 5 rows over 4 ranks leaves three of the 8 chunks empty.
+TEST(SequenceParallelShort, EmptyZigzagChunks) { expect_matches_one_rank(4, Sharding::zigzag, 5); }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, SequenceParallel,
                          ::testing::Values(Case{1, Sharding::contiguous}, Case{2, Sharding::contiguous},
