@@ -42,7 +42,7 @@ GG_BUILD="$GG_ROOT/build-asan"
 san="-fsanitize=address,undefined -fsanitize=float-cast-overflow -fno-sanitize-recover=all -fno-omit-frame-pointer"
 gg_configure -DGG_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGG_BUILD_EXAMPLES=OFF -DGG_BUILD_BENCH=OFF \
   "-DCMAKE_CXX_FLAGS=$san" "-DCMAKE_EXE_LINKER_FLAGS=$san" "-DCMAKE_SHARED_LINKER_FLAGS=$san"
-gg_build --target gg_tests gg_memory_tests gg_edge gg_fuzz
+gg_build --target gg_tests gg_memory_tests gg_dist_tests gg_edge gg_fuzz
 # allocator_may_return_null: the edge cases ask for 2^62 bytes on purpose and expect
 # gg::OutOfMemoryError, not an ASan abort.
 export ASAN_OPTIONS="allocator_may_return_null=1:detect_leaks=1:abort_on_error=1:${ASAN_OPTIONS:-}"
@@ -51,6 +51,7 @@ export LSAN_OPTIONS="suppressions=$GG_ROOT/scripts/lsan.supp:print_suppressions=
 cd "$GG_BUILD"
 gg_stage "CPU suite under ASan/UBSan" "$GG_BUILD/gtest.log" ./tests/gg_tests --gtest_brief=1
 gg_stage "memory suite under ASan/UBSan" "$GG_BUILD/gtest-memory.log" ./tests/gg_memory_tests --gtest_brief=1
+gg_stage "gg::dist suite under ASan/UBSan" "$GG_BUILD/gtest-dist.log" ./tests/dist/gg_dist_tests --gtest_brief=1
 gg_stage "edge cases under ASan/UBSan" "$GG_BUILD/edge.log" ./tests/edge/gg_edge
 gg_stage "fuzzer under ASan/UBSan" "$GG_BUILD/fuzz.log" ./tests/fuzz/gg_fuzz --seconds "$fuzz_seconds" "${fuzz_seed[@]}"
 if grep -qE "runtime error:|ERROR: AddressSanitizer|ERROR: LeakSanitizer" "$GG_BUILD"/*.log; then
