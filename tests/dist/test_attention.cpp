@@ -9,6 +9,7 @@
 #include <string>
 
 #include "dist_util.h"
+#include "sequence_parallel.h"
 #include "gradgrad.h"
 
 namespace gg {
@@ -16,81 +17,7 @@ namespace {
 
 using dist::Group;
 using dist::Sharding;
-using test::relative_gap;
-
-constexpr double kTol = 1e-12;
-
-struct MaskCase {
-  std::string name;
-  AttentionOptions options;
-};
-
-std::vector<MaskCase> mask_cases() {
-  std::vector<MaskCase> c;
-  c.push_back({"full", {}});
-  c.push_back({"causal", {std::nullopt, true}});
-  c.push_back({"causal_window_left_4", {std::nullopt, true, 4}});
-  c.push_back({"window_3_2", {std::nullopt, false, 3, 2}});
-  c.push_back({"window_right_5_only", {0.3, false, std::nullopt, 5}});
-  c.push_back({"window_left_1_only", {std::nullopt, false, 1}});
-  return c;
-}
-
-// Rank r's rows of the full x along dim 2.
-Tensor rows_of(const Tensor& x, int r, int P, Sharding s) {
-  return s == Sharding::zigzag ? contiguous(dist::zigzag_shard(x.detach(), r, P, 2)) : test::shard(x, 2, r, P);
-}
-// The full tensor from the ranks' rows.
-Tensor unshard(const TensorList& parts, int P, Sharding s) {
-  const Tensor all = cat(parts, 2);
-  return s == Sharding::zigzag ? dist::zigzag_unshard(all, P, 2) : all;
-}
-
-// dist::attention on P ranks against gg::attention on one thread, for every mask case.
-void expect_matches_one_rank(int P, Sharding sharding, int64_t N) {
-  const int64_t B = 2, Hq = 4, Hkv = 2, d = 6;  // grouped-query heads
-  manual_seed(100 + P + N);
-  const Tensor Q = randn({B, Hq, N, d}, DType::f64), K = randn({B, Hkv, N, d}, DType::f64),
-               V = randn({B, Hkv, N, d}, DType::f64);
-  const Tensor dO = randn({B, Hq, N, d}, DType::f64);
-  const Tensor A = randn({B, Hq, N, d}, DType::f64), C = randn({B, Hkv, N, d}, DType::f64);
-
-  for (const MaskCase& mc : mask_cases()) {
-    SCOPED_TRACE(mc.name);
-    // One thread, whole sequence.
-    const TensorList full = {test::leaf(Q), test::leaf(K), test::leaf(V)};
-    const Tensor O = attention(full[0], full[1], full[2], mc.options);
-    const TensorList g1 = grad({O}, full, {dO}, {true});
-    const Tensor pen = sum(g1[0] * A) + sum(g1[1] * g1[1]) + sum(tanh(g1[2]) * C);
-    const TensorList g2 = grad({pen}, full);
-
-    std::vector<Tensor> out(static_cast<size_t>(P));
-    std::vector<TensorList> first(static_cast<size_t>(P)), second(static_cast<size_t>(P));
-    dist::run_threads(P, [&](Group& g) {
-      const int r = g.rank();
-      const TensorList leaves = {test::leaf(rows_of(Q, r, P, sharding)), test::leaf(rows_of(K, r, P, sharding)),
-                                 test::leaf(rows_of(V, r, P, sharding))};
-      const Tensor o = dist::attention(g, leaves[0], leaves[1], leaves[2], mc.options, sharding);
-      const TensorList gr = grad({o}, leaves, {rows_of(dO, r, P, sharding)}, {true});
-      const Tensor p = sum(gr[0] * rows_of(A, r, P, sharding)) + sum(gr[1] * gr[1]) +
-                       sum(tanh(gr[2]) * rows_of(C, r, P, sharding));
-      out[static_cast<size_t>(r)] = o.detach();
-      first[static_cast<size_t>(r)] = gr;
-      second[static_cast<size_t>(r)] = grad({p}, leaves);
-    });
-
-    EXPECT_LT(relative_gap(unshard(out, P, sharding), O), kTol) << "output";
-    for (size_t i = 0; i < 3; ++i) {
-      TensorList f, s;
-      for (int r = 0; r < P; ++r) {
-        f.push_back(first[static_cast<size_t>(r)][i]);
-        s.push_back(second[static_cast<size_t>(r)][i]);
-      }
-      EXPECT_LT(relative_gap(unshard(f, P, sharding), g1[i]), kTol) << "first order, input " << i;
-      EXPECT_LT(relative_gap(unshard(s, P, sharding), g2[i]), kTol) << "second order, input " << i;
-    }
-  }
-}
+using test::expect_matches_one_rank;
 
 struct Case {
   int P;

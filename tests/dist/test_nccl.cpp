@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "gpu/gpu_util.h"
+#include "sequence_parallel.h"
 #include "gradgrad.h"
 
 namespace gg {
@@ -77,6 +78,14 @@ TEST(NcclGroup, BuiltWithoutNccl) {
   EXPECT_THROW(dist::NcclGroup::create(), DeviceError);
 }
 #endif
+
+// Two and three in-process ranks on one GPU (no NCCL): the same program as on the CPU
+// (tests/dist/test_attention.cpp), the fused CUDA kernels on every rank (Nq != Nk, grouped heads).
+TEST(ThreadGroupOnGpu, SequenceParallelAttentionMatchesOneGpu) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  test::expect_matches_one_rank(2, dist::Sharding::contiguous, 13, Device::cuda(0));
+  test::expect_matches_one_rank(3, dist::Sharding::zigzag, 37, Device::cuda(0));
+}
 
 }  // namespace
 }  // namespace gg
