@@ -15,6 +15,7 @@
 #include "core/tensor.h"
 #include "ops/ops.h"
 #include "core/cuda.h"
+#include "core/cuda_graph.h"
 #include "autograd/to_dot.h"
 #include "nn/layers.h"
 #include "nn/module.h"

@@ -17,6 +17,9 @@ struct IndexError : Error { using Error::Error; };      // index out of range
 struct ValueError : Error { using Error::Error; };      // any other bad argument value
 struct AutogradError : Error { using Error::Error; };   // misuse of the tape
 struct OutOfMemoryError : Error { using Error::Error; };  // an allocation failed (bytes, device)
+// A call that cannot be recorded into a CUDA graph (a host copy, a synchronisation, .item())
+// made while gg::cuda::Graph::capture runs; also a DeviceError.
+struct CaptureError : DeviceError { using DeviceError::DeviceError; };
 
 namespace detail {
 template <typename... Args>

@@ -28,7 +28,6 @@ namespace {
   }
 
 GG_DISPATCH(fill, FillParams)
-GG_DISPATCH(random, RandomParams)
 GG_DISPATCH(arange, ArangeParams)
 GG_DISPATCH(unary, UnaryParams)
 GG_DISPATCH(binary, BinaryParams)
@@ -39,6 +38,19 @@ GG_DISPATCH(softmax_last, SoftmaxParams)
 GG_DISPATCH(index_select, IndexParams)
 GG_DISPATCH(index_add, IndexParams)
 #undef GG_DISPATCH
+
+void random(const kernels::RandomParams& p, Device device) {
+  if (device.is_cpu()) return kernels::cpu::random(p);
+#ifdef GG_HAS_CUDA
+  // The seed and offset are kernel arguments: a captured graph would draw the same numbers on
+  // every replay.
+  GG_CHECK(!kernels::cuda::is_capturing(), CaptureError, "gg: random numbers on ", device.str(),
+           " cannot be drawn inside a CUDA graph capture (every replay would repeat them); draw them outside "
+           "and copy them into a static input");
+  return kernels::cuda::random(p);
+#endif
+  no_backend("random", device);
+}
 
 void sum_strided(const kernels::SumStridedParams& p, Device device) {
   if (device.is_cpu()) return kernels::cpu::sum_strided(p);

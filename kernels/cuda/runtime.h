@@ -38,4 +38,22 @@ bool allow_tf32();
 // Throws gg::DeviceError("CUDA error ... at file:line") when the last launch failed.
 void check_last_launch(const char* file, int line);
 
+// ---- CUDA graphs: stream capture of the library stream (gg::cuda::Graph is the public face).
+//
+// Between begin_capture() and end_capture() the current device's library stream is captured:
+// kernels and device-to-device copies become graph nodes; allocate() becomes an allocation node
+// (a fixed address for the life of the graph) and deallocate() of a block allocated during the
+// capture a free node. A block allocated before the capture and released during it is not freed
+// (the graph reads it on every replay): the graph keeps it until it is destroyed. So does a block
+// that the capture allocated and did not free (a static output, a saved tensor) once its last
+// tensor lets go of it while the graph lives. synchronize() and host copies throw CaptureError
+// during a capture instead of invalidating it.
+struct CudaGraph;                   // an instantiated graph and the memory it keeps
+bool is_capturing();                // a capture is running (on any device)
+void begin_capture();               // on the current device; throws CaptureError if one runs already
+CudaGraph* end_capture();           // ends and instantiates; on failure throws, and the capture is over
+void abort_capture() noexcept;      // ends a capture after an error and drops what it recorded
+void launch_graph(CudaGraph* graph);            // on the library stream of the capture's device
+void destroy_graph(CudaGraph* graph) noexcept;  // frees the memory it kept, stream-ordered
+
 }  // namespace gg::kernels::cuda
