@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine: builds the users' programs (sm_90a, Release) and runs them on the GPU:
-# maml_sine beside its PyTorch twin (bench/maml_sine_torch.py) on the GPU and on the CPU, in the
-# same call; maml_attention's fused-vs-composite check and long-context runs; ttt_e2e.
+# maml_sine beside its PyTorch twin (bench/maml_sine_torch.py) on the GPU (eager and with
+# --cuda-graph) and on the CPU, in the same call, with the time ratios to PyTorch;
+# maml_attention's fused-vs-composite check and long-context runs; ttt_e2e.
 # The examples need CLI11 and nlohmann-json. On a machine without a package registry, run
 # scripts/carry-deps.sh on one that has them and copy .deps/ along with the tree: this script
 # configures with it when .deps/ exists. Logs and metrics go to $OUT; a short table is printed last.
@@ -33,18 +34,35 @@ ms() {  # maml_sine prints "time per meta-iteration: X ms" last; the others "X m
 }
 
 if want maml; then
+  num() { grep -oE "[0-9]+\.[0-9]+" <<<"$1" | head -1; }
+  torch_ms() { grep -oE '"ms_per_iter": [0-9.]+' "$1" | grep -oE "[0-9.]+$"; }
+  ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else printf "n/a" }'; }
   for dev in ${GG_EXAMPLE_DEVICES:-cuda cpu}; do
     export OMP_NUM_THREADS=2
-    timeout 300 "$EX/maml_sine/maml_sine" --device $dev --iterations 2000 --out "$OUT/ms_$dev" >"$OUT/maml_sine_$dev.log" 2>&1
-    row "maml_sine $dev second order (gradgrad)" "$(ms "$OUT/maml_sine_$dev.log") rc $?"
-    timeout 300 python3 bench/maml_sine_torch.py --device $dev --iterations 1000 --warmup 50 >"$OUT/maml_torch_$dev.log" 2>&1
-    row "maml_sine $dev second order (torch)" "$(tail -1 "$OUT/maml_torch_$dev.log")"
-    timeout 300 "$EX/maml_sine/maml_sine" --device $dev --iterations 2000 --first-order --out "$OUT/ms_fo_$dev" \
-      >"$OUT/maml_sine_fo_$dev.log" 2>&1
-    row "maml_sine $dev first order (gradgrad)" "$(ms "$OUT/maml_sine_fo_$dev.log") rc $?"
-    timeout 300 python3 bench/maml_sine_torch.py --device $dev --iterations 1000 --warmup 50 --first-order \
-      >"$OUT/maml_torch_fo_$dev.log" 2>&1
-    row "maml_sine $dev first order (torch)" "$(tail -1 "$OUT/maml_torch_fo_$dev.log")"
+    for order in second first; do
+      flag=(); [ $order = first ] && flag=(--first-order)
+      tag="${dev}_$order"
+      timeout 300 "$EX/maml_sine/maml_sine" --device $dev --iterations 2000 "${flag[@]}" --out "$OUT/ms_$tag" \
+        >"$OUT/maml_sine_$tag.log" 2>&1
+      rc=$?
+      eager="$(ms "$OUT/maml_sine_$tag.log")"
+      row "maml_sine $dev $order order (gradgrad)" "$eager rc $rc"
+      graph=""
+      if [ $dev = cuda ]; then  # the same run with the meta-gradient replayed from a CUDA graph
+        timeout 300 "$EX/maml_sine/maml_sine" --device cuda --cuda-graph --iterations 2000 "${flag[@]}" \
+          --out "$OUT/ms_graph_$tag" >"$OUT/maml_sine_graph_$tag.log" 2>&1
+        rc=$?
+        graph="$(ms "$OUT/maml_sine_graph_$tag.log")"
+        row "maml_sine $dev $order order (gradgrad --cuda-graph)" "$graph rc $rc"
+      fi
+      timeout 300 python3 bench/maml_sine_torch.py --device $dev --iterations 1000 --warmup 50 "${flag[@]}" \
+        >"$OUT/maml_torch_$tag.log" 2>&1
+      row "maml_sine $dev $order order (torch)" "$(tail -1 "$OUT/maml_torch_$tag.log")"
+      t="$(torch_ms "$OUT/maml_torch_$tag.log")"
+      r="eager $(ratio "$(num "$eager")" "$t")"
+      [ -n "$graph" ] && r="$r, --cuda-graph $(ratio "$(num "$graph")" "$t")"
+      row "maml_sine $dev $order order: gradgrad / torch" "$r"
+    done
   done
   unset OMP_NUM_THREADS
 fi
