@@ -6,6 +6,8 @@
 // "ops" counts the nodes recorded on the tape in one iteration; "time_per_op" is wall time
 // divided by it. The 1-element add isolates one recorded op against the same op off the tape.
 // The 256×256 matmul shows the other end: a kernel that dominates its overhead.
+// maml_sine_step is one meta-iteration of examples/maml_sine (second order, and first order), the
+// small step that the CPU half of issue 24's speed goal is about; "ops" counts its recorded nodes.
 //
 // Run: ./build/bench/bench_overhead --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>
@@ -175,6 +177,52 @@ void BM_matmul256_forward_backward(benchmark::State& state) {
   state.counters["flops"] = benchmark::Counter(3 * kMatmulFlops, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// ------------------------------------------------------------------------- the MAML sinusoid step
+
+// One meta-iteration of examples/maml_sine: 25 tasks of 10 support and 10 query points, the
+// 1-40-40-1 ReLU MLP called on per-task weights (expand_params: stride-0 views), one inner SGD
+// step through gg::grad (create_graph for second order), the outer gradient and Adam. The data
+// is fixed: the work does not depend on its values.
+struct MamlSine {
+  static constexpr int64_t kTasks = 25, kShots = 10;
+  gg::nn::MLP net{std::vector<int64_t>{1, 40, 40, 1}, gg::nn::Activation::relu};
+  gg::optim::Adam adam{net.parameters(), {1e-3}};
+  gg::Tensor sx, sy, qx, qy;
+
+  MamlSine() {
+    gg::manual_seed(0);
+    sx = gg::randn({kTasks, kShots, 1}) * 3.0;
+    qx = gg::randn({kTasks, kShots, 1}) * 3.0;
+    sy = gg::sin(sx);
+    qy = gg::sin(qx);
+  }
+
+  gg::Tensor meta_loss(bool second_order) const {
+    const gg::nn::NamedTensors task = gg::nn::expand_params(net.named_parameters(), kTasks);
+    const gg::TensorList theta = gg::nn::values(task);
+    const gg::Tensor inner = gg::mse_loss(net(task, sx), sy) * static_cast<double>(kTasks);
+    const gg::TensorList g = gg::grad({inner}, theta, {}, {/*create_graph=*/second_order});
+    const gg::nn::NamedTensors adapted = gg::nn::with_values(task, gg::optim::sgd_update(theta, g, 0.01));
+    return gg::mse_loss(net(adapted, qx), qy);
+  }
+};
+
+void BM_maml_sine_step(benchmark::State& state) {
+  const bool second_order = state.range(0) == 2;
+  MamlSine m;
+  for (auto _ : state) {
+    gg::TensorList g = gg::grad({m.meta_loss(second_order)}, m.adam.params());
+    m.adam.step(g);
+    benchmark::DoNotOptimize(g[0].impl_ptr().get());
+  }
+  // The forward, the inner backward (recorded when second order) and the outer gradient's ops.
+  const gg::Tensor loss = m.meta_loss(second_order);
+  const gg::TensorList g = gg::grad({loss}, m.adam.params(), {}, {/*create_graph=*/true});
+  gg::TensorList roots = g;
+  roots.push_back(loss);
+  report_ops(state, count_ops(roots));
+}
+
 }  // namespace
 
 BENCHMARK(BM_mlp_forward);
@@ -184,3 +232,4 @@ BENCHMARK(BM_add_1elem_tape);
 BENCHMARK(BM_add_1elem_no_tape);
 BENCHMARK(BM_matmul256_forward)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_matmul256_forward_backward)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_maml_sine_step)->Arg(2)->Arg(1)->ArgName("order")->Unit(benchmark::kMicrosecond);

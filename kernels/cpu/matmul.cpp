@@ -25,6 +25,44 @@ bool is_one_tall_product(const MatmulParams& p, int64_t lda) {
   return true;
 }
 
+// Products smaller than this (multiply-adds, all batches together) run on the calling thread.
+// Waking a second thread costs microseconds, more than it saves on such products, and far more
+// when the cores are shared: the 1-40-40-1 MAML step (every product under 0.5M multiply-adds)
+// took 8.2 ms per meta-iteration with two OpenMP threads on a loaded 2-core machine, 1.2 ms
+// with one.
+constexpr double kParallelMacs = double(1 << 20);
+
+// C = A·B (M×K by K×N into a dense row-major C) on the calling thread. Eigen's own product
+// splits a large enough GEMM over OpenMP threads whatever its caller wants; its GEMM kernel is
+// called here directly, with no parallel information, instead. Products with one row or one
+// column, and tiny ones, go through Eigen's product, which then never forks.
+template <typename T, int OrderA, int OrderB>
+void product_serial(const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t M, int64_t N, int64_t K) {
+  MatMap<T, OrderA> A(a, M, K, Eigen::OuterStride<>(std::max<int64_t>(lda, 1)));
+  MatMap<T, OrderB> B(b, K, N, Eigen::OuterStride<>(std::max<int64_t>(ldb, 1)));
+  OutMap<T> C(c, M, N);
+  if (K == 0) {
+    C.setZero();
+    return;
+  }
+  if (M == 1 || N == 1 || M + N + K < 20) {
+    C.noalias() = A * B;  // Eigen's GEMV or coefficient-wise product: neither forks
+    return;
+  }
+#if EIGEN_VERSION_AT_LEAST(3, 4, 0)
+  {
+    namespace ei = Eigen::internal;
+    C.setZero();  // the kernel accumulates: C += A·B
+    ei::gemm_blocking_space<Eigen::RowMajor, T, T, Eigen::Dynamic, Eigen::Dynamic, Eigen::Dynamic> blocking(M, N, K, 1,
+                                                                                                         true);
+    ei::general_matrix_matrix_product<Eigen::Index, T, OrderA, false, T, OrderB, false, Eigen::RowMajor, 1>::run(
+        M, N, K, a, std::max<int64_t>(lda, 1), b, std::max<int64_t>(ldb, 1), c, 1, N, T(1), blocking, nullptr);
+  }
+#else
+  C.noalias() = A.lazyProduct(B);  // Eigen 3.3's kernel has another signature
+#endif
+}
+
 template <typename T, int OrderA, int OrderB>
 void gemm(const MatmulParams& p) {
   const T* a = static_cast<const T*>(p.a);
@@ -32,16 +70,25 @@ void gemm(const MatmulParams& p) {
   T* c = static_cast<T*>(p.c);
   const int64_t lda = OrderA == Eigen::RowMajor ? p.a_row_stride : p.a_col_stride;
   const int64_t ldb = OrderB == Eigen::RowMajor ? p.b_row_stride : p.b_col_stride;
+  const double macs = static_cast<double>(p.M) * static_cast<double>(p.N) * static_cast<double>(p.K);
+  const bool serial = macs * static_cast<double>(p.batch) < kParallelMacs;
   if (OrderA == Eigen::RowMajor && p.K > 0 && is_one_tall_product(p, lda)) {
+    if (serial) return product_serial<T, OrderA, OrderB>(a + p.a_offsets[0], lda, b + p.b_offsets[0], ldb, c,
+                                                         p.batch * p.M, p.N, p.K);
     MatMap<T, OrderA> A(a + p.a_offsets[0], p.batch * p.M, p.K, Eigen::OuterStride<>(std::max<int64_t>(lda, 1)));
     MatMap<T, OrderB> B(b + p.b_offsets[0], p.K, p.N, Eigen::OuterStride<>(std::max<int64_t>(ldb, 1)));
     OutMap<T>(c, p.batch * p.M, p.N).noalias() = A * B;
     return;
   }
+  if (serial) {
+    for (int64_t i = 0; i < p.batch; ++i)
+      product_serial<T, OrderA, OrderB>(a + p.a_offsets[i], lda, b + p.b_offsets[i], ldb, c + i * p.M * p.N, p.M, p.N,
+                                        p.K);
+    return;
+  }
   // Many matrices: one thread per matrix (Eigen then runs single-threaded inside, since it is
   // already in a parallel region). One matrix: Eigen splits it over threads itself.
-  const double macs = static_cast<double>(p.M) * static_cast<double>(p.N) * static_cast<double>(p.K);
-#pragma omp parallel for schedule(static) if (p.batch > 1 && macs * static_cast<double>(p.batch) > 2e5)
+#pragma omp parallel for schedule(static) if (p.batch > 1)
   for (int64_t i = 0; i < p.batch; ++i) {
     MatMap<T, OrderA> A(a + p.a_offsets[i], p.M, p.K, Eigen::OuterStride<>(std::max<int64_t>(lda, 1)));
     MatMap<T, OrderB> B(b + p.b_offsets[i], p.K, p.N, Eigen::OuterStride<>(std::max<int64_t>(ldb, 1)));
