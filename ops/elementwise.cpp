@@ -35,16 +35,52 @@ namespace {
 using kernels::BinaryOp;
 using kernels::UnaryOp;
 
+// True when t's elements fill [offset, offset + numel) exactly in some order of its dims, as in
+// a transpose or permute of a contiguous tensor: stride 0 or overlap is excluded. Such a view
+// can go through an elementwise kernel as a flat array, with a result laid out like it.
+bool is_dense_permutation(const Tensor& t) {
+  struct Dim {
+    int64_t stride, size;
+  };
+  Dim dims[kernels::kMaxDims];
+  int n = 0;
+  for (size_t i = 0; i < t.shape().size(); ++i) {  // insertion sort by stride (at most kMaxDims)
+    if (t.shape()[i] == 1) continue;
+    int j = n++;
+    for (; j > 0 && dims[j - 1].stride > t.strides()[i]; --j) dims[j] = dims[j - 1];
+    dims[j] = {t.strides()[i], t.shape()[i]};
+  }
+  int64_t expected = 1;
+  for (int i = 0; i < n; ++i) {
+    if (dims[i].stride != expected) return false;
+    expected *= dims[i].size;
+  }
+  return true;
+}
+
+// A new tensor with t's shape and strides (t dense, see above) and its own storage; `dtype`
+// may differ from t's.
+Tensor empty_with_layout_of(const Tensor& t, DType dtype) {
+  return make_view(empty({t.numel()}, dtype, t.device()), t.shape(), t.strides(), 0);
+}
+
+// The CPU fast path for a non-contiguous dense input: no copy to contiguous memory first.
+// (Other devices keep the copy, so their results stay contiguous.)
+bool flat_on_cpu(const Tensor& x) { return x.device().is_cpu() && !x.is_contiguous() && is_dense_permutation(x); }
+
 Tensor unary_fwd(UnaryOp op, const Tensor& x, const char* name, double alpha = 0.0) {
   detail::check_defined(name, x, "input");
   detail::check_floating(name, x);
   detail::check_cpu_dtype(name, x, false);
-  Tensor xc;
-  {
+  Tensor xc, y;
+  if (flat_on_cpu(x)) {
+    xc = x;
+    y = empty_with_layout_of(x, x.dtype());
+  } else {
     NoGradGuard ng;
     xc = contiguous(x);
+    y = detail::empty_like(xc);
   }
-  Tensor y = detail::empty_like(xc);
   dispatch::unary({op, x.dtype(), xc.raw_data(), y.raw_data(), y.numel(), alpha}, x.device());
   return y;
 }
@@ -58,6 +94,13 @@ Tensor binary_fwd(BinaryOp op, const Tensor& a, const Tensor& b, const char* nam
   detail::check_same_dtype(name, a, b);
   GG_CHECK(a.dtype() != DType::b8, DTypeError, "gg::", name, ": b8 operands are not supported (cast them first)");
   detail::check_cpu_dtype(name, a, true);
+  if (a.shape() == b.shape() && a.strides() == b.strides() && flat_on_cpu(a)) {
+    // Both laid out alike (e.g. two transposed gradients): one flat run, result laid out alike.
+    Tensor y = empty_with_layout_of(a, out_dtype.value_or(a.dtype()));
+    const kernels::Layout flat = kernels::make_layout({a.numel()}, {1});
+    dispatch::binary({op, a.dtype(), a.raw_data(), b.raw_data(), y.raw_data(), flat, flat}, a.device());
+    return y;
+  }
   Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   detail::check_max_dims(name, shape);
   Tensor y = empty(shape, out_dtype.value_or(a.dtype()), a.device());

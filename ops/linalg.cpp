@@ -20,6 +20,14 @@ bool matrix_strides(const Tensor& t, int64_t rows, int64_t cols, int64_t& rs, in
   return rs == 1 && cs >= rows;
 }
 
+// A matrix (or batch of them, of at least 2 rows and columns) stored column by column: the
+// transpose of a row-major one.
+bool is_transposed_matrix(const Tensor& t) {
+  if (t.dim() < 2 || t.size(-2) < 2 || t.size(-1) < 2) return false;
+  const int64_t rs = t.strides()[static_cast<size_t>(t.dim() - 2)], cs = t.strides()[static_cast<size_t>(t.dim() - 1)];
+  return rs == 1 && cs >= t.size(-2);
+}
+
 Tensor matmul_2d_plus(const Tensor& a_in, const Tensor& b_in) {
   const int64_t M = a_in.size(-2), K = a_in.size(-1), N = b_in.size(-1);
   GG_CHECK(b_in.size(-2) == K, ShapeError, "gg::matmul: shapes cannot be multiplied: a is ",
@@ -84,8 +92,18 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Tensor y = matmul_2d_plus(a, b);
   record("matmul", {a, b}, {y}, {a, b}, [sa = a.shape(), sb = b.shape()](const BackwardArgs& g) -> TensorList {
     const Tensor &gy = g.grads[0], &a = g.saved[0], &b = g.saved[1];
-    return {g.needs[0] ? sum_to(matmul(gy, transpose(b, -1, -2)), sa) : Tensor(),   // dA = dY·Bᵀ
-            g.needs[1] ? sum_to(matmul(transpose(a, -1, -2), gy), sb) : Tensor()};  // dB = Aᵀ·dY
+    // An operand that is a transposed view (x·Wᵀ in a linear layer) gets its gradient as the
+    // transpose of a contiguous product, (B·dYᵀ)ᵀ or (dYᵀ·A)ᵀ: the transpose's own backward then
+    // hands a contiguous gradient to W, instead of a transposed one that every later op reads
+    // with strides. The same sums, in the order of the transposed product.
+    Tensor da, db;
+    if (g.needs[0])
+      da = is_transposed_matrix(a) ? transpose(matmul(b, transpose(gy, -1, -2)), -1, -2)  // (B·dYᵀ)ᵀ
+                                   : matmul(gy, transpose(b, -1, -2));                   // dA = dY·Bᵀ
+    if (g.needs[1])
+      db = is_transposed_matrix(b) ? transpose(matmul(transpose(gy, -1, -2), a), -1, -2)  // (dYᵀ·A)ᵀ
+                                   : matmul(transpose(a, -1, -2), gy);                   // dB = Aᵀ·dY
+    return {g.needs[0] ? sum_to(da, sa) : Tensor(), g.needs[1] ? sum_to(db, sb) : Tensor()};
   });
   return y;
 }
