@@ -124,18 +124,23 @@ Edge gradient_edge(const Tensor& t) {
   return {acc, 0};
 }
 
-std::shared_ptr<FunctionNode> record(const char* name, const TensorList& inputs, const TensorList& outputs,
-            const TensorList& to_save, BackwardFn backward) {
-  if (!GradMode::is_enabled()) return nullptr;
-  bool any = false;
-  for (const Tensor& t : inputs) any = any || (t.defined() && t.requires_grad());
-  if (!any) return nullptr;
+namespace detail {
+
+bool should_record(TensorSpan inputs) {
+  if (!GradMode::is_enabled()) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+std::shared_ptr<FunctionNode> record_node(const char* name, TensorSpan inputs, TensorSpan outputs,
+                                          TensorSpan to_save, BackwardFn backward) {
   auto node = std::make_shared<FunctionNode>(name, std::move(backward));
   node->next_edges.reserve(inputs.size());
   for (const Tensor& t : inputs) node->next_edges.push_back(t.defined() ? gradient_edge(t) : Edge{});
   node->outputs.reserve(outputs.size());
   for (size_t i = 0; i < outputs.size(); ++i) {
-    TensorImpl& o = outputs[i].impl();
+    TensorImpl& o = outputs.first[i].impl();
     o.grad_fn = node;
     o.output_nr = static_cast<uint32_t>(i);
     node->outputs.push_back({o.shape, o.dtype, o.storage->device()});
@@ -147,6 +152,16 @@ std::shared_ptr<FunctionNode> record(const char* name, const TensorList& inputs,
     node->saved.emplace_back(t, is_output);
   }
   return node;
+}
+
+}  // namespace detail
+
+std::shared_ptr<FunctionNode> record(const char* name, const TensorList& inputs, const TensorList& outputs,
+            const TensorList& to_save, BackwardFn backward) {
+  const detail::TensorSpan in{inputs.data(), inputs.size()};
+  if (!detail::should_record(in)) return nullptr;
+  return detail::record_node(name, in, {outputs.data(), outputs.size()}, {to_save.data(), to_save.size()},
+                             std::move(backward));
 }
 
 }  // namespace gg

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -113,11 +114,38 @@ class AccumulateGrad final : public Node {
 // The edge along which a gradient for `t` flows: its grad_fn, or its leaf accumulator.
 Edge gradient_edge(const Tensor& t);
 
+namespace detail {
+// A view of a few tensors (a TensorList or a braced list), so that record needs no vector.
+struct TensorSpan {
+  const Tensor* first;
+  size_t count;
+  const Tensor* begin() const { return first; }
+  const Tensor* end() const { return first + count; }
+  size_t size() const { return count; }
+};
+bool should_record(TensorSpan inputs);  // grad mode on and some input requires grad
+std::shared_ptr<FunctionNode> record_node(const char* name, TensorSpan inputs, TensorSpan outputs,
+                                          TensorSpan to_save, BackwardFn backward);
+}  // namespace detail
+
 // Records one op: if grad mode is on and some input requires grad, makes a FunctionNode with
 // edges to the inputs, saves `to_save`, and makes it the grad_fn of each output. Returns the
 // node, or null when nothing was recorded.
 std::shared_ptr<FunctionNode> record(const char* name, const TensorList& inputs, const TensorList& outputs,
             const TensorList& to_save, BackwardFn backward);
+
+// The same for braced lists, the form every op uses ({a, b}, {y}, {a, b}, lambda): no vector is
+// built, and when nothing is recorded (grad mode off, no input requiring grad) neither is the
+// std::function around the backward.
+template <typename F>
+std::shared_ptr<FunctionNode> record(const char* name, std::initializer_list<Tensor> inputs,
+                                     std::initializer_list<Tensor> outputs, std::initializer_list<Tensor> to_save,
+                                     F&& backward) {
+  const detail::TensorSpan in{inputs.begin(), inputs.size()};
+  if (!detail::should_record(in)) return nullptr;
+  return detail::record_node(name, in, {outputs.begin(), outputs.size()}, {to_save.begin(), to_save.size()},
+                             BackwardFn(std::forward<F>(backward)));
+}
 
 namespace detail {
 int current_backward_level();
