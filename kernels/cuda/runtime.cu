@@ -321,6 +321,11 @@ void destroy_graph(CudaGraph* graph) noexcept {
     std::lock_guard<std::mutex> lock(g_graph_mutex);
     for (auto it = g_graph_blocks.begin(); it != g_graph_blocks.end();)  // still held by tensors:
       it = it->second == graph ? g_graph_blocks.erase(it) : std::next(it);  // they free them later
+    if (g_capture && g_capture->device == g->device) {
+      // A free now would be recorded into the running capture: that capture keeps them instead.
+      g_capture->kept.insert(g_capture->kept.end(), g->kept.begin(), g->kept.end());
+      g->kept.clear();
+    }
     update_graph_flags();
   }
   // Stream-ordered after the last replay; an executable graph still running is freed by CUDA

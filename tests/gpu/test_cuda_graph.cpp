@@ -148,6 +148,25 @@ TEST(CudaGraph, TensorDroppedDuringCaptureOutlivesIt) {
   EXPECT_DOUBLE_EQ(sum(other).item(), -7000.0);
 }
 
+// A Graph destroyed while another one is being captured: its memory is not freed into the
+// running capture (that would record a free of a block the new graph never allocated).
+TEST(CudaGraph, GraphDestroyedDuringAnotherCapture) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  Tensor x = from_vector({1, 2, 3}, {3}, DType::f64, kGpu);
+  auto first = std::make_unique<cuda::Graph>();
+  first->capture([&] { return TensorList{x * 2.0}; });
+  first->replay();
+  cuda::Graph second;
+  second.capture([&] {
+    first.reset();
+    return TensorList{x + 1.0};
+  });
+  for (int i = 0; i < 2; ++i) {
+    second.replay();
+    expect_close(second.outputs()[0].to_vector<double>(), {2, 3, 4}, 0, 0, "second graph");
+  }
+}
+
 // ------------------------------------------------------------------------- forbidden calls
 
 // Runs `step` under capture, expects CaptureError with `needle` in its message, and checks that
