@@ -23,8 +23,10 @@ prefix=()
 
 row "gpu" "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
 row "date / commit" "$(date -u +%FT%TZ) ${GG_COMMIT:-$(git describe --always --dirty 2>/dev/null || echo unknown)}"
+# GG_NATIVE_ARCH: the CPU kernels use this machine's vector units (AVX2/AVX-512), as PyTorch's
+# CPU kernels do by run-time dispatch; without it Eigen is limited to SSE2 on x86-64.
 if ! cmake -S . -B "$BUILD" -G Ninja -DGG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release \
-      -DGG_BUILD_EXAMPLES=ON "${prefix[@]}" >"$OUT/ex-configure.log" 2>&1 ||
+      -DGG_BUILD_EXAMPLES=ON -DGG_NATIVE_ARCH=ON "${prefix[@]}" >"$OUT/ex-configure.log" 2>&1 ||
    ! cmake --build "$BUILD" -j "$(nproc)" --target ${GG_EXAMPLE_TARGETS:-maml_sine maml_attention ttt_e2e} >"$OUT/ex-build.log" 2>&1; then
   tail -30 "$OUT/ex-configure.log" "$OUT/ex-build.log"; row "build" "FAILED"; cp "$OUT"/*.log "$FINAL/"; exit 1
 fi
