@@ -2,7 +2,7 @@
 # On the GPU machine (H200): builds the GPU test binary with CUDA for sm_90a, runs the GPU tests
 # (ctest label gpu) with GG_REQUIRE_GPU=1 (a skip is a failure), then compute-sanitizer memcheck
 # on part of the GPU test binary (the op table and every attention kernel) and racecheck on a small case of each attention kernel. (The CPU suite runs in CI: scripts/test.sh.) Logs go to $OUT (default ./gpu-logs); a short table is last.
-# Usage: scripts/gpu-test.sh [gtest filter for memcheck]
+# Usage: scripts/gpu-test.sh [gtest filter for memcheck]   (GG_GPU_SANITIZE=0 skips both sanitizers)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT="${OUT:-$PWD/gpu-logs}"
@@ -22,7 +22,7 @@ if ! cmake -S . -B "$BUILD" -G Ninja -DGG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a
      >"$OUT/configure.log" 2>&1; then
   tail -30 "$OUT/configure.log"; status "configure" "FAILED"; exit 1
 fi
-if ! cmake --build "$BUILD" -j "$(nproc)" --target gg_gpu_tests >"$OUT/build.log" 2>&1; then
+if ! cmake --build "$BUILD" -j "$(nproc)" --target gg_gpu_tests gg_dist_gpu_tests >"$OUT/build.log" 2>&1; then
   grep -E "error" -A5 "$OUT/build.log" | head -60; status "build" "FAILED"; exit 1
 fi
 status "build" "ok"
@@ -38,7 +38,9 @@ GG_REQUIRE_GPU=1 GG_ATTENTION_DETERMINISTIC=0 "$BUILD/tests/gg_gpu_tests" \
 atomic_rc=$?
 status "atomic mode" "$(grep -E '^\[  PASSED|^\[  FAILED' "$OUT/atomic-mode.log" | head -1) (rc $atomic_rc)"
 
-if command -v compute-sanitizer >/dev/null; then
+if [ "${GG_GPU_SANITIZE:-1}" = 0 ]; then
+  status "memcheck" "skipped (GG_GPU_SANITIZE=0)"
+elif command -v compute-sanitizer >/dev/null; then
   compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/tests/gg_gpu_tests" --gtest_filter="$MEMCHECK_FILTER" \
     >"$OUT/memcheck.log" 2>&1
   mc_rc=$?
