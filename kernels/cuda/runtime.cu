@@ -92,7 +92,18 @@ struct Capture {
   int device;
   std::unordered_set<void*> allocated;  // allocated during the capture and not freed in it
   std::vector<Block> kept;              // allocated before, released during the capture
+  std::vector<std::pair<cudaGraph_t, cudaGraphExec_t>> retired;  // graphs destroyed during it
 };
+// Destroying an executable graph is not allowed while a global-mode capture runs (it would
+// invalidate the capture): graphs destroyed then are retired, and destroyed when it ends.
+void destroy_retired(Capture& c) {
+  for (const auto& [graph, exec] : c.retired) {
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+  }
+  c.retired.clear();
+  cudaGetLastError();
+}
 std::mutex g_graph_mutex;
 std::unique_ptr<Capture> g_capture;
 std::unordered_map<void*, CudaGraph*> g_graph_blocks;  // blocks a graph allocated and did not free
@@ -277,6 +288,7 @@ CudaGraph* end_capture() {
   g->kept = std::move(c->kept);
   const cudaStream_t stream = state(c->device).stream;
   cudaError_t e = cudaStreamEndCapture(stream, &g->graph);
+  destroy_retired(*c);
   // Blocks allocated and not freed in the graph outlive a launch; relaunching frees and
   // reallocates them at the same address, so they stay valid as the graph's static outputs.
   if (e == cudaSuccess) e = cudaGraphInstantiateWithFlags(&g->exec, g->graph, cudaGraphInstantiateFlagAutoFreeOnLaunch);
@@ -298,6 +310,7 @@ void abort_capture() noexcept {
   cudaGraph_t graph = nullptr;
   if (cudaStreamEndCapture(g_devices[c->device].stream, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
   cudaGetLastError();
+  destroy_retired(*c);
   // Nothing was launched: the blocks held back can go now. Blocks the capture allocated never
   // existed; tensors still pointing at them must not be read (their free is a harmless no-op).
   for (const Block& b : c->kept) free_async(b.ptr, g_devices[c->device].stream);
@@ -327,6 +340,11 @@ void destroy_graph(CudaGraph* graph) noexcept {
       g->kept.clear();
     }
     update_graph_flags();
+    if (g_capture) {  // see destroy_retired
+      for (const Block& b : g->kept) free_async(b.ptr, g_devices[g->device].stream);
+      g_capture->retired.emplace_back(g->graph, g->exec);
+      return;
+    }
   }
   // Stream-ordered after the last replay; an executable graph still running is freed by CUDA
   // when it completes.
