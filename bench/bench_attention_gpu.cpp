@@ -17,9 +17,9 @@
 //   *_TFLOPs   effective rates: forward 4·P·d, backward 10·P·d, BoB 32·P·d, chain 46·P·d per
 //              head, P the counted (query, key) pairs (counted_pairs below), not the kernels'
 //              issued flops
-//   fwd_kernel     the kernel family the shape takes: "wgmma" (the plain case with the sm_90a
-//                  kernels built and a 9.x device), "mma.sync" (bf16/f16, d 32/64/128 otherwise:
-//                  grouped heads, Nq != Nk and windows included), or "generic" (f32, other d)
+//   fwd_kernel     the kernel family the shape takes: "wgmma" (bf16/f16, d 64/128, the sm_90a
+//                  kernels built and a 9.x device), "mma.sync" (bf16/f16, d 32/64/128 otherwise),
+//                  or "generic" (f32, other d)
 //   deterministic  gg::attention_deterministic(): false when run with GG_ATTENTION_DETERMINISTIC=0
 // A line with "mode":"chain_only" has chain_ms, chain_peak_GiB, inputs_GiB and chain_TFLOPs of
 // one chain from cold; "mode":"skipped" has the estimate that made it skip (--skip-above);
@@ -206,16 +206,13 @@ int main(int argc, char** argv) {
     const double area = double(nq) * double(nk);
     // counted pairs · d over all heads: the effective rates multiply it by 4, 10, 32 or 46
     const double work = counted_pairs(mask, windowed, visible) * double(d) * double(batch * heads);
-    // The mask ops/attention.cpp hands the tensor-core kernels (kernels/cuda/attention_traits.cuh,
-    // plain_shape): one key/value head per query head, Nk = Nq, windows that hide no key.
-    const bool plain = hkv == heads && nk == nq && (!window_left || *window_left >= nk - 1) &&
-                       (!window_right || *window_right == 0 || *window_right >= nq - 1);
-    // bf16/f16 at d 32/64/128 run on tensor cores: sm_90a for the plain case (d 64/128 on a 9.x
-    // device with a 90a build), the sm_80 kernels otherwise, grouped and windowed shapes included
+    // bf16/f16 at d 32/64/128 run on tensor cores (kernels/cuda/attention_traits.cuh, choose_path):
+    // sm_90a at d 64/128 on a 9.x device with a 90a build, grouped and windowed shapes included;
+    // the sm_80 kernels otherwise
     const bool tensor_cores = dtype != DType::f32 && (d == 32 || d == 64 || d == 128);
     const char* kernel = !tensor_cores ? "generic"
-                         : plain && kernels::cuda::testing::sm90_path_available() && d != 32 ? "wgmma"
-                                                                                             : "mma.sync";
+                         : kernels::cuda::testing::sm90_path_available() && d != 32 ? "wgmma"
+                                                                                   : "mma.sync";
     char cfg[512];
     std::snprintf(cfg, sizeof cfg,
                   "\"B\":%lld,\"H\":%lld,\"hq\":%lld,\"hkv\":%lld,\"N\":%lld,\"nq\":%lld,\"nk\":%lld,\"d\":%lld,"

@@ -9,7 +9,7 @@ OUT="${OUT:-$PWD/gpu-logs}"
 mkdir -p "$OUT"
 BUILD="${GG_GPU_BUILD:-build-gpu}"
 # memcheck: the op table and a small case of every attention kernel, the tail splits included
-MEMCHECK_FILTER="${1:-Cuda.*:Ops/CudaOpTable.F32*:CudaAttention.PoisonedOutputs:CudaAttention.HopperForwardPoisonedAndDeterministic:CudaAttention.HopperFusedTailSplit:CudaAttention.HopperForwardTailSplit:CudaAttentionOptionsEdges.*:Dtypes/CudaAttentionOptionsEmptyRows.*:Cases/CudaAttentionOptions.OptionsMatchCpu/tiles_gqa_window:HeadDims/CudaAttentionOptionsSm80.WithinTwiceGeneric/0}"
+MEMCHECK_FILTER="${1:-Cuda.*:Ops/CudaOpTable.F32*:CudaAttention.PoisonedOutputs:CudaAttention.HopperForwardPoisonedAndDeterministic:CudaAttention.HopperFusedTailSplit:CudaAttention.HopperForwardTailSplit:CudaAttentionOptionsEdges.*:Dtypes/CudaAttentionOptionsEmptyRows.*:Cases/CudaAttentionOptions.OptionsMatchCpu/tiles_gqa_window:HeadDims/CudaAttentionOptionsTensorCores.WithinTwiceGeneric/0:HeadDims/CudaAttentionOptionsTensorCores.WithinTwiceGeneric/1}"
 status() { printf '%-28s %s\n' "$1" "$2" | tee -a "$OUT/summary.txt"; }
 : >"$OUT/summary.txt"
 
@@ -34,7 +34,7 @@ if [ $gpu_rc -ne 0 ]; then grep -E "Failure|FAILED|Expected|error" "$OUT/ctest-g
 # the determinism switch's initial value from the environment (atomic mode), and the attention
 # tests that run the fused sweeps with it
 GG_REQUIRE_GPU=1 GG_ATTENTION_DETERMINISTIC=0 "$BUILD/tests/gg_gpu_tests" \
-  --gtest_filter="CudaAttention.DeterministicSwitch:CudaAttention.AutogradChain:*LowPrecisionLarge*" >"$OUT/atomic-mode.log" 2>&1
+  --gtest_filter="CudaAttention.DeterministicSwitch:CudaAttention.AutogradChain:*LowPrecisionLarge*:HeadDims/CudaAttentionOptionsTensorCores.WithinTwiceGeneric/*" >"$OUT/atomic-mode.log" 2>&1
 atomic_rc=$?
 status "atomic mode" "$(grep -E '^\[  PASSED|^\[  FAILED' "$OUT/atomic-mode.log" | head -1) (rc $atomic_rc)"
 
@@ -46,9 +46,9 @@ elif command -v compute-sanitizer >/dev/null; then
   mc_rc=$?
   status "memcheck" "$(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1) (rc $mc_rc, filter $MEMCHECK_FILTER)"
   # racecheck (shared-memory hazards) on a small case of every attention kernel: forward, backward
-  # and BoB on each path (PoisonedOutputs), the Hopper forward, and the generic kernels with
-  # grouped heads, Nq != Nk and windows.
-  RACE_FILTER="CudaAttention.PoisonedOutputs:CudaAttention.HopperForwardPoisonedAndDeterministic:Dtypes/CudaAttentionOptionsEmptyRows.*:Cases/CudaAttentionOptions.OptionsMatchCpu/d32_gqa_two_sided"
+  # and BoB on each path (PoisonedOutputs), the Hopper forward, and the general-mask instances
+  # (grouped heads, Nq != Nk and windows) of the generic and sm_90a kernels.
+  RACE_FILTER="CudaAttention.PoisonedOutputs:CudaAttention.HopperForwardPoisonedAndDeterministic:Dtypes/CudaAttentionOptionsEmptyRows.*:Cases/CudaAttentionOptions.OptionsMatchCpu/d32_gqa_two_sided:CudaAttentionOptionsEdges.*"
   compute-sanitizer --tool racecheck --error-exitcode 3 "$BUILD/tests/gg_gpu_tests" --gtest_filter="$RACE_FILTER" \
     >"$OUT/racecheck.log" 2>&1
   rc_rc=$?

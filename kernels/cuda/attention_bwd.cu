@@ -7,10 +7,10 @@
 //   P = softmax_rows(S)        D = rowsum(dO∘O) = Σ_j P∘dP,  dS = P∘(dP - D)
 //   S = s·Q·Kᵀ                 dQ = s·dS·K,  dK = s·dSᵀ·Q
 //
-// Shapes: Q, O, dO, dQ are (B, H, N, d), K, V, dK, dV (B, Hkv, Nk, d) contiguous (Hkv = H and
-// Nk = N on the tensor-core paths); L and D are (B, H, N), Acc (f32 for bf16/f16/f32, f64 for
-// f64). D is stream-ordered scratch. The generic dK, dV kernel sums a key/value head's gradients
-// over its group of query heads in registers (no atomics, no expanded copies).
+// Shapes: Q, O, dO, dQ are (B, H, N, d), K, V, dK, dV (B, Hkv, Nk, d) contiguous; L and D are
+// (B, H, N), Acc (f32 for bf16/f16/f32, f64 for f64). D is stream-ordered scratch. Every dK, dV
+// kernel sums a key/value head's gradients over its group of query heads in registers (no atomics,
+// no expanded copies).
 //
 // Launches, per path (attention_traits.cuh: choose_path; tile constants there):
 //   1. D = rowsum(dO∘O): row_dot_vec_kernel (16-bit, d = 32 / 64 / 128: 16-byte loads, d / 8 lanes
@@ -363,10 +363,10 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dq_
 
 // Pᵀ = exp(Sᵀ - L) (0 where masked), dSᵀ = Pᵀ∘(dPᵀ - D), in place, for the query tile t of rows
 // [i0, i0 + kBN) against the warpgroup's keys [j0, j0 + 64) (this warp's from jw).
-template <int kBN, typename T>
+template <int kBN, bool kOpts, typename T>
 __device__ __forceinline__ void dkdv_coef(float (&st)[kBN / 8][4], float (&dpt)[kBN / 8][4], const Params<T>& p,
                                           const QueryTiles& t, int i0, int j0, int jw, float sl2, int lane) {
-  for_key_tile_entries<kBN>(st, p, t, i0, j0, jw, sl2, lane, [&](int j, int e, float P, int li) {
+  for_key_tile_entries<kBN, kOpts>(st, p, t, i0, j0, jw, sl2, lane, [&](int j, int e, float P, int li) {
     st[j][e] = P;
     dpt[j][e] = P * (dpt[j][e] - t.D[li]);
   });
@@ -374,11 +374,11 @@ __device__ __forceinline__ void dkdv_coef(float (&st)[kBN / 8][4], float (&dpt)[
 
 // dS = P∘(dP - D) in place (dp), P = exp(S - L), 0 where masked, for the key tile of keys
 // [j0, j0 + kBN) against the warpgroup's queries [i0, i0 + 64) (this warp's from iw; L2 = L·log2e).
-template <int kBN, typename T>
+template <int kBN, bool kOpts, typename T>
 __device__ __forceinline__ void dq_coef(const float (&s)[kBN / 8][4], float (&dp)[kBN / 8][4], const Params<T>& p,
                                         int j0, int i0, int iw, const float (&L2)[2], const float (&D)[2], float sl2,
                                         int lane) {
-  for_query_tile_entries<kBN>(s, p, j0, i0, iw, L2, sl2, lane,
+  for_query_tile_entries<kBN, kOpts>(s, p, j0, i0, iw, L2, sl2, lane,
                               [&](int j, int e, float P) { dp[j][e] = P * (dp[j][e] - D[e / 2]); });
 }
 
@@ -424,9 +424,10 @@ __device__ __forceinline__ void issue_dq_outputs(float (&dQ)[kD / 8][4], const u
   wgmma_commit();
 }
 
-// dK, dV of one warpgroup (thread tid of 128) owning key rows [j0, j0 + 64), over the query tiles
-// [q_begin, num_q_tiles) of the sweep; own: the own rows (OwnKeyTiles or OwnKeyFrags).
-template <typename T, int kD, typename Sweep, typename Own>
+// dK, dV of one warpgroup (thread tid of 128) owning key rows [j0, j0 + 64), over the steps
+// [q_begin, num_q_tiles) of the sweep; own: the own rows (OwnKeyTiles or OwnKeyFrags). kOpts: the
+// general mask (the sweep's steps run over the group's query heads).
+template <typename T, int kD, bool kOpts, typename Sweep, typename Own>
 __device__ __forceinline__ void dkdv_rows(Sweep& sw, const Own& own, const Params<T>& p, int64_t head, int j0,
                                           int q_begin, int num_q_tiles, int tid, const TailSplit& split) {
   constexpr int kBN = BwdSm90Traits::kBlockN;
@@ -439,9 +440,11 @@ __device__ __forceinline__ void dkdv_rows(Sweep& sw, const Own& own, const Param
 
   for (int qt = q_begin; qt < num_q_tiles; ++qt) {
     sw.begin_tile(qt);
-    const int i0 = qt * kBN;
+    const int i0 = sw.tile(qt) * kBN;
     const QueryTiles t = sw.tiles(qt);
-    if (!(p.causal && i0 + kBN <= j0)) {  // causal: queries all before the first own key add nothing
+    // causal: queries all before the first own key add nothing; kOpts: queries outside the band
+    const bool sees = kOpts ? i0 + kBN > p.query_lo(j0) && i0 < p.query_hi(j0 + 63) : !(p.causal && i0 + kBN <= j0);
+    if (sees) {
       // Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (64 keys x kBN queries; 16 x kBN for this warp)
       float st[kBN / 8][4], dpt[kBN / 8][4];
       sw.turn_begin();
@@ -451,7 +454,7 @@ __device__ __forceinline__ void dkdv_rows(Sweep& sw, const Own& own, const Param
       wgmma_fence_regs(st);
       wgmma_fence_regs(dpt);
 
-      dkdv_coef<kBN>(st, dpt, p, t, i0, j0, jw, sl2, lane);
+      dkdv_coef<kBN, kOpts>(st, dpt, p, t, i0, j0, jw, sl2, lane);
       uint32_t pa[kBN / 16][4], dsa[kBN / 16][4];
       tile_to_a_frags<T, kBN>(pa, st);
       tile_to_a_frags<T, kBN>(dsa, dpt);
@@ -471,13 +474,13 @@ __device__ __forceinline__ void dkdv_rows(Sweep& sw, const Own& own, const Param
     sw.end_tile(qt);
   }
 
-  key_rows_out(p, split, head, jw, dK, dV, p.scale, lane);  // stored, or a piece's into the scratch
+  key_rows_out<kOpts>(p, split, head, jw, dK, dV, p.scale, lane);  // stored, or a piece's into the scratch
 }
 
 // dK, dV and the block's parts of dQ (dq: FusedDqPart) of the fused backward (d = 64): the keys
 // [j0, j0 + 64) of one consumer, own K and V in shared memory, the row loop pipelined (a tile's
 // score products issued before the previous tile's output products are waited for).
-template <typename T, int kD, typename Sweep, typename Own, typename DqPart>
+template <typename T, int kD, bool kOpts, typename Sweep, typename Own, typename DqPart>
 __device__ __forceinline__ void dkdv_rows_pipelined(Sweep& sw, const Own& own, const Params<T>& p, int64_t head,
                                                     int j0, int q_begin, int num_q_tiles, int tid,
                                                     DqPart&& dq, const TailSplit& split) {
@@ -507,7 +510,7 @@ __device__ __forceinline__ void dkdv_rows_pipelined(Sweep& sw, const Own& own, c
         wgmma_fence_regs(dK);
         wgmma_fence_regs(dV);
       },
-      [&](int qt) { dkdv_coef<kBN>(st, dpt, p, sw.tiles(qt), qt * kBN, j0, jw, sl2, lane); },
+      [&](int qt) { dkdv_coef<kBN, kOpts>(st, dpt, p, sw.tiles(qt), sw.tile(qt) * kBN, j0, jw, sl2, lane); },
       [&](int qt) {
         tile_to_a_frags<T, kBN>(pa, st);
         tile_to_a_frags<T, kBN>(dsa, dpt);
@@ -515,11 +518,12 @@ __device__ __forceinline__ void dkdv_rows_pipelined(Sweep& sw, const Own& own, c
       },
       [&](int qt) { dq.done(qt); }, late, fence_late);
 
-  key_rows_out(p, split, head, jw, dK, dV, p.scale, lane);  // stored, or a piece's into the scratch
+  key_rows_out<kOpts>(p, split, head, jw, dK, dV, p.scale, lane);  // stored, or a piece's into the scratch
 }
 
-// dQ (d = 128): the queries [i0, i0 + 64) of one consumer, the row loop pipelined.
-template <typename T, int kD, typename Sweep>
+// dQ (d = 128): the queries [i0, i0 + 64) of one consumer, the row loop pipelined. kOpts: the
+// general mask; the sweep's tile kb is key tile sw.k0 + kb.
+template <typename T, int kD, bool kOpts, typename Sweep>
 __device__ __forceinline__ void dq_rows_pipelined(Sweep& sw, const Params<T>& p, int64_t head, int i0,
                                                   int num_k_tiles, int tid) {
   constexpr int kBN = BwdSm90Traits::kBlockN;
@@ -529,20 +533,24 @@ __device__ __forceinline__ void dq_rows_pipelined(Sweep& sw, const Params<T>& p,
   float L2[2], D[2];  // L·log2e and D of own rows g, g + 8
   row_scalars(p, head, iw, lane, L2, D);
   // causal: tiles whose keys all follow the last own query add nothing
-  const int end = p.causal ? max(1, min(num_k_tiles, cdiv(i0 + 64, kBN))) : num_k_tiles;
+  int first = 0, end = p.causal ? max(1, min(num_k_tiles, cdiv(i0 + 64, kBN))) : num_k_tiles;
+  if constexpr (kOpts) {  // the tiles with keys some own row sees (at least one)
+    end = max(1, min(num_k_tiles, cdiv(p.key_hi(min(i0 + 63, p.N - 1)), kBN) - sw.k0));
+    first = min(end - 1, max(0, p.key_lo(i0) / kBN - sw.k0));
+  }
   float dQ[kD / 8][4];
   zero(dQ);
   float s[kBN / 8][4], dp[kBN / 8][4];
   uint32_t dsa[kBN / 16][4];
   pipelined_tiles(
-      sw, 0, 0, end, num_k_tiles, [&](int kb) { issue_dq_scores<T, kD, kBN>(s, dp, sw.own, sw.tiles(kb)); },
+      sw, 0, first, end, num_k_tiles, [&](int kb) { issue_dq_scores<T, kD, kBN>(s, dp, sw.own, sw.tiles(kb)); },
       [&](int kb) { issue_dq_outputs<T, kD, kBN>(dQ, dsa, sw.tiles(kb)); },
       [&] {
         wgmma_fence_regs(s);
         wgmma_fence_regs(dp);
       },
       [&] { wgmma_fence_regs(dQ); },
-      [&](int kb) { dq_coef<kBN>(s, dp, p, kb * kBN, i0, iw, L2, D, sl2, lane); },
+      [&](int kb) { dq_coef<kBN, kOpts>(s, dp, p, (sw.k0 + kb) * kBN, i0, iw, L2, D, sl2, lane); },
       [&](int) { tile_to_a_frags<T, kBN>(dsa, dp); }, [](int) {});
 
   const float scale[2] = {p.scale, p.scale};
@@ -580,22 +588,27 @@ struct FusedBwdSmem : SmemAfterSweep<FusedBwdSmem> {
 // f32 buffer, cdiv(N, 64) tiles per head): dkdv_rows_pipelined calls frags(t) with the consumer's
 // dSᵀ A fragments of tile t, issues late(t) after its output products, and calls done(t) once
 // they are complete.
-template <typename T, bool kOrdered>
+// kOpts: step qt of the sweep adds to tile band.tile(qt) of query head band.query_head(qt).
+template <typename T, bool kOrdered, bool kOpts = false>
 struct FusedDqPart {
   T *sK, *ds;  // [128 keys x 64], swizzled (V follows); [owner][128 keys x 64 queries], swizzled
-  float* dq_head;
-  int w, warp, lane, q_begin, num_q_tiles;
+  float *dq_acc, *dq_head;
+  int w, warp, lane, q_begin, num_q_tiles, tiles;
+  KeyBand band;
   float dQt[8][4];
-  __device__ FusedDqPart(unsigned char* extra, float* dq_acc, const Params<T>& p, int64_t head, int q_begin_,
-                         int num_q_tiles_, int tid)
+  __device__ FusedDqPart(unsigned char* extra, float* dq_acc_, const Params<T>& p, int64_t head, int q_begin_,
+                         int num_q_tiles_, int tid, const KeyBand& band_ = {})
       : sK(reinterpret_cast<T*>(extra)),
         ds(sK + 2 * FusedBwdSmem::kOwnElems),
-        dq_head(dq_acc + (head / p.N) * static_cast<int64_t>(cdiv(p.N, 64)) * 4096),
+        dq_acc(dq_acc_),
+        dq_head(dq_acc_ + (head / p.N) * static_cast<int64_t>(cdiv(p.N, 64)) * 4096),
         w(warpgroup_index() - 1),
         warp(tid / 32),
         lane(tid % 32),
         q_begin(q_begin_),
-        num_q_tiles(num_q_tiles_) {
+        num_q_tiles(num_q_tiles_),
+        tiles(cdiv(p.N, 64)),
+        band(band_) {
     zero(dQt);
   }
   __device__ int owner(int qt) const { return (qt - q_begin) & 1; }
@@ -631,7 +644,8 @@ struct FusedDqPart {
   // The owner adds its part to the buffer and lets the other consumer rewrite the dSᵀ tile.
   __device__ void done(int qt) {
     if (owner(qt) != w) return;
-    float* dst = dq_head + static_cast<int64_t>(qt) * 4096;
+    float* dst = kOpts ? dq_acc + (band.query_head(qt) * tiles + band.tile(qt)) * 4096
+                       : dq_head + static_cast<int64_t>(qt) * 4096;
     ordered_add_begin(kOrdered, w);  // kOrdered: the additions take turns (order_additions)
     add_acc_tile<64>(dst, dQt, warp, lane);
     ordered_add_end(kOrdered, w);
@@ -655,7 +669,9 @@ using DqSweep128 = HopperQuerySweepWs<T, 128, BwdSm90Traits::kBlockN, BwdSm90Tra
 // score tiles beside the 64 x 128 accumulators dK, dV would not fit in the consumers' 240
 // registers (ptxas serialises the wgmma), so the consumers' turns (ping-pong) are what overlaps
 // one's tensor-core products with the other's elementwise work.
-template <typename T>
+// kOpts (every sm_90a kernel of the backward and the BoB): grouped heads, Nq != Nk and windows
+// (the sweeps' general mask and bands; key sweeps over key/value heads, no tail split).
+template <typename T, bool kOpts>
 __global__ void __launch_bounds__(384, 1)
     attention_bwd_dkdv_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps,
                                  const __grid_constant__ TailSplit split) {
@@ -664,11 +680,11 @@ __global__ void __launch_bounds__(384, 1)
   constexpr int kD = 128;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* const own_smem = reinterpret_cast<T*>(smem_raw + KeyOwnSmem128::offset<DkdvSweep128<T>>());
-  key_sweep_ws_block<T, kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 2, 2>(
-      smem_raw, p, maps, sweep_unit<128, Cfg::kBlockN>(p.N, p.causal, split),
+  key_sweep_ws_block<T, kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 2, 2, kOpts>(
+      smem_raw, p, maps, kOpts ? sweep_unit<128, Cfg::kBlockN>(p.Nk, false) : sweep_unit<128, Cfg::kBlockN>(p.N, p.causal, split),
       [](const Params<T>&) { return bwd_present(); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
-        dkdv_rows<T, kD>(sw, own, p, head, j0, q_begin, n, tid, split);
+        dkdv_rows<T, kD, kOpts>(sw, own, p, head, j0, q_begin, n, tid, split);
       },
       own_smem);
 #else
@@ -677,15 +693,15 @@ __global__ void __launch_bounds__(384, 1)
 }
 
 // dQ (d = 128): blocks of 128 queries, own rows copied once by the producer.
-template <typename T>
+template <typename T, bool kOpts>
 __global__ void __launch_bounds__(384, 1)
     attention_bwd_dq_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps) {
 #if defined(GG_WGMMA_AVAILABLE)
   using Cfg = BwdSm90Traits;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  query_sweep_ws_block<T, 128, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 2, 2>(
+  query_sweep_ws_block<T, 128, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 2, 2, kOpts>(
       smem_raw, p, maps, [](const Params<T>&) { return bwd_present(); },
-      [&](auto& sw, int64_t head, int i0, int n, int tid) { dq_rows_pipelined<T, 128>(sw, p, head, i0, n, tid); });
+      [&](auto& sw, int64_t head, int i0, int n, int tid) { dq_rows_pipelined<T, 128, kOpts>(sw, p, head, i0, n, tid); });
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
 #endif
@@ -693,7 +709,7 @@ __global__ void __launch_bounds__(384, 1)
 
 // The fused backward (d = 64): blocks of 128 keys, a producer and two consumer warpgroups, the
 // shared memory of FusedBwdSmem after the key sweep's; kOrdered: deterministic (p.add_order set).
-template <typename T, bool kOrdered>
+template <typename T, bool kOrdered, bool kOpts>
 __global__ void __launch_bounds__(384, 1)
     attention_bwd_fused_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps, float* dq_acc,
                                   const __grid_constant__ TailSplit split) {
@@ -702,20 +718,31 @@ __global__ void __launch_bounds__(384, 1)
   using Sweep = HopperKeySweepWs<T, 64, Cfg::kBlockN, Cfg::kStages>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* extra = smem_raw + FusedBwdSmem::offset<Sweep>();
-  const SweepUnit unit = sweep_unit<128, Cfg::kBlockN>(p.N, p.causal, split);
-  key_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 2>(
+  const SweepUnit unit =
+      kOpts ? sweep_unit<128, Cfg::kBlockN>(p.Nk, false) : sweep_unit<128, Cfg::kBlockN>(p.N, p.causal, split);
+  const KeyBand band = kOpts ? key_band<Cfg::kBlockN>(p, unit.bh, unit.blk * 128) : KeyBand{};
+  key_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 2, 3, kOpts>(
       smem_raw, p, maps, unit, [](const Params<T>&) { return bwd_present(); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
-        dkdv_rows_pipelined<T, 64>(sw, own, p, head, j0, q_begin, n, tid,
-                                   FusedDqPart<T, kOrdered>(extra, dq_acc, p, head, q_begin, n, tid), split);
+        dkdv_rows_pipelined<T, 64, kOpts>(
+            sw, own, p, head, j0, q_begin, n, tid,
+            FusedDqPart<T, kOrdered, kOpts>(extra, dq_acc, p, head, q_begin, n, tid, band), split);
       },
       reinterpret_cast<T*>(extra), [&](int warp, int lane) {
-        // deterministic: the owners' additions of each tile of dQ in turn (owner: the tile's parity)
+        // deterministic: the owners' additions of each tile of dQ in turn (owner: the step's parity)
         if constexpr (kOrdered) {
-          if (warp == 2)
-            order_additions<Cfg::kBlockN, false>(p.add_order + unit.bh * cdiv(p.N, 64), unit.blk, cdiv(p.N, 128),
-                                                 p.causal, unit.t_begin, unit.t_end,
-                                                 [&](int t) { return (t - unit.t_begin) & 1; }, lane);
+          if (warp != 2) return;
+          const int tiles = cdiv(p.N, 64);
+          if constexpr (kOpts)
+            order_additions<false>(
+                [&](int t) { return p.add_order + band.query_head(t) * tiles + band.tile(t); },
+                [&](int t) { return band_position<Cfg::kBlockN>(p, unit.blk, cdiv(p.Nk, 128), band.tile(t)); },
+                band.q_begin, band.q_begin + band.steps, [&](int t) { return (t - band.q_begin) & 1; }, lane);
+          else
+            order_additions<false>(
+                [counters = p.add_order + unit.bh * tiles](int t) { return counters + t; },
+                [&](int t) { return ordered_add_position(unit.blk, cdiv(p.N, 128), t, Cfg::kBlockN, p.causal); },
+                unit.t_begin, unit.t_end, [&](int t) { return (t - unit.t_begin) & 1; }, lane);
         }
       });
 #else
@@ -751,7 +778,7 @@ void launch_bwd_sm90_fused(const Params<T>& p) {
   constexpr int kBN = Cfg::kBlockN;
   const bool det = attention_deterministic();
   using Sweep = HopperKeySweepWs<T, 64, kBN, Cfg::kStages>;
-  const int tiles = cdiv(p.N, 64);
+  const int tiles = cdiv(p.N, 64);  // of dQ, per query head
   Scratch acc(static_cast<size_t>(p.BH) * tiles * 4096 * sizeof(float));
   CUDA_CHECK(cudaMemsetAsync(acc.as<float>(), 0, acc.bytes(), cuda_stream()));
   // deterministic: dQ's additions in a fixed order (a counter per tile), the split's rows per piece
@@ -762,9 +789,12 @@ void launch_bwd_sm90_fused(const Params<T>& p) {
     CUDA_CHECK(cudaMemsetAsync(q.add_order, 0, order.bytes(), cuda_stream()));
   }
   const size_t smem = FusedBwdSmem::total<Sweep>();
-  auto kernel = det ? attention_bwd_fused_ws_kernel<T, true> : attention_bwd_fused_ws_kernel<T, false>;
+  auto kernel = det ? (p.opts ? attention_bwd_fused_ws_kernel<T, true, true> : attention_bwd_fused_ws_kernel<T, true, false>)
+                    : (p.opts ? attention_bwd_fused_ws_kernel<T, false, true> : attention_bwd_fused_ws_kernel<T, false, false>);
   set_smem(kernel, smem);
-  const TailSplitRun tail(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), cdiv(p.N, kBN), p.causal, /*ordered=*/det);
+  // blocks of 128 keys of each key/value head; general masks: no split (plan_tail_split's causal)
+  const TailSplitRun tail(grid_x(p.BHkv(), cdiv(p.Nk, Cfg::kBlockM)), cdiv(p.N, kBN), p.causal || p.opts,
+                          /*ordered=*/det);
   kernel<<<tail.split().blocks(), Cfg::kThreads, smem, cuda_stream()>>>(
       q, with_ping_pong(make_sweep_maps(p, 64, kBN, 0), Cfg::kPingPongFused), acc.as<float>(), tail.split());
   CUDA_CHECK_LAUNCH();
@@ -779,12 +809,12 @@ template <typename T>
 void launch_bwd_sm90_two_sweeps(const Params<T>& p) {
   using Cfg = BwdSm90Traits;
   const SweepMaps maps = make_sweep_maps(p, 128, Cfg::kBlockN, Cfg::kBlockN);  // dK dV: query tiles; dQ: key tiles
-  const unsigned grid = grid_x(p.BH, cdiv(p.N, Cfg::kBlockM));
   {
     constexpr size_t smem = KeyOwnSmem128::total<DkdvSweep128<T>>();
-    auto kernel = attention_bwd_dkdv_ws_kernel<T>;
+    auto kernel = p.opts ? attention_bwd_dkdv_ws_kernel<T, true> : attention_bwd_dkdv_ws_kernel<T, false>;
     set_smem(kernel, smem);
-    const TailSplitRun tail(grid, cdiv(p.N, Cfg::kBlockN), p.causal, /*ordered=*/true, 128);
+    const TailSplitRun tail(grid_x(p.BHkv(), cdiv(p.Nk, Cfg::kBlockM)), cdiv(p.N, Cfg::kBlockN), p.causal || p.opts,
+                            /*ordered=*/true, 128);
     kernel<<<tail.split().blocks(), Cfg::kThreads, smem, cuda_stream()>>>(
         p, with_ping_pong(maps, Cfg::kPingPongDkdv), tail.split());
     CUDA_CHECK_LAUNCH();
@@ -792,9 +822,10 @@ void launch_bwd_sm90_two_sweeps(const Params<T>& p) {
   }
   {
     constexpr size_t smem = DqSweep128<T>::kSmem;
-    auto kernel = attention_bwd_dq_ws_kernel<T>;
+    auto kernel = p.opts ? attention_bwd_dq_ws_kernel<T, true> : attention_bwd_dq_ws_kernel<T, false>;
     set_smem(kernel, smem);
-    kernel<<<grid, Cfg::kThreads, smem, cuda_stream()>>>(p, with_ping_pong(maps, Cfg::kPingPongDq));
+    kernel<<<grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), Cfg::kThreads, smem, cuda_stream()>>>(
+        p, with_ping_pong(maps, Cfg::kPingPongDq));
     CUDA_CHECK_LAUNCH();
   }
 }

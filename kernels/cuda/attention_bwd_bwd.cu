@@ -15,9 +15,9 @@
 // formed); no Vt means H = 0. All absent: every output is 0 (a memset).
 //
 // Shapes: Q, O, dO, Qt, grad_Q, grad_dO are (B, H, N, d), K, V, Kt, Vt, grad_K, grad_V
-// (B, Hkv, Nk, d) contiguous (Hkv = H, Nk = N on the tensor-core paths); L, D, E, F are (B, H, N),
-// Acc (f32 for bf16/f16/f32, f64 for f64); D, E, F are stream-ordered scratch. The generic pass 2
-// sums grad_K, grad_V over the group of query heads in registers.
+// (B, Hkv, Nk, d) contiguous; L, D, E, F are (B, H, N), Acc (f32 for bf16/f16/f32, f64 for f64);
+// D, E, F are stream-ordered scratch. Every pass 2 (and the fused BoB's sweep) sums grad_K, grad_V
+// over the group of query heads in registers.
 //
 // Schedule (sm_80 and generic kernels): the two-pass schedule of docs/attention.md (section 4), no atomics,
 // no N x N buffer, bitwise deterministic. The outputs depend on E and F only affinely, so a query block
@@ -695,7 +695,8 @@ __device__ __forceinline__ void issue_key_scores(float (&S)[kBN / 8][4], float (
 
 // Pass 2 of one warpgroup (thread tid of 128) owning key rows [j0, j0 + 64), over the query tiles
 // [q_begin, num_q_tiles) of the sweep; own: the own rows (OwnKeyTiles or OwnKeyFrags).
-template <typename T, int kD, int kBN, typename Cot = Cotangents, typename Sweep, typename Own>
+// kOpts: the general mask (the sweep's steps run over the group's query heads).
+template <typename T, int kD, int kBN, bool kOpts, typename Cot = Cotangents, typename Sweep, typename Own>
 __device__ __forceinline__ void pass2_rows(Sweep& sw, const Own& own, const Params<T>& p, int64_t head, int j0,
                                            int q_begin, int num_q_tiles, int tid, const TailSplit& split) {
   const int warp = tid / 32, lane = tid % 32;
@@ -709,10 +710,12 @@ __device__ __forceinline__ void pass2_rows(Sweep& sw, const Own& own, const Para
 
   for (int qt = q_begin; qt < num_q_tiles; ++qt) {
     sw.begin_tile(qt);
-    const int i0 = qt * kBN;
+    const int i0 = sw.tile(qt) * kBN;
     const QueryTiles t = sw.tiles(qt);
-    // causal: a tile whose queries all precede the warpgroup's first key adds nothing
-    if (!(p.causal && i0 + kBN <= j0)) {
+    // causal: a tile whose queries all precede the warpgroup's first key adds nothing; kOpts: a
+    // tile outside the warpgroup's band
+    const bool sees = kOpts ? i0 + kBN > p.query_lo(j0) && i0 < p.query_hi(j0 + 63) : !(p.causal && i0 + kBN <= j0);
+    if (sees) {
       // score tiles, transposed (64 keys x kBN queries): Sᵀ, dPᵀ, Gᵀ (unscaled), Hᵀ
       float S[kBN / 8][4], dP[kBN / 8][4], G[kBN / 8][4], Hs[kBN / 8][4];
       if (!cot.G) zero(dP);
@@ -728,7 +731,7 @@ __device__ __forceinline__ void pass2_rows(Sweep& sw, const Own& own, const Para
       wgmma_fence_regs(Hs);
 
       // coefficient tiles, in place: S <- S̄ᵀ, dP <- dSᵀ, G <- dP̄ᵀ
-      for_key_tile_entries<kBN>(S, p, t, i0, j0, jw, sl2, lane, [&](int j, int e, float P, int li) {
+      for_key_tile_entries<kBN, kOpts>(S, p, t, i0, j0, jw, sl2, lane, [&](int j, int e, float P, int li) {
         coef_entry(P, p.scale, t.D[li], t.E[li], t.F[li], S[j][e], dP[j][e], G[j][e], Hs[j][e]);
       });
       uint32_t sa[kBN / 16][4], dsa[kBN / 16][4], ga[kBN / 16][4];
@@ -754,7 +757,7 @@ __device__ __forceinline__ void pass2_rows(Sweep& sw, const Own& own, const Para
     sw.end_tile(qt);
   }
 
-  key_rows_out(p, split, head, jw, gK, gV, p.scale, lane);  // stored, or a piece's into the scratch
+  key_rows_out<kOpts>(p, split, head, jw, gK, gV, p.scale, lane);  // stored, or a piece's into the scratch
 }
 
 // Pass 2's kernel: at d = 64 the own rows of both consumers fit in registers beside the
@@ -771,7 +774,9 @@ constexpr size_t pass2_ws_smem() {
   else return Pass2OwnSmem128::total<Pass2SweepWs<T, 128>>();
 }
 
-template <typename T, int kD>
+// kOpts (every sm_90a BoB kernel): grouped heads, Nq != Nk and windows (the sweeps' general mask
+// and bands; key sweeps over key/value heads, no tail split).
+template <typename T, int kD, bool kOpts>
 __global__ void __launch_bounds__(384, 1)
     attention_bob_pass2_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps,
                                   const __grid_constant__ TailSplit split) {
@@ -781,12 +786,13 @@ __global__ void __launch_bounds__(384, 1)
   constexpr int kOwnInSmem = kD == 64 ? 0 : 4;
   T* const own_smem =
       kD == 64 ? nullptr : reinterpret_cast<T*>(smem_raw + Pass2OwnSmem128::offset<Pass2SweepWs<T, kD>>());
-  key_sweep_ws_block<T, kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, kOwnInSmem>(
-      smem_raw, p, maps, sweep_unit<128, Cfg::kBlockN>(p.N, p.causal, split),
+  key_sweep_ws_block<T, kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, kOwnInSmem, 3, kOpts>(
+      smem_raw, p, maps,
+      kOpts ? sweep_unit<128, Cfg::kBlockN>(p.Nk, false) : sweep_unit<128, Cfg::kBlockN>(p.N, p.causal, split),
       [](const Params<T>& q) { return bob_present(q); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
         with_cotangents(p, [&](auto cot) {
-          pass2_rows<T, kD, Cfg::kBlockN, decltype(cot)>(sw, own, p, head, j0, q_begin, n, tid, split);
+          pass2_rows<T, kD, Cfg::kBlockN, kOpts, decltype(cot)>(sw, own, p, head, j0, q_begin, n, tid, split);
         });
       },
       own_smem);
@@ -799,11 +805,11 @@ template <typename T, int kD>
 void launch_bob_pass2_ws(const Params<T>& p, const SweepMaps& maps) {
   using Cfg = BobKeySm90Traits<kD>;
   constexpr size_t smem = pass2_ws_smem<T, kD>();
-  auto kernel = attention_bob_pass2_ws_kernel<T, kD>;
+  auto kernel = p.opts ? attention_bob_pass2_ws_kernel<T, kD, true> : attention_bob_pass2_ws_kernel<T, kD, false>;
   set_smem(kernel, smem);
-  // its last wave split, each piece storing its own rows (deterministic)
-  const TailSplitRun tail(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), cdiv(p.N, Cfg::kBlockN), p.causal, /*ordered=*/true,
-                          kD);
+  // its last wave split, each piece storing its own rows (deterministic); general masks: no split
+  const TailSplitRun tail(grid_x(p.BHkv(), cdiv(p.Nk, Cfg::kBlockM)), cdiv(p.N, Cfg::kBlockN), p.causal || p.opts,
+                          /*ordered=*/true, kD);
   kernel<<<tail.split().blocks(), Cfg::kThreads, smem, cuda_stream()>>>(p, with_ping_pong(maps, false),
                                                                         tail.split());
   CUDA_CHECK_LAUNCH();
@@ -852,10 +858,11 @@ __device__ __forceinline__ void store_coef_rows(T* dst, const uint32_t (&a)[2][4
   for (int q = 0; q < 2; ++q) stmatrix_x4_trans(dst + swz_offset<32>(16 * q + 8 * (m >> 1) + i, key), a[q]);
 }
 
-template <typename T, bool kOrdered, typename Sweep>
+// kOpts: the general mask; step qt adds to tile band.tile(qt) of query head band.query_head(qt).
+template <typename T, bool kOrdered, bool kOpts, typename Sweep>
 __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, int64_t head, int j0, int q_begin,
                                                int num_q_tiles, int tid, T* extra, float* acc,
-                                               const TailSplit& split) {
+                                               const TailSplit& split, const KeyBand& band) {
   constexpr int kD = 64, kBN = 32;
   constexpr size_t kOwn = FusedBobSmem::kOwnElems, kCoef = FusedBobSmem::kCoefElems;
   const int warp = tid / 32, lane = tid % 32, w = warpgroup_index() - 1;
@@ -867,13 +874,17 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
   OwnKeyFrags<kD> own;
   Present in_regs = sw.c;
   in_regs.Vt = false;
-  own.load(p, in_regs, head * kD, jw, lane);
+  own.load(p, in_regs, head * kD, jw, kOpts ? p.Nk : p.N, lane);
   const uint64_t own_vt = make_desc_sw128(extra + 3 * kOwn + w * 64 * 64);
   T* const coef = extra + 4 * kOwn;
   // consumer 0: grad_Qᵀ from K and the tiles S̄; consumer 1: grad_dOᵀ from V and dP̄
   const uint64_t a0 = make_desc_sw128(extra + w * kOwn);
   const int tiles = cdiv(p.N, kBN);
   float* const acc_out = acc + ((head / p.N) * 2 + w) * static_cast<int64_t>(tiles) * kBN * 64;
+  auto part_tile = [&](int qt) {  // where step qt's part goes
+    return kOpts ? acc + ((band.query_head(qt) * 2 + w) * tiles + band.tile(qt)) * kBN * 64
+                 : acc_out + static_cast<int64_t>(qt) * kBN * 64;
+  };
   auto buffer = [&](int qt) {
     return coef + ((qt - q_begin) % FusedBobSmem::kBuffers) * FusedBobSmem::kCoefTiles * kCoef;
   };
@@ -898,7 +909,7 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
 
     // in place: S <- S̄ᵀ, dP <- dSᵀ, G <- dP̄ᵀ; then the three coefficient tiles of this
     // consumer's keys into the tile's buffer
-    for_key_tile_entries<kBN>(S, p, t, qt * kBN, j0, jw, sl2, lane, [&](int j, int e, float P, int li) {
+    for_key_tile_entries<kBN, kOpts>(S, p, t, sw.tile(qt) * kBN, j0, jw, sl2, lane, [&](int j, int e, float P, int li) {
       coef_entry(P, p.scale, t.D[li], t.E[li], t.F[li], S[j][e], dP[j][e], G[j][e], Hs[j][e]);
     });
     uint32_t sa[kBN / 16][4], dsa[kBN / 16][4], ga[kBN / 16][4];
@@ -924,7 +935,7 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
     if (qt > q_begin) {
       wgmma_fence_regs(part);
       ordered_add_begin(kOrdered, w);  // kOrdered: the additions take turns (order_additions)
-      add_acc_tile<kBN>(acc_out + static_cast<int64_t>(qt - 1) * kBN * 64, part, warp, lane);
+      add_acc_tile<kBN>(part_tile(qt - 1), part, warp, lane);
       ordered_add_end(kOrdered, w);
     }
     named_bar_sync(3, 256);  // both consumers' rows of tile qt are stored
@@ -942,14 +953,14 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
   wgmma_fence_regs(part);
   if (num_q_tiles > q_begin) {
     ordered_add_begin(kOrdered, w);
-    add_acc_tile<kBN>(acc_out + static_cast<int64_t>(num_q_tiles - 1) * kBN * 64, part, warp, lane);
+    add_acc_tile<kBN>(part_tile(num_q_tiles - 1), part, warp, lane);
     ordered_add_end(kOrdered, w);
   }
 
-  key_rows_out(p, split, head, jw, gK, gV, p.scale, lane);
+  key_rows_out<kOpts>(p, split, head, jw, gK, gV, p.scale, lane);
 }
 
-template <typename T, bool kOrdered>  // kOrdered: deterministic (p.add_order set)
+template <typename T, bool kOrdered, bool kOpts>  // kOrdered: deterministic (p.add_order set)
 __global__ void __launch_bounds__(384, 1)
     attention_bob_fused_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps, float* acc,
                                   const __grid_constant__ TailSplit split) {
@@ -958,20 +969,37 @@ __global__ void __launch_bounds__(384, 1)
   using Sweep = HopperKeySweepWs<T, 64, Cfg::kBlockN, Cfg::kStages>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* const extra = reinterpret_cast<T*>(smem_raw + FusedBobSmem::offset<Sweep>());
-  const SweepUnit unit = sweep_unit<128, Cfg::kBlockN>(p.N, p.causal, split);
-  // launched while pass 0 may still run: its head's row scalars and buffer rows must be complete
-  if (p.head_done != nullptr) wait_done(p.head_done + unit.bh, cdiv(p.N, 128));  // pass 0: blocks of 128 rows
-  key_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 4>(
+  const SweepUnit unit =
+      kOpts ? sweep_unit<128, Cfg::kBlockN>(p.Nk, false) : sweep_unit<128, Cfg::kBlockN>(p.N, p.causal, split);
+  const KeyBand band = kOpts ? key_band<Cfg::kBlockN>(p, unit.bh, unit.blk * 128) : KeyBand{};
+  // launched while pass 0 may still run: its head's (kOpts: its group's heads') row scalars and
+  // buffer rows must be complete (pass 0: blocks of 128 rows)
+  if (p.head_done != nullptr) {
+    if constexpr (kOpts) {
+      for (int g = 0; g < p.group; ++g) wait_done(p.head_done + band.qh0 + g, cdiv(p.N, 128));
+    } else {
+      wait_done(p.head_done + unit.bh, cdiv(p.N, 128));
+    }
+  }
+  key_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 4, 3, kOpts>(
       smem_raw, p, maps, unit, [](const Params<T>& q) { return bob_present(q); },
       [&](auto& sw, const auto&, int64_t head, int j0, int q_begin, int n, int tid) {
-        bob_fused_rows<T, kOrdered>(sw, p, head, j0, q_begin, n, tid, extra, acc, split);
+        bob_fused_rows<T, kOrdered, kOpts>(sw, p, head, j0, q_begin, n, tid, extra, acc, split, band);
       },
       extra, [&](int warp, int lane) {
         // deterministic: consumer w's additions to output w (grad_Q, grad_dO), tile by tile in turn
         if constexpr (kOrdered) {
           const int w = warp - 2, tiles = cdiv(p.N, Cfg::kBlockN);
-          order_additions<Cfg::kBlockN, true>(p.add_order + (unit.bh * 2 + w) * tiles, unit.blk, cdiv(p.N, 128),
-                                              p.causal, unit.t_begin, unit.t_end, [w](int) { return w; }, lane);
+          if constexpr (kOpts)
+            order_additions<true>(
+                [&](int t) { return p.add_order + (band.query_head(t) * 2 + w) * tiles + band.tile(t); },
+                [&](int t) { return band_position<Cfg::kBlockN>(p, unit.blk, cdiv(p.Nk, 128), band.tile(t)); },
+                band.q_begin, band.q_begin + band.steps, [w](int) { return w; }, lane);
+          else
+            order_additions<true>(
+                [&](int t) { return p.add_order + (unit.bh * 2 + w) * tiles + t; },
+                [&](int t) { return ordered_add_position(unit.blk, cdiv(p.N, 128), t, Cfg::kBlockN, p.causal); },
+                unit.t_begin, unit.t_end, [w](int) { return w; }, lane);
         }
       });
 #else
@@ -1049,9 +1077,10 @@ __device__ __forceinline__ void D_of_rows(const Params<T>& p, int64_t head, int 
 // kDs (with kPV, the fused BoB's pass 0, kEF0Fused): also the output product dS·Kt (dS = P∘(dP - D),
 // the first backward's, so D is formed before the loop), which needs no E or F: it starts grad_Q's
 // buffer, and the fused sweep leaves it out (attention_bob_fused_ws_kernel).
+// kOpts: the general mask; the sweep's tile kb is key tile sw.k0 + kb.
 // Thread tid of 128; warp w owns [iw, iw + 16).
 template <typename T, int kD, bool kOutputs, typename Cot = Cotangents, bool kPV = false, bool kDs = false,
-          typename Sweep>
+          bool kOpts = false, typename Sweep>
 __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t head, int i0, int num_k_tiles,
                                         int tid) {
   using Cfg = BobQuerySm90Traits<kD>;
@@ -1060,7 +1089,9 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
   const int warp = tid / 32, lane = tid % 32;
   const int iw = i0 + 16 * warp;
   const Cot cot(p);
-  const int key_end = p.causal ? min(p.N, i0 + 64) : p.N;  // no key at or past this is visible
+  // no key outside [key_begin, key_end) is visible to the warpgroup's rows
+  const int key_end = kOpts ? p.key_hi(min(i0 + 63, p.N - 1)) : p.causal ? min(p.N, i0 + 64) : p.N;
+  const int key_begin = kOpts ? p.key_lo(i0) : 0;
   const float sl2 = p.scale * kLog2e;
   OwnFrags<Cfg::kRegOwn ? kD : 16> frags;  // d = 64: the own rows in registers
   if constexpr (Cfg::kRegOwn) frags.load(p, head * kD, iw, lane);
@@ -1093,13 +1124,13 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
 
   for (int kb = 0; kb < num_k_tiles; ++kb) {
     sw.begin_tile(kb);
-    const int j0 = kb * kBN;
+    const int j0 = (sw.k0 + kb) * kBN;
     const KeyTiles t = sw.tiles(kb);
 
 #pragma unroll 1
     for (int q = 0; q < kBN / kSub; ++q) {
       const int js = j0 + kSub * q;
-      if (js >= key_end) {  // uniform over the warpgroup: no row of it sees these keys
+      if (js >= key_end || (kOpts && js + kSub <= key_begin)) {  // uniform over the warpgroup: no row sees these keys
         sw.skip_turns(kOutputs || kPV ? 2 : 1);
         continue;
       }
@@ -1110,7 +1141,7 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
       else
         query_scores<T, kD, kBN, kSub>(sw, S, dP, G, Hs, cot, sw.own, t, q);
 
-      for_query_tile_entries<kSub>(S, p, js, i0, iw, L2, sl2, lane, [&](int n, int e, float P) {
+      for_query_tile_entries<kSub, kOpts>(S, p, js, i0, iw, L2, sl2, lane, [&](int n, int e, float P) {
         const int h = e / 2;
         if constexpr (kPV && !kOutputs) {  // E / s = Σ P∘G, (F + 2·D·E - rowsum(dO∘(P·Vt))) / s = Σ P∘dP∘G
           const float PG = P * G[n][e];
@@ -1243,7 +1274,7 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
 // starts the fused sweep's f32 buffers at dS·Kt and P·Vt (ef_rows, kDs).
 enum class QueryPass { kEF0, kEF1, kEF0PV, kEF1PV, kEF0Fused };
 
-template <typename T, int kD, QueryPass kPass>
+template <typename T, int kD, QueryPass kPass, bool kOpts>
 __global__ void __launch_bounds__(384, 1)
     attention_bob_query_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps) {
 #if defined(GG_WGMMA_AVAILABLE)
@@ -1251,16 +1282,16 @@ __global__ void __launch_bounds__(384, 1)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // the fused BoB's sweep may start on the SMs this pass leaves free (launch_bob_fused_ws)
   if constexpr (kPass == QueryPass::kEF0Fused) griddep_launch_dependents();
-  query_sweep_ws_block<T, kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs>(
+  query_sweep_ws_block<T, kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 3, 4, kOpts>(
       smem_raw, p, maps, [](const Params<T>& q) { return bob_present(q); }, [&](auto& sw, int64_t head, int i0, int n, int tid) {
         if constexpr (kPass == QueryPass::kEF0PV)
-          ef_rows<T, kD, false, AllCotangentsNoH, true>(sw, p, head, i0, n, tid);
+          ef_rows<T, kD, false, AllCotangentsNoH, true, false, kOpts>(sw, p, head, i0, n, tid);
         else if constexpr (kPass == QueryPass::kEF0Fused)
-          ef_rows<T, kD, false, AllCotangentsNoH, true, true>(sw, p, head, i0, n, tid);
+          ef_rows<T, kD, false, AllCotangentsNoH, true, true, kOpts>(sw, p, head, i0, n, tid);
         else if constexpr (kPass == QueryPass::kEF1PV)
-          ef_rows<T, kD, true, AllCotangents, true>(sw, p, head, i0, n, tid);
+          ef_rows<T, kD, true, AllCotangents, true, false, kOpts>(sw, p, head, i0, n, tid);
         else  // a cotangent absent: all three go to kEF0PV, kEF1PV or the fused BoB
-          ef_rows<T, kD, kPass == QueryPass::kEF1, Cotangents>(sw, p, head, i0, n, tid);
+          ef_rows<T, kD, kPass == QueryPass::kEF1, Cotangents, false, false, kOpts>(sw, p, head, i0, n, tid);
       });
   if constexpr (kPass == QueryPass::kEF0Fused) {
     if (p.head_done != nullptr) signal_done(p.head_done + blockIdx.x / cdiv(p.N, Cfg::kBlockM));
@@ -1280,7 +1311,7 @@ template <typename T, int kD, QueryPass kPass>
 void launch_bob_query_ws(const Params<T>& p, const SweepMaps& maps) {
   using Cfg = BobQuerySm90Traits<kD>;
   constexpr size_t smem = HopperQuerySweepWs<T, kD, Cfg::kBlockN, Cfg::kStages>::kSmem;
-  auto kernel = attention_bob_query_ws_kernel<T, kD, kPass>;
+  auto kernel = p.opts ? attention_bob_query_ws_kernel<T, kD, kPass, true> : attention_bob_query_ws_kernel<T, kD, kPass, false>;
   set_smem(kernel, smem);
   kernel<<<dim3(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), 1), Cfg::kThreads, smem, cuda_stream()>>>(
       p, with_ping_pong(maps, false));
@@ -1308,14 +1339,16 @@ void launch_bob_sm90_fused(const Params<T>& p) {
   // (order_additions), zeroed with the per-head counters; the tail split's pieces store their rows.
   const bool ordered = attention_deterministic();
   Scratch done(static_cast<size_t>(p.BH) * (1 + (ordered ? 2 * tiles : 0)) * sizeof(int));
-  const TailSplitRun tail(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), tiles, p.causal, /*ordered=*/ordered);
+  // blocks of 128 keys of each key/value head; general masks: no split (plan_tail_split's causal)
+  const TailSplitRun tail(grid_x(p.BHkv(), cdiv(p.Nk, Cfg::kBlockM)), tiles, p.causal || p.opts, /*ordered=*/ordered);
   q.head_done = done.as<int>();
   if (ordered) q.add_order = q.head_done + p.BH;
   CUDA_CHECK(cudaMemsetAsync(q.head_done, 0, done.bytes(), cuda_stream()));
   launch_bob_query_ws<T, 64, QueryPass::kEF0Fused>(q, make_sweep_maps(q, 64, 64, BobQuerySm90Traits<64>::kBlockN));
   constexpr size_t smem = FusedBobSmem::total<Sweep>();
   static_assert(smem <= 227 * 1024, "shared memory");
-  auto kernel = ordered ? attention_bob_fused_ws_kernel<T, true> : attention_bob_fused_ws_kernel<T, false>;
+  auto kernel = ordered ? (p.opts ? attention_bob_fused_ws_kernel<T, true, true> : attention_bob_fused_ws_kernel<T, true, false>)
+                        : (p.opts ? attention_bob_fused_ws_kernel<T, false, true> : attention_bob_fused_ws_kernel<T, false, false>);
   set_smem(kernel, smem);
   const SweepMaps maps = make_sweep_maps(q, 64, kBN, 0);
   cudaLaunchConfig_t cfg{};

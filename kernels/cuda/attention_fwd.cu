@@ -273,10 +273,36 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_fwd_tc_
 
 // Online-softmax step of one 16 x kBN score tile (this warp's rows g and g + 8), in place:
 // s (raw scores Q·Kᵀ) becomes P = exp2(s·sl2 - m) with keys past N and (causal) after the row
-// masked out; m (log2 units) and l are updated, and alpha is the factor by which the output
-// accumulator must be rescaled (rescale_rows). Requires sl2 > 0, so the row maximum can
-// be taken over the raw scores and each entry costs one FFMA before its exp2. Tiles with no
-// masked entry (most) run a copy without the index arithmetic (with_mask).
+// masked out (softmax_scores; the general mask's overload: the keys the row does not see); m (log2
+// units) and l are updated, and alpha is the factor by which the output accumulator must be
+// rescaled (rescale_rows). Requires sl2 > 0, so the row maximum can be taken over the raw scores
+// and each entry costs one FFMA before its exp2. Tiles with no masked entry (most) run a copy
+// without the index arithmetic (with_mask). online_softmax: the statistics, once the hidden
+// entries are -inf.
+template <int kBN>
+__device__ __forceinline__ void online_softmax(float (&s)[kBN / 8][4], float (&m)[2], float (&l)[2],
+                                               float (&alpha)[2], float sl2) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
+    const float m_new = fmaxf(m[h], quad_max(mx) * sl2);
+    const float m_use = m_new == -INFINITY ? 0.f : m_new;
+    alpha[h] = fast_exp2(m[h] - m_use);
+    m[h] = m_new;
+    float row_sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+      for (int e = 2 * h; e < 2 * h + 2; ++e) {
+        s[j][e] = fast_exp2(fmaf(s[j][e], sl2, -m_use));
+        row_sum += s[j][e];
+      }
+    l[h] = l[h] * alpha[h] + row_sum;
+  }
+}
+
 template <int kBN>
 __device__ __forceinline__ void softmax_scores(float (&s)[kBN / 8][4], float (&m)[2], float (&l)[2],
                                                float (&alpha)[2], float sl2, int j0, int iw, int N, bool causal,
@@ -292,25 +318,26 @@ __device__ __forceinline__ void softmax_scores(float (&s)[kBN / 8][4], float (&m
           if (key >= N || (causal && key > row)) s[j][e] = -INFINITY;
         }
     }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
-      const float m_new = fmaxf(m[h], quad_max(mx) * sl2);
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      alpha[h] = fast_exp2(m[h] - m_use);
-      m[h] = m_new;
-      float row_sum = 0.f;
+    online_softmax<kBN>(s, m, l, alpha, sl2);
+  });
+}
+// The same under the general mask (Params::sees; rows past N see nothing).
+template <int kBN, typename T>
+__device__ __forceinline__ void softmax_scores(float (&s)[kBN / 8][4], float (&m)[2], float (&l)[2],
+                                               float (&alpha)[2], float sl2, int j0, int iw, const Params<T>& p,
+                                               int lane) {
+  with_mask(j0 < p.key_lo(iw + 15) || j0 + kBN > p.key_hi(iw), [&](auto tag) {
+    constexpr bool kMasked = decltype(tag)::value;
+    if constexpr (kMasked) {
 #pragma unroll
       for (int j = 0; j < kBN / 8; ++j)
 #pragma unroll
-        for (int e = 2 * h; e < 2 * h + 2; ++e) {
-          s[j][e] = fast_exp2(fmaf(s[j][e], sl2, -m_use));
-          row_sum += s[j][e];
+        for (int e = 0; e < 4; ++e) {
+          const int key = j0 + frag_col(lane, j, e), row = iw + frag_row(lane, e);
+          if (!p.sees(row, key)) s[j][e] = -INFINITY;
         }
-      l[h] = l[h] * alpha[h] + row_sum;
     }
+    online_softmax<kBN>(s, m, l, alpha, sl2);
   });
 }
 
@@ -392,7 +419,10 @@ __global__ void __launch_bounds__(256) fwd_merge_kernel(const Params<T> p, const
   if (t == 0) p.L_out[uc.bh * p.N + row] = (M + log2f(lsum)) * kLn2;
 }
 
-template <typename T, int kD>
+// kOpts: grouped heads, Nq != Nk or a window: K and V tiles of the query head's key/value head,
+// the band of key tiles the block's rows see (no tail split), the general mask, and rows that see
+// no key written as O = 0, L = -inf.
+template <typename T, int kD, bool kOpts>
 __global__ void __launch_bounds__(FwdSm90Traits<kD>::kThreads, 1)
     attention_fwd_ws_kernel(const Params<T> p, const __grid_constant__ CUtensorMap tmQ,
                             const __grid_constant__ CUtensorMap tmK, const __grid_constant__ CUtensorMap tmV,
@@ -413,12 +443,17 @@ __global__ void __launch_bounds__(FwdSm90Traits<kD>::kThreads, 1)
 
   // the block's unit (rows [i0, i0 + kBlockM) of head bh) and its key tiles [t0, t0 + n_tiles)
   // (split: sweep_unit, never causal)
-  const SweepUnit unit = p.causal ? sweep_unit<Cfg::kBlockM, kBN>(p.N, false) : sweep_unit<Cfg::kBlockM, kBN>(p.N, false, split);
+  const SweepUnit unit = kOpts || p.causal ? sweep_unit<Cfg::kBlockM, kBN>(p.N, false)
+                                           : sweep_unit<Cfg::kBlockM, kBN>(p.N, false, split);
   const BlockCoord bc{unit.bh, unit.blk};
   const int i0 = bc.blk * Cfg::kBlockM;
   const int bh = static_cast<int>(bc.bh);
-  const int t0 = unit.t_begin;
-  const int n_tiles = p.causal ? cdiv(min(p.N, i0 + Cfg::kBlockM), kBN) : unit.t_end - t0;
+  // kOpts: the band of key tiles the rows see (no row sees a key: one tile, all of it masked)
+  const int lo = kOpts ? p.key_lo(i0) : 0, hi = kOpts ? p.key_hi(min(i0 + Cfg::kBlockM, p.N) - 1) : 0;
+  const int t0 = kOpts ? lo / kBN : unit.t_begin;
+  const int n_tiles = kOpts ? (hi > lo ? cdiv(hi, kBN) - t0 : 1)
+                            : p.causal ? cdiv(min(p.N, i0 + Cfg::kBlockM), kBN) : unit.t_end - t0;
+  const int kvh = kOpts ? static_cast<int>(p.kv_head(bh)) : bh;  // the key/value head
   constexpr uint32_t kTileBytes = Cfg::kTileElems * 2;
   if (threadIdx.x == 0) {
     mbar_init(barQ, 1);
@@ -446,11 +481,11 @@ __global__ void __launch_bounds__(FwdSm90Traits<kD>::kThreads, 1)
         if (j >= kS) mbar_wait(&emptyK[s], ((j / kS) - 1) & 1);  // the stage's previous tile released
         mbar_expect_tx(&fullK[s], kTileBytes);
         for (int h = 0; h < kD / 64; ++h)
-          tma_load_3d(sK + s * Cfg::kTileElems + h * kBN * 64, &tmK, &fullK[s], 64 * h, (t0 + j) * kBN, bh);
+          tma_load_3d(sK + s * Cfg::kTileElems + h * kBN * 64, &tmK, &fullK[s], 64 * h, (t0 + j) * kBN, kvh);
         if (j >= kS) mbar_wait(&emptyV[s], ((j / kS) - 1) & 1);
         mbar_expect_tx(&fullV[s], kTileBytes);
         for (int h = 0; h < kD / 64; ++h)
-          tma_load_3d(sV + s * Cfg::kTileElems + h * kBN * 64, &tmV, &fullV[s], 64 * h, (t0 + j) * kBN, bh);
+          tma_load_3d(sV + s * Cfg::kTileElems + h * kBN * 64, &tmV, &fullV[s], 64 * h, (t0 + j) * kBN, kvh);
       }
     }
   } else {
@@ -489,7 +524,11 @@ __global__ void __launch_bounds__(FwdSm90Traits<kD>::kThreads, 1)
     wgmma_wait<0>();
     wgmma_fence_regs(s);
     mbar_arrive(&emptyK[0]);
-    softmax_scores<kBN>(s, m, l, alpha, sl2, t0 * kBN, iw, p.N, p.causal, lane);  // O = 0: nothing to rescale
+    auto softmax = [&](int j0) {
+      if constexpr (kOpts) softmax_scores<kBN>(s, m, l, alpha, sl2, j0, iw, p, lane);
+      else softmax_scores<kBN>(s, m, l, alpha, sl2, j0, iw, p.N, p.causal, lane);
+    };
+    softmax(t0 * kBN);  // O = 0: nothing to rescale
     tile_to_a_frags<T, kBN>(pa, s);
     auto issue_pv = [&](int j) {  // acc += P_j·V_j, issued and committed
       wgmma_fence();
@@ -507,7 +546,7 @@ __global__ void __launch_bounds__(FwdSm90Traits<kD>::kThreads, 1)
       wgmma_wait<1>();  // S_{j+1} landed (groups complete in order); P_j·V_j may still run
       wgmma_fence_regs(s);
       mbar_arrive(&emptyK[(j + 1) % kS]);
-      softmax_scores<kBN>(s, m, l, alpha, sl2, (t0 + j + 1) * kBN, iw, p.N, p.causal, lane);
+      softmax((t0 + j + 1) * kBN);
       wgmma_wait<0>();
       wgmma_fence_regs(acc);
       mbar_arrive(&emptyV[j % kS]);
@@ -532,7 +571,7 @@ __global__ void __launch_bounds__(FwdSm90Traits<kD>::kThreads, 1)
       fwd_partial_epilogue<Cfg::kBlockM, kD>(split.scratch + static_cast<int64_t>(piece) * Cfg::kBlockM * (kD + 2), acc,
                                              m, l, iw - i0, lane);
     else
-      fwd_epilogue<T, kD>(p, acc, m, l, head, iw, lane);
+      fwd_epilogue<T, kD, kOpts>(p, acc, m, l, head, iw, lane);
   }
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
@@ -555,14 +594,14 @@ template <typename T, int kD>
 void launch_fwd_sm90(const Params<T>& p) {
   using Cfg = FwdSm90Traits<kD>;
   const CUtensorMap tmQ = make_tensor_map(p.Q, p.BH, p.N, kD, 64);
-  const CUtensorMap tmK = make_tensor_map(p.K, p.BH, p.N, kD, Cfg::kBlockN);
-  const CUtensorMap tmV = make_tensor_map(p.V, p.BH, p.N, kD, Cfg::kBlockN);
-  auto kernel = attention_fwd_ws_kernel<T, kD>;
+  const CUtensorMap tmK = make_tensor_map(p.K, p.BHkv(), p.Nk, kD, Cfg::kBlockN);
+  const CUtensorMap tmV = make_tensor_map(p.V, p.BHkv(), p.Nk, kD, Cfg::kBlockN);
+  auto kernel = p.opts ? attention_fwd_ws_kernel<T, kD, true> : attention_fwd_ws_kernel<T, kD, false>;
   set_smem(kernel, Cfg::kSmemBytes);
   // pieces of at least 16 tiles of 128 keys: at N = 4096 (32 tiles), 3 pieces of 10 measured
   // 0.20-0.21 ms against 0.18 unsplit (a merge kernel and a scratch for a 0.06 ms wave)
-  const TailSplitPlan plan = plan_tail_split(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), cdiv(p.N, Cfg::kBlockN), p.causal,
-                                             tail_split_sms(), Cfg::kMinSplitTiles);
+  const TailSplitPlan plan = plan_tail_split(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), cdiv(p.N, Cfg::kBlockN),
+                                             p.causal || p.opts, tail_split_sms(), Cfg::kMinSplitTiles);
   Scratch scratch(static_cast<size_t>(plan.split_units) * plan.pieces * Cfg::kBlockM * (kD + 2) * sizeof(float));
   const TailSplit split{plan.whole, plan.pieces, plan.split_units, plan.pieces, scratch.as<float>()};
   kernel<<<split.blocks(), Cfg::kThreads, Cfg::kSmemBytes, cuda_stream()>>>(

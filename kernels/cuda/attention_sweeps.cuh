@@ -62,12 +62,13 @@ struct OwnFrags {
 template <int kD>
 struct OwnKeyFrags {
   uint32_t K[kD / 16][4], V[kD / 16][4], Kt[kD / 16][4], Vt[kD / 16][4];
+  // nk: the keys of the head (rows at or past it are zero)
   template <typename T>
-  __device__ void load(const Params<T>& p, const Present& c, int64_t hd, int jw, int lane) {
-    load_a_frags<T, kD>(K, p.K + hd, jw, p.N, lane);
-    if (c.V) load_a_frags<T, kD>(V, p.V + hd, jw, p.N, lane);
-    if (c.Kt) load_a_frags<T, kD>(Kt, p.Kt + hd, jw, p.N, lane);
-    if (c.Vt) load_a_frags<T, kD>(Vt, p.Vt + hd, jw, p.N, lane);
+  __device__ void load(const Params<T>& p, const Present& c, int64_t hd, int jw, int nk, int lane) {
+    load_a_frags<T, kD>(K, p.K + hd, jw, nk, lane);
+    if (c.V) load_a_frags<T, kD>(V, p.V + hd, jw, nk, lane);
+    if (c.Kt) load_a_frags<T, kD>(Kt, p.Kt + hd, jw, nk, lane);
+    if (c.Vt) load_a_frags<T, kD>(Vt, p.Vt + hd, jw, nk, lane);
   }
 };
 
@@ -96,12 +97,15 @@ __device__ __forceinline__ void row_scalars(const Params<T>& p, int64_t head, in
 
 // The entries of a transposed score tile Sᵀ (64 keys [j0, j0 + 64) x the kBN queries [i0, i0 + kBN)
 // of the query tile t; this warp's keys from jw) of a key-side row loop: f(j, e, P, li) for each,
-// P = exp(S - L) (0 where masked), li the query within the tile.
-template <int kBN, typename T, typename F>
+// P = exp(S - L) (0 where masked), li the query within the tile. kOpts: the general mask
+// (Params::sees).
+template <int kBN, bool kOpts = false, typename T, typename F>
 __device__ __forceinline__ void for_key_tile_entries(const float (&st)[kBN / 8][4], const Params<T>& p,
                                                      const QueryTiles& t, int i0, int j0, int jw, float sl2, int lane,
                                                      F&& f) {
-  with_mask(i0 + kBN > p.N || (p.causal && j0 + 64 - 1 > i0), [&](auto tag) {
+  const bool masked = kOpts ? i0 + kBN > p.N || i0 < p.query_lo(j0 + 63) || i0 + kBN > p.query_hi(j0)
+                            : i0 + kBN > p.N || (p.causal && j0 + 64 - 1 > i0);
+  with_mask(masked, [&](auto tag) {
     constexpr bool kMasked = decltype(tag)::value;
 #pragma unroll
     for (int j = 0; j < kBN / 8; ++j)
@@ -109,7 +113,8 @@ __device__ __forceinline__ void for_key_tile_entries(const float (&st)[kBN / 8][
       for (int e = 0; e < 4; ++e) {
         const int li = frag_col(lane, j, e);  // query within the tile
         const int key = jw + frag_row(lane, e);
-        const bool visible = !kMasked || (i0 + li < p.N && (!p.causal || key <= i0 + li));
+        const bool visible = !kMasked || (kOpts ? p.sees(i0 + li, key)
+                                                : i0 + li < p.N && (!p.causal || key <= i0 + li));
         const float P = visible ? fast_exp2(st[j][e] * sl2 - t.L[li] * kLog2e) : 0.f;
         f(j, e, P, li);
       }
@@ -118,18 +123,20 @@ __device__ __forceinline__ void for_key_tile_entries(const float (&st)[kBN / 8][
 
 // The entries of a score tile S (this warp's query rows from iw, of the warpgroup's 64 from i0 x
 // the kN keys [js, js + kN)) of a query-side row loop: f(n, e, P) for each, P = exp(S - L) (0
-// where masked; L2: L·log2e of the thread's rows g, g + 8).
-template <int kN, typename T, typename F>
+// where masked; L2: L·log2e of the thread's rows g, g + 8). kOpts: the general mask (Params::sees).
+template <int kN, bool kOpts = false, typename T, typename F>
 __device__ __forceinline__ void for_query_tile_entries(const float (&s)[kN / 8][4], const Params<T>& p, int js, int i0,
                                                        int iw, const float (&L2)[2], float sl2, int lane, F&& f) {
-  with_mask(js + kN > p.N || (p.causal && js + kN - 1 > i0), [&](auto tag) {
+  const bool masked = kOpts ? js < p.key_lo(i0 + 63) || js + kN > p.key_hi(i0)
+                            : js + kN > p.N || (p.causal && js + kN - 1 > i0);
+  with_mask(masked, [&](auto tag) {
     constexpr bool kMasked = decltype(tag)::value;
 #pragma unroll
     for (int n = 0; n < kN / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = js + frag_col(lane, n, e), row = iw + frag_row(lane, e);
-        const bool visible = !kMasked || (key < p.N && (!p.causal || key <= row));
+        const bool visible = !kMasked || (kOpts ? p.sees(row, key) : key < p.N && (!p.causal || key <= row));
         const float P = visible ? fast_exp2(s[n][e] * sl2 - L2[e / 2]) : 0.f;
         f(n, e, P);
       }
@@ -177,6 +184,7 @@ struct HopperQuerySweepWs : PingPong {
   static_assert(kSmem <= 227 * 1024, "shared memory");
   const Present c;
   OwnTiles own;
+  int k0 = 0;  // the key tile that the sweep's tile 0 is (the band of a general mask)
   T *sQ, *sdO, *sQt, *sK, *sV, *sKt, *sVt;  // an uncarved tensor's pointer aliases sQ or sK
   uint64_t *own_bar, *full, *empty;
 
@@ -203,8 +211,9 @@ struct HopperQuerySweepWs : PingPong {
     }
     mbar_fence_init();
   }
-  // The producer thread: own rows of both consumers, then key tiles [0, num_k_tiles) of head bh.
-  __device__ void produce(const SweepMaps& m, int i0, int bh, int num_k_tiles) {
+  // The producer thread: own rows of both consumers (query head bh), then key tiles
+  // [first, first + num_k_tiles) of key/value head kvh.
+  __device__ void produce(const SweepMaps& m, int i0, int bh, int kvh, int first, int num_k_tiles) {
     mbar_expect_tx(own_bar, (c.Qt ? 3 : 2) * 2 * kOwnElems * sizeof(T));
     for (int w = 0; w < 2; ++w)
       for (int h = 0; h < kD / 64; ++h) {
@@ -220,10 +229,10 @@ struct HopperQuerySweepWs : PingPong {
       mbar_expect_tx(&full[s], tile_bytes);
       for (int h = 0; h < kD / 64; ++h) {
         const int off = s * kTileElems + h * kBN * 64;
-        tma_load_3d(sK + off, &m.K, &full[s], 64 * h, kb * kBN, bh);
-        if (c.V) tma_load_3d(sV + off, &m.V, &full[s], 64 * h, kb * kBN, bh);
-        if (c.Kt) tma_load_3d(sKt + off, &m.Kt, &full[s], 64 * h, kb * kBN, bh);
-        if (c.Vt) tma_load_3d(sVt + off, &m.Vt, &full[s], 64 * h, kb * kBN, bh);
+        tma_load_3d(sK + off, &m.K, &full[s], 64 * h, (first + kb) * kBN, kvh);
+        if (c.V) tma_load_3d(sV + off, &m.V, &full[s], 64 * h, (first + kb) * kBN, kvh);
+        if (c.Kt) tma_load_3d(sKt + off, &m.Kt, &full[s], 64 * h, (first + kb) * kBN, kvh);
+        if (c.Vt) tma_load_3d(sVt + off, &m.Vt, &full[s], 64 * h, (first + kb) * kBN, kvh);
       }
     }
   }
@@ -242,22 +251,23 @@ struct HopperQuerySweepWs : PingPong {
   }
 };
 
-// Boxes of query_rows rows for Q, dO, Qt and key_rows rows for K, V, Kt, Vt (0: that group unused,
-// not encoded); absent tensors map Q's memory (never read).
+// Boxes of query_rows rows for Q, dO, Qt ((BH, N, d)) and key_rows rows for K, V, Kt, Vt ((BHkv,
+// Nk, d)) (0: that group unused, not encoded); absent tensors map Q's or K's memory (never read).
 template <typename T>
 SweepMaps make_sweep_maps(const Params<T>& p, int d, int query_rows, int key_rows) {
   SweepMaps m{};
   auto map = [&](const T* x, int rows) { return make_tensor_map(x != nullptr ? x : p.Q, p.BH, p.N, d, rows); };
+  auto kmap = [&](const T* x, int rows) { return make_tensor_map(x != nullptr ? x : p.K, p.BHkv(), p.Nk, d, rows); };
   if (query_rows > 0) {
     m.Q = map(p.Q, query_rows);
     m.dO = map(p.dO, query_rows);
     m.Qt = map(p.Qt, query_rows);
   }
   if (key_rows > 0) {
-    m.K = map(p.K, key_rows);
-    m.V = map(p.V, key_rows);
-    m.Kt = map(p.Kt, key_rows);
-    m.Vt = map(p.Vt, key_rows);
+    m.K = kmap(p.K, key_rows);
+    m.V = kmap(p.V, key_rows);
+    m.Kt = kmap(p.Kt, key_rows);
+    m.Vt = kmap(p.Vt, key_rows);
   }
   return m;
 }
@@ -271,7 +281,11 @@ SweepMaps make_sweep_maps(const Params<T>& p, int d, int query_rows, int key_row
 // bytes and need not be 16-byte aligned); a stage is full after the copy engine's bytes and the
 // warp's 32 arrivals, empty after the consumers' 256 arrivals. A stage holds kTileN tensors (2: Q,
 // dO; 3: and Qt): a Present with Qt where kTileN = 2 traps.
-template <typename T, int kD, int kBN, int kStages, int kTileN = 3>
+// The sweep's steps are numbered from q_begin. Plain (kOpts = false): step s is query tile s of
+// the query head the key block belongs to. kOpts (grouped heads, Nq != Nk, windows): the block
+// sweeps the band of nb query tiles from q_begin that see its keys, for each query head of its
+// group in turn (from query head qh0): step s is tile tile(s) of query head qh0 + member(s).
+template <typename T, int kD, int kBN, int kStages, int kTileN = 3, bool kOpts = false>
 struct HopperKeySweepWs : PingPong {
   static_assert(kBN % 32 == 0, "whole rounds of the scalar warp");
   static_assert(kTileN == 2 || kTileN == 3, "carved tensors");
@@ -282,6 +296,8 @@ struct HopperKeySweepWs : PingPong {
   static_assert(kSmem <= 227 * 1024, "shared memory");
   const Present c;
   const int q_begin;
+  int nb = 1;       // kOpts: tiles per query head
+  int64_t qh0 = 0;  // kOpts: the group's first query head
   T *sQ, *sdO, *sQt;  // sQt aliases sQ where not carved
   float* sS;  // [kStages][4][kBN]: L, D, E, F
   uint64_t *full, *empty;
@@ -305,7 +321,10 @@ struct HopperKeySweepWs : PingPong {
   }
   __device__ int stage(int qt) const { return (qt - q_begin) % kStages; }
   __device__ uint32_t round(int qt) const { return (qt - q_begin) / kStages; }
-  // Thread 0 of the producer: the query tiles [q_begin, num_q_tiles) of head bh.
+  // The query tile of step qt, and the query head (index) it belongs to (bh: the plain case's).
+  __device__ int tile(int qt) const { return kOpts ? q_begin + (qt - q_begin) % nb : qt; }
+  __device__ int64_t query_head(int qt, int64_t bh) const { return kOpts ? qh0 + (qt - q_begin) / nb : bh; }
+  // Thread 0 of the producer: the steps [q_begin, num_q_tiles) (plain: query tiles of head bh).
   __device__ void produce_tiles(const SweepMaps& m, int bh, int num_q_tiles) {
     const uint32_t bytes = (2 + int(c.Qt)) * kTileElems * sizeof(T);
     for (int qt = q_begin; qt < num_q_tiles; ++qt) {
@@ -314,20 +333,22 @@ struct HopperKeySweepWs : PingPong {
       mbar_expect_tx(&full[s], bytes);
       for (int h = 0; h < kD / 64; ++h) {
         const int off = s * kTileElems + h * kBN * 64;
-        tma_load_3d(sQ + off, &m.Q, &full[s], 64 * h, qt * kBN, bh);
-        tma_load_3d(sdO + off, &m.dO, &full[s], 64 * h, qt * kBN, bh);
-        if (c.Qt) tma_load_3d(sQt + off, &m.Qt, &full[s], 64 * h, qt * kBN, bh);
+        const int row = tile(qt) * kBN, qh = static_cast<int>(query_head(qt, bh));
+        tma_load_3d(sQ + off, &m.Q, &full[s], 64 * h, row, qh);
+        tma_load_3d(sdO + off, &m.dO, &full[s], 64 * h, row, qh);
+        if (c.Qt) tma_load_3d(sQt + off, &m.Qt, &full[s], 64 * h, row, qh);
       }
     }
   }
-  // One warp of the producer: the tiles' row scalars (0 past N).
+  // One warp of the producer: the tiles' row scalars (0 past N); head: the plain case's first row.
   __device__ void produce_scalars(const Params<T>& p, int64_t head, int num_q_tiles, int lane) {
     for (int qt = q_begin; qt < num_q_tiles; ++qt) {
       const int s = stage(qt);
       if (round(qt) > 0) mbar_wait(&empty[s], (round(qt) - 1) & 1);
       float* d = sS + s * 4 * kBN;
+      if constexpr (kOpts) head = query_head(qt, 0) * p.N;
       for (int r = lane; r < kBN; r += 32) {
-        const int i = qt * kBN + r;
+        const int i = tile(qt) * kBN + r;
         const bool ok = i < p.N;
         d[r] = ok ? p.L[head + i] : 0.f;
         d[kBN + r] = ok ? p.D[head + i] : 0.f;
@@ -518,44 +539,77 @@ __device__ __forceinline__ void ordered_add_begin(bool ordered, int c) {
 __device__ __forceinline__ void ordered_add_end(bool ordered, int c) {
   if (ordered) named_bar_arrive(kOrderAdded + c, 160);
 }
-// The producer side: a whole warp; tiles [lo, hi) of the unit blk of a head of per_head units, each
-// with kBN rows; counters: this head's and output's (one per tile); consumer(t) adds tile t's part.
-// The arrival at kOrderReady for tile t + 1 comes after the wait at kOrderAdded for tile t, so the
-// consumer has passed tile t's kOrderReady phase by then (a named barrier must not be arrived at
+// The producer side: a whole warp; the sweep's steps [lo, hi), each adding one part of kBN rows to
+// a buffer tile; counter(t): that tile's counter, position(t): the block's place among the
+// tile's adders (ordered_add_position, band_position); consumer(t) adds step t's part.
+// The arrival at kOrderReady for step t + 1 comes after the wait at kOrderAdded for step t, so the
+// consumer has passed step t's kOrderReady phase by then (a named barrier must not be arrived at
 // twice in one phase).
-template <int kBN, bool kEarly, typename Consumer>
-__device__ __forceinline__ void order_additions(int* counters, int blk, int per_head, bool causal, int lo, int hi,
+template <bool kEarly, typename Counter, typename Position, typename Consumer>
+__device__ __forceinline__ void order_additions(Counter&& counter, Position&& position, int lo, int hi,
                                                 Consumer&& consumer, int lane) {
-  auto position = [&](int t) { return ordered_add_position(blk, per_head, t, kBN, causal); };
   if constexpr (!kEarly) {
     for (int t = lo; t < hi; ++t) {
       const int c = consumer(t);
-      if (lane == 0) spin_until_at_least<32>(counters + t, position(t));
+      if (lane == 0) spin_until_at_least<32>(counter(t), position(t));
       __syncwarp();
       named_bar_arrive(kOrderReady + c, 160);
       named_bar_sync(kOrderAdded + c, 160);
-      if (lane == 0) release_increment(counters + t);
+      if (lane == 0) release_increment(counter(t));
       __syncwarp();
     }
     return;
   }
   if (lo >= hi) return;
-  if (lane == 0) spin_until_at_least<32>(counters + lo, position(lo));
+  if (lane == 0) spin_until_at_least<32>(counter(lo), position(lo));
   __syncwarp();
   named_bar_arrive(kOrderReady + consumer(lo), 160);
-  int seen = 0;  // lane 0: tile t + 1's counter, loaded while tile t's additions run
+  int seen = 0;  // lane 0: step t + 1's counter, loaded while step t's additions run
   for (int t = lo; t < hi; ++t) {
     const bool next = t + 1 < hi;
-    if (lane == 0 && next) seen = load_acquire(counters + t + 1);
+    if (lane == 0 && next) seen = load_acquire(counter(t + 1));
     named_bar_sync(kOrderAdded + consumer(t), 160);
     if (next) {
-      if (lane == 0 && seen < position(t + 1)) spin_until_at_least<32>(counters + t + 1, position(t + 1));
+      if (lane == 0 && seen < position(t + 1)) spin_until_at_least<32>(counter(t + 1), position(t + 1));
       __syncwarp();
       named_bar_arrive(kOrderReady + consumer(t + 1), 160);
     }
-    if (lane == 0) release_increment(counters + t);
+    if (lane == 0) release_increment(counter(t));
     __syncwarp();
   }
+}
+
+// ---- the band of a key block under a general mask (the kOpts key sweeps): the query tiles of kBN
+// rows [q_begin, q_begin + nb) that see some key of [j0, j0 + 128), swept for each query head of
+// the group in turn (steps = group·nb; HopperKeySweepWs::tile, query_head). A block whose keys no
+// query sees sweeps one tile, all of it masked, so that every block has a step and the bands
+// [q_begin, q_begin + nb) of a head's blocks grow with the block in both ends.
+struct KeyBand {
+  int q_begin, nb, steps;
+  int64_t qh0;  // the group's first query head
+  __device__ int tile(int s) const { return q_begin + (s - q_begin) % nb; }
+  __device__ int64_t query_head(int s) const { return qh0 + (s - q_begin) / nb; }
+};
+template <int kBN, typename T>
+__device__ __forceinline__ KeyBand key_band(const Params<T>& p, int64_t bh_kv, int j0) {
+  const int lo = p.query_lo(j0), hi = p.query_hi(min(j0 + 128, p.Nk) - 1);
+  const int q_begin = lo / kBN, nb = hi > lo ? cdiv(hi, kBN) - q_begin : 1;
+  return {q_begin, nb, p.group * nb, p.first_query_head(bh_kv)};
+}
+// The ordered additions' position of key block blk (of per_head) for query tile t of its band: the
+// blocks that add to t are those from blk up to the last whose band starts at or before t (bands
+// grow with the block), launched from the highest block down (block_coord).
+template <int kBN, typename T>
+__device__ __forceinline__ int band_position(const Params<T>& p, int blk, int per_head, int t) {
+  int lo = blk, hi = per_head - 1;  // the band of blk starts at or before t
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (p.query_lo(mid * 128) / kBN <= t)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo - blk;
 }
 
 // out_o = scale_o · the f32 buffer of output o < kOutputs (per head, the cdiv(N, kRows) tiles of
@@ -673,8 +727,8 @@ __device__ __forceinline__ void put_key_rows(float* rows, const float (&acc)[kCo
 // or, in a piece of a split unit (blocks from ts.whole on), a and b unscaled into the unit's scratch
 // rows (row jw % 128 of the unit: units start at multiples of 128 keys), added into its one slot
 // or stored into the piece's own (ts.slots).
-// kN8: d / 8 (the accumulators' first extent, deduced).
-template <typename T, int kN8>
+// kN8: d / 8 (the accumulators' first extent, deduced). kOpts: a general mask's key count Nk.
+template <bool kOpts, typename T, int kN8>
 __device__ __forceinline__ void key_rows_out(const Params<T>& p, const TailSplit& ts, int64_t head, int jw,
                                              const float (&a)[kN8][4], const float (&b)[kN8][4], float alpha1,
                                              int lane) {
@@ -693,8 +747,9 @@ __device__ __forceinline__ void key_rows_out(const Params<T>& p, const TailSplit
     return;
   }
   const float one[2] = {1.f, 1.f}, scale[2] = {alpha1, alpha1};
-  store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, a, scale, jw, p.N, lane);
-  store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, b, one, jw, p.N, lane);
+  const int nk = kOpts ? p.Nk : p.N;
+  store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, a, scale, jw, nk, lane);
+  store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, b, one, jw, nk, lane);
 }
 
 // The split units' outputs from the scratch (the sum of their slots, in order k = 0, 1, ...):
@@ -785,20 +840,30 @@ class TailSplitRun {
 
 // Warp-specialised, blocks of 128 query rows (384 threads): in each consumer warpgroup,
 // rows(sw, head, its first row, num_k_tiles, tid of 128). kOwnN, kTileN: HopperQuerySweepWs.
+// kOpts (grouped heads, Nq != Nk, windows): the key tiles of the query head's key/value head that
+// some row of the block sees, from tile sw.k0 (at least one: a block whose rows see no key sweeps
+// one tile, all of it masked).
 template <typename T, int kD, int kBN, int kStages, int kProducerRegs, int kConsumerRegs, int kOwnN = 3,
-          int kTileN = 4, typename PresentOf, typename Rows>
+          int kTileN = 4, bool kOpts = false, typename PresentOf, typename Rows>
 __device__ __forceinline__ void query_sweep_ws_block(unsigned char* smem, const Params<T>& p, const SweepMaps& maps,
                                                      PresentOf present_of, Rows&& rows) {
   HopperQuerySweepWs<T, kD, kBN, kStages, kOwnN, kTileN> sw(smem, present_of(p));
   const BlockCoord bc = block_coord(cdiv(p.N, 128));
   const int i0 = bc.blk * 128;
-  const int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + 128), kBN) : cdiv(p.N, kBN);
+  int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + 128), kBN) : cdiv(p.N, kBN);
+  int kvh = static_cast<int>(bc.bh);
+  if constexpr (kOpts) {
+    const int lo = p.key_lo(i0), hi = p.key_hi(min(i0 + 128, p.N) - 1);
+    sw.k0 = lo / kBN;
+    num_k_tiles = hi > lo ? cdiv(hi, kBN) - sw.k0 : 1;
+    kvh = static_cast<int>(p.kv_head(bc.bh));
+  }
   if (threadIdx.x == 0) sw.init_barriers();
   __syncthreads();
   const int wg = warpgroup_index();
   if (wg == 0) {
     setmaxnreg_dec<kProducerRegs>();
-    if (threadIdx.x == 0) sw.produce(maps, i0, static_cast<int>(bc.bh), num_k_tiles);
+    if (threadIdx.x == 0) sw.produce(maps, i0, static_cast<int>(bc.bh), kvh, kOpts ? sw.k0 : 0, num_k_tiles);
   } else {
     setmaxnreg_inc<kConsumerRegs>();
     sw.consume_as(wg - 1);
@@ -811,13 +876,14 @@ __device__ __forceinline__ void query_sweep_ws_block(unsigned char* smem, const 
 // Rows [j0, j0 + 64) of K, V (kN = 2) and Kt, Vt (kN = 4) into swizzled tiles of 64 rows (d = 128:
 // two 64-column halves, 64·64 elements apart) at s + i·kStride (i = 0 .. kN - 1, in that order), by
 // the 128 threads of one warpgroup (tid), made visible to wgmma for this warpgroup (barrier `bar`,
-// 128 threads); rows at or past N are zero; Kt, Vt only where present.
+// 128 threads); rows at or past nk (the head's keys) are zero; Kt, Vt only where present.
 template <typename T, int kD, int kN, int kStride>
-__device__ __forceinline__ void load_own_key_rows(T* s, const Params<T>& p, int64_t hd, int j0, int tid, int bar) {
+__device__ __forceinline__ void load_own_key_rows(T* s, const Params<T>& p, int64_t hd, int j0, int nk, int tid,
+                                                  int bar) {
   constexpr int kVecs = kD / 8;  // 16-byte vectors per row
   for (int v = tid; v < 64 * kVecs; v += 128) {
     const int r = v / kVecs, c = (v % kVecs) * 8;
-    const bool ok = j0 + r < p.N;
+    const bool ok = j0 + r < nk;
     const int64_t g = hd + static_cast<int64_t>(ok ? j0 + r : 0) * kD + c;
     const int o = swz_offset<64>(r, c);
     cp_async16(s + o, p.K + g, ok);
@@ -845,15 +911,28 @@ __device__ __forceinline__ void load_own_key_rows(T* s, const Params<T>& p, int6
 struct NoProducerExtra {
   __device__ void operator()(int, int) const {}
 };
+// kOpts (grouped heads, Nq != Nk, windows): unit.bh is a key/value head, and the block sweeps its
+// band (key_band) for each query head of the group; rows then gets the steps [q_begin,
+// num_q_tiles) of the sweep (HopperKeySweepWs::tile, query_head).
 template <typename T, int kD, int kBN, int kStages, int kProducerRegs, int kConsumerRegs, int kOwnInSmem = 0,
-          int kTileN = 3, typename PresentOf, typename Rows, typename Extra = NoProducerExtra>
+          int kTileN = 3, bool kOpts = false, typename PresentOf, typename Rows, typename Extra = NoProducerExtra>
 __device__ __forceinline__ void key_sweep_ws_block(unsigned char* smem, const Params<T>& p, const SweepMaps& maps,
                                                    const SweepUnit& unit, PresentOf present_of, Rows&& rows,
                                                    T* own_smem = nullptr, Extra&& producer_extra = {}) {
   const int j0 = unit.blk * 128;
-  const int64_t head = unit.bh * p.N;
-  const int num_q_tiles = unit.t_end, q_begin = unit.t_begin;
-  HopperKeySweepWs<T, kD, kBN, kStages, kTileN> sw(smem, present_of(p), q_begin);
+  const int64_t head = unit.bh * (kOpts ? p.Nk : p.N);
+  int num_q_tiles = unit.t_end, q_begin = unit.t_begin;
+  KeyBand band{};
+  if constexpr (kOpts) {
+    band = key_band<kBN>(p, unit.bh, j0);
+    q_begin = band.q_begin;
+    num_q_tiles = band.q_begin + band.steps;
+  }
+  HopperKeySweepWs<T, kD, kBN, kStages, kTileN, kOpts> sw(smem, present_of(p), q_begin);
+  if constexpr (kOpts) {
+    sw.nb = band.nb;
+    sw.qh0 = band.qh0;
+  }
   if (threadIdx.x == 0) sw.init_barriers();
   __syncthreads();
   const int wg = warpgroup_index();
@@ -871,14 +950,14 @@ __device__ __forceinline__ void key_sweep_ws_block(unsigned char* smem, const Pa
       // tensor i at sK + i·kStride
       constexpr int kStride = kD == 64 ? 128 * 64 : 64 * kD;
       T* const sK = own_smem + (wg - 1) * (kD == 64 ? 64 * 64 : kOwnInSmem * 64 * kD);
-      load_own_key_rows<T, kD, kOwnInSmem, kStride>(sK, p, head * kD, jc, tid, 7 + (wg - 1));
+      load_own_key_rows<T, kD, kOwnInSmem, kStride>(sK, p, head * kD, jc, kOpts ? p.Nk : p.N, tid, 7 + (wg - 1));
       const OwnKeyTiles own{make_desc_sw128(sK), make_desc_sw128(sK + kStride),
                             kOwnInSmem == 4 ? make_desc_sw128(sK + 2 * kStride) : 0,
                             kOwnInSmem == 4 ? make_desc_sw128(sK + 3 * kStride) : 0};
       rows(sw, own, head, jc, q_begin, num_q_tiles, tid);
     } else {
       OwnKeyFrags<kD> own;
-      own.load(p, sw.c, head * kD, jc + 16 * (tid / 32), tid % 32);
+      own.load(p, sw.c, head * kD, jc + 16 * (tid / 32), kOpts ? p.Nk : p.N, tid % 32);
       rows(sw, own, head, jc, q_begin, num_q_tiles, tid);
     }
     sw.ping_pong_close();

@@ -10,9 +10,11 @@
 //            specialised kernels: one producer warpgroup copies tiles by TMA into a ring of
 //            mbarrier-guarded stages, two or three consumer warpgroups run warpgroup MMAs
 //            (wgmma) on them. The backward at d = 64 and the BoB at d = 64 with all three
-//            cotangents are fused single key sweeps.
+//            cotangents are fused single key sweeps. Grouped heads, Nq != Nk and windows run
+//            on the kernels' kOpts instances (the general mask, bands of tiles, key sweeps
+//            over the group's query heads).
 //   kSm80    bf16/f16, d in {32, 64, 128}, 16-byte aligned rows, where kSm90 does not apply
-//            (A100-class cards, d = 32 anywhere, grouped heads, Nq != Nk and windows anywhere):
+//            (A100-class cards, d = 32 anywhere; kOpts instances for the options too):
 //            mma.sync.m16n8k16, cp.async double buffering.
 //   kGeneric everything else (f64, exact f32, other head dims; grouped-query heads, Nq != Nk,
 //            windows) and the GPU reference of the tests: scalar FMA in Acc (double for f64,
@@ -45,19 +47,14 @@ inline bool tc_supported(const AttentionArgs& a) {
   return true;
 }
 
-// The plain case: one key/value head per query head, Nk = Nq, the full or causal mask. The sm_90a
-// kernels take only this; grouped heads, Nq != Nk and windows run the sm_80 kernels (their kOpts
-// instances) where the tensor cores apply, else the generic ones. Empty shapes run generic.
-inline bool plain_shape(const AttentionShape& s) {
-  return s.kv_heads() == s.H && s.keys() == s.N && s.window_left < 0 && s.window_right < 0;
-}
-
+// Every family takes grouped heads, Nq != Nk and windows (Params::opts selects the kernels' kOpts
+// instances); the choice depends on dtype, head dim, alignment and the device only. Empty shapes
+// run generic.
 inline Path choose_path(const AttentionArgs& a, Level level) {
   using testing::AttentionPath;
   const AttentionPath forced = testing::attention_path();
   const bool empty = a.shape.N < 1 || a.shape.keys() < 1 || a.shape.B * a.shape.H < 1;
   if (forced == AttentionPath::kGeneric || empty || !tc_supported(a)) return Path::kGeneric;
-  if (!plain_shape(a.shape)) return Path::kSm80;
   const bool sm90 = forced == AttentionPath::kAuto && testing::sm90_path_available() &&
                     (a.shape.d == 64 || a.shape.d == 128) && (level != Level::kFwd || a.shape.scale > 0);
   return sm90 ? Path::kSm90 : Path::kSm80;

@@ -1,6 +1,6 @@
-// The CUDA attention with grouped-query heads, Nq != Nk and windows: the sm_80 kernels' general
-// mask instances (bf16/f16, d in {32, 64, 128}) and the generic kernels (everything else); the
-// sm_90a kernels take the plain case only (choose_path):
+// The CUDA attention with grouped-query heads, Nq != Nk and windows: the general-mask (kOpts)
+// instances of the sm_90a kernels (bf16/f16, d in {64, 128} on a 9.x device) and of the sm_80
+// kernels (bf16/f16, d in {32, 64, 128}), and the generic kernels (everything else) (choose_path):
 //
 //   OptionsMatchCpu    forward (O, L), backward (dQ, dK, dV) and BoB (every subset of the three
 //                      cotangents) on the GPU against the CPU kernels: f64 within 1e-12 of each
@@ -13,12 +13,15 @@
 //                      against an f64 reference from the same rounded inputs, within 2 x the error
 //                      of the composite run in the same dtype on the GPU (or 2 units of rounding).
 //   RowsWithoutKeys    rows that see no key: O = 0 and L = -inf, and their gradients exactly 0
-//                      (f64: generic kernels; bf16: the sm_80 kernels).
-//   WithinTwiceGeneric the sm_80 (mma.sync) kernels' general-mask instances, bf16/f16, d = 64 and
-//                      128, every level against the CPU's f64 within twice the error of the
-//                      generic CUDA kernels (forced) in the same dtype.
-//   Deterministic      the backward and the BoB of a grouped, windowed case: bitwise identical
-//                      across runs.
+//                      (f64: generic kernels; bf16: the sm_90a kernels on a 9.x device, else sm_80).
+//   WithinTwiceGeneric the tensor-core kernels' general-mask instances (the default path: sm_90a
+//                      on a 9.x device; and the sm_80 kernels, forced), bf16/f16, d = 64 and 128,
+//                      every level against the CPU's f64 within twice the error of the generic
+//                      CUDA kernels (forced) in the same dtype: bands of tiles cut by windows at
+//                      both ends, grouped heads up to 8 per key/value head, blocks whose rows or
+//                      keys see nothing.
+//   Deterministic      the backward and the BoB of a grouped, windowed case (the ordered additions
+//                      of the fused sweeps at d = 64 on sm_90a): bitwise identical across runs.
 #include <cmath>
 #include <limits>
 #include <string>
@@ -199,7 +202,7 @@ INSTANTIATE_TEST_SUITE_P(HeadDims, CudaAttentionOptionsLowPrecision,
 
 class CudaAttentionOptionsEmptyRows : public ::testing::TestWithParam<DType> {};
 
-// f64 runs the generic kernels, bf16 the sm_80 ones (d = 64).
+// f64 runs the generic kernels, bf16 the tensor-core ones (d = 64).
 TEST_P(CudaAttentionOptionsEmptyRows, RowsWithoutKeys) {
   GG_REQUIRE_GPU_OR_SKIP();
   // causal with Nq = 77 > Nk = 7: rows 0..69 see no key (i' = i - 70 < 0); a window of 2 on the left
@@ -226,14 +229,16 @@ TEST_P(CudaAttentionOptionsEmptyRows, RowsWithoutKeys) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaAttentionOptionsEmptyRows, ::testing::Values(DType::f64, DType::bf16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
-// The sm_80 kernels' general-mask instances (bf16/f16, d = 64 and 128) against the CPU f64
-// kernels, within twice the error of the generic CUDA kernels (forced) on the same inputs: tiles
-// of 64 rows (32 keys at d = 128) cut by windows, grouped heads up to 8 per key/value head.
-class CudaAttentionOptionsSm80 : public ::testing::TestWithParam<std::tuple<int64_t, bool>> {};
+// The tensor-core kernels' general-mask instances (bf16/f16, d = 64 and 128; the default path,
+// sm_90a on a 9.x device, and the sm_80 kernels, forced) against the CPU f64 kernels, within twice
+// the error of the generic CUDA kernels (forced) on the same inputs: tiles of 32 to 192 rows cut
+// by windows, grouped heads up to 8 per key/value head, blocks whose rows or keys see nothing.
+class CudaAttentionOptionsTensorCores : public ::testing::TestWithParam<std::tuple<int64_t, bool, bool>> {};
 
-TEST_P(CudaAttentionOptionsSm80, WithinTwiceGeneric) {
+TEST_P(CudaAttentionOptionsTensorCores, WithinTwiceGeneric) {
   GG_REQUIRE_GPU_OR_SKIP();
-  const auto [d, f16] = GetParam();
+  using kernels::cuda::testing::AttentionPath;
+  const auto [d, f16, sm80] = GetParam();
   const DType dtype = f16 ? DType::f16 : DType::bf16;
   const std::vector<OptCase> cases = {
       {"gqa8_window", 8, 1, 200, 200, d, false, 37, 50},
@@ -241,13 +246,20 @@ TEST_P(CudaAttentionOptionsSm80, WithinTwiceGeneric) {
       {"causal_nq_gt_nk_empty_rows", 2, 2, 190, 100, d, true, {}, {}},
       {"right_window_only", 2, 1, 150, 150, d, false, {}, 20},
       {"zero_width_rect", 2, 2, 70, 140, d, false, 0, 0},
+      {"gqa4_causal_window_bands", 8, 2, 700, 700, d, true, 300, {}},
+      {"gqa4_full_nq_gt_nk", 4, 1, 520, 260, d, false, {}, {}},
+      {"causal_nq_lt_nk", 2, 2, 300, 1000, d, true, {}, {}},
   };
   for (const OptCase& c : cases) {
-    const std::string what = describe(c) + " " + dtype_name(dtype);
+    const std::string what = describe(c) + " " + dtype_name(dtype) + (sm80 ? " sm80" : " default");
     const OptInputs in = opt_inputs(c, 1, 800 + d, dtype);
     const AttentionOptions o = options_of(c);
     const Levels ref = run_levels(in, o, DType::f64, Device::cpu(), 7);
-    const Levels fast = run_levels(in, o, dtype, kGpu, 7);
+    Levels fast;
+    {
+      kernels::cuda::testing::ScopedAttentionPath path(sm80 ? AttentionPath::kSm80 : AttentionPath::kAuto);
+      fast = run_levels(in, o, dtype, kGpu, 7);
+    }
     Levels slow;
     {
       kernels::cuda::testing::ScopedAttentionPath generic(kernels::cuda::testing::AttentionPath::kGeneric);
@@ -260,8 +272,8 @@ TEST_P(CudaAttentionOptionsSm80, WithinTwiceGeneric) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(HeadDims, CudaAttentionOptionsSm80,
-                         ::testing::Combine(::testing::Values<int64_t>(64, 128), ::testing::Bool()));
+INSTANTIATE_TEST_SUITE_P(HeadDims, CudaAttentionOptionsTensorCores,
+                         ::testing::Combine(::testing::Values<int64_t>(64, 128), ::testing::Bool(), ::testing::Bool()));
 
 TEST(CudaAttentionOptionsEdges, Deterministic) {
   GG_REQUIRE_GPU_OR_SKIP();
