@@ -670,7 +670,8 @@ using DqSweep128 = HopperQuerySweepWs<T, 128, BwdSm90Traits::kBlockN, BwdSm90Tra
 // registers (ptxas serialises the wgmma), so the consumers' turns (ping-pong) are what overlaps
 // one's tensor-core products with the other's elementwise work.
 // kOpts (every sm_90a kernel of the backward and the BoB): grouped heads, Nq != Nk and windows
-// (the sweeps' general mask and bands; key sweeps over key/value heads, no tail split).
+// (the sweeps' general mask and bands; key sweeps over key/value heads, split in their last wave
+// only where every band is alike: key_units_differ).
 template <typename T, bool kOpts>
 __global__ void __launch_bounds__(384, 1)
     attention_bwd_dkdv_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps,
@@ -680,9 +681,10 @@ __global__ void __launch_bounds__(384, 1)
   constexpr int kD = 128;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* const own_smem = reinterpret_cast<T*>(smem_raw + KeyOwnSmem128::offset<DkdvSweep128<T>>());
+  KeyBand band{};
+  const SweepUnit unit = key_sweep_unit<kOpts, Cfg::kBlockN>(p, split, band);
   key_sweep_ws_block<T, kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 2, 2, kOpts>(
-      smem_raw, p, maps, kOpts ? sweep_unit<128, Cfg::kBlockN>(p.Nk, false) : sweep_unit<128, Cfg::kBlockN>(p.N, p.causal, split),
-      [](const Params<T>&) { return bwd_present(); },
+      smem_raw, p, maps, unit, band, [](const Params<T>&) { return bwd_present(); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
         dkdv_rows<T, kD, kOpts>(sw, own, p, head, j0, q_begin, n, tid, split);
       },
@@ -718,11 +720,10 @@ __global__ void __launch_bounds__(384, 1)
   using Sweep = HopperKeySweepWs<T, 64, Cfg::kBlockN, Cfg::kStages>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* extra = smem_raw + FusedBwdSmem::offset<Sweep>();
-  const SweepUnit unit =
-      kOpts ? sweep_unit<128, Cfg::kBlockN>(p.Nk, false) : sweep_unit<128, Cfg::kBlockN>(p.N, p.causal, split);
-  const KeyBand band = kOpts ? key_band<Cfg::kBlockN>(p, unit.bh, unit.blk * 128) : KeyBand{};
+  KeyBand band{};
+  const SweepUnit unit = key_sweep_unit<kOpts, Cfg::kBlockN>(p, split, band);
   key_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 2, 3, kOpts>(
-      smem_raw, p, maps, unit, [](const Params<T>&) { return bwd_present(); },
+      smem_raw, p, maps, unit, band, [](const Params<T>&) { return bwd_present(); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
         dkdv_rows_pipelined<T, 64, kOpts>(
             sw, own, p, head, j0, q_begin, n, tid,
@@ -737,7 +738,7 @@ __global__ void __launch_bounds__(384, 1)
             order_additions<false>(
                 [&](int t) { return p.add_order + band.query_head(t) * tiles + band.tile(t); },
                 [&](int t) { return band_position<Cfg::kBlockN>(p, unit.blk, cdiv(p.Nk, 128), band.tile(t)); },
-                band.q_begin, band.q_begin + band.steps, [&](int t) { return (t - band.q_begin) & 1; }, lane);
+                band.lo, band.hi, [&](int t) { return (t - band.lo) & 1; }, lane);
           else
             order_additions<false>(
                 [counters = p.add_order + unit.bh * tiles](int t) { return counters + t; },
@@ -792,8 +793,8 @@ void launch_bwd_sm90_fused(const Params<T>& p) {
   auto kernel = det ? (p.opts ? attention_bwd_fused_ws_kernel<T, true, true> : attention_bwd_fused_ws_kernel<T, true, false>)
                     : (p.opts ? attention_bwd_fused_ws_kernel<T, false, true> : attention_bwd_fused_ws_kernel<T, false, false>);
   set_smem(kernel, smem);
-  // blocks of 128 keys of each key/value head; general masks: no split (plan_tail_split's causal)
-  const TailSplitRun tail(grid_x(p.BHkv(), cdiv(p.Nk, Cfg::kBlockM)), cdiv(p.N, kBN), p.causal || p.opts,
+  // blocks of 128 keys of each key/value head
+  const TailSplitRun tail(grid_x(p.BHkv(), cdiv(p.Nk, Cfg::kBlockM)), key_unit_steps(p, kBN), key_units_differ(p),
                           /*ordered=*/det);
   kernel<<<tail.split().blocks(), Cfg::kThreads, smem, cuda_stream()>>>(
       q, with_ping_pong(make_sweep_maps(p, 64, kBN, 0), Cfg::kPingPongFused), acc.as<float>(), tail.split());
@@ -813,8 +814,8 @@ void launch_bwd_sm90_two_sweeps(const Params<T>& p) {
     constexpr size_t smem = KeyOwnSmem128::total<DkdvSweep128<T>>();
     auto kernel = p.opts ? attention_bwd_dkdv_ws_kernel<T, true> : attention_bwd_dkdv_ws_kernel<T, false>;
     set_smem(kernel, smem);
-    const TailSplitRun tail(grid_x(p.BHkv(), cdiv(p.Nk, Cfg::kBlockM)), cdiv(p.N, Cfg::kBlockN), p.causal || p.opts,
-                            /*ordered=*/true, 128);
+    const TailSplitRun tail(grid_x(p.BHkv(), cdiv(p.Nk, Cfg::kBlockM)), key_unit_steps(p, Cfg::kBlockN),
+                            key_units_differ(p), /*ordered=*/true, 128);
     kernel<<<tail.split().blocks(), Cfg::kThreads, smem, cuda_stream()>>>(
         p, with_ping_pong(maps, Cfg::kPingPongDkdv), tail.split());
     CUDA_CHECK_LAUNCH();

@@ -775,7 +775,8 @@ constexpr size_t pass2_ws_smem() {
 }
 
 // kOpts (every sm_90a BoB kernel): grouped heads, Nq != Nk and windows (the sweeps' general mask
-// and bands; key sweeps over key/value heads, no tail split).
+// and bands; key sweeps over key/value heads, split in their last wave only where every band is
+// alike: key_units_differ).
 template <typename T, int kD, bool kOpts>
 __global__ void __launch_bounds__(384, 1)
     attention_bob_pass2_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps,
@@ -786,10 +787,10 @@ __global__ void __launch_bounds__(384, 1)
   constexpr int kOwnInSmem = kD == 64 ? 0 : 4;
   T* const own_smem =
       kD == 64 ? nullptr : reinterpret_cast<T*>(smem_raw + Pass2OwnSmem128::offset<Pass2SweepWs<T, kD>>());
+  KeyBand band{};
+  const SweepUnit unit = key_sweep_unit<kOpts, Cfg::kBlockN>(p, split, band);
   key_sweep_ws_block<T, kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, kOwnInSmem, 3, kOpts>(
-      smem_raw, p, maps,
-      kOpts ? sweep_unit<128, Cfg::kBlockN>(p.Nk, false) : sweep_unit<128, Cfg::kBlockN>(p.N, p.causal, split),
-      [](const Params<T>& q) { return bob_present(q); },
+      smem_raw, p, maps, unit, band, [](const Params<T>& q) { return bob_present(q); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
         with_cotangents(p, [&](auto cot) {
           pass2_rows<T, kD, Cfg::kBlockN, kOpts, decltype(cot)>(sw, own, p, head, j0, q_begin, n, tid, split);
@@ -807,9 +808,9 @@ void launch_bob_pass2_ws(const Params<T>& p, const SweepMaps& maps) {
   constexpr size_t smem = pass2_ws_smem<T, kD>();
   auto kernel = p.opts ? attention_bob_pass2_ws_kernel<T, kD, true> : attention_bob_pass2_ws_kernel<T, kD, false>;
   set_smem(kernel, smem);
-  // its last wave split, each piece storing its own rows (deterministic); general masks: no split
-  const TailSplitRun tail(grid_x(p.BHkv(), cdiv(p.Nk, Cfg::kBlockM)), cdiv(p.N, Cfg::kBlockN), p.causal || p.opts,
-                          /*ordered=*/true, kD);
+  // its last wave split, each piece storing its own rows (deterministic)
+  const TailSplitRun tail(grid_x(p.BHkv(), cdiv(p.Nk, Cfg::kBlockM)), key_unit_steps(p, Cfg::kBlockN),
+                          key_units_differ(p), /*ordered=*/true, kD);
   kernel<<<tail.split().blocks(), Cfg::kThreads, smem, cuda_stream()>>>(p, with_ping_pong(maps, false),
                                                                         tail.split());
   CUDA_CHECK_LAUNCH();
@@ -969,9 +970,8 @@ __global__ void __launch_bounds__(384, 1)
   using Sweep = HopperKeySweepWs<T, 64, Cfg::kBlockN, Cfg::kStages>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* const extra = reinterpret_cast<T*>(smem_raw + FusedBobSmem::offset<Sweep>());
-  const SweepUnit unit =
-      kOpts ? sweep_unit<128, Cfg::kBlockN>(p.Nk, false) : sweep_unit<128, Cfg::kBlockN>(p.N, p.causal, split);
-  const KeyBand band = kOpts ? key_band<Cfg::kBlockN>(p, unit.bh, unit.blk * 128) : KeyBand{};
+  KeyBand band{};
+  const SweepUnit unit = key_sweep_unit<kOpts, Cfg::kBlockN>(p, split, band);
   // launched while pass 0 may still run: its head's (kOpts: its group's heads') row scalars and
   // buffer rows must be complete (pass 0: blocks of 128 rows)
   if (p.head_done != nullptr) {
@@ -982,7 +982,7 @@ __global__ void __launch_bounds__(384, 1)
     }
   }
   key_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 4, 3, kOpts>(
-      smem_raw, p, maps, unit, [](const Params<T>& q) { return bob_present(q); },
+      smem_raw, p, maps, unit, band, [](const Params<T>& q) { return bob_present(q); },
       [&](auto& sw, const auto&, int64_t head, int j0, int q_begin, int n, int tid) {
         bob_fused_rows<T, kOrdered, kOpts>(sw, p, head, j0, q_begin, n, tid, extra, acc, split, band);
       },
@@ -994,7 +994,7 @@ __global__ void __launch_bounds__(384, 1)
             order_additions<true>(
                 [&](int t) { return p.add_order + (band.query_head(t) * 2 + w) * tiles + band.tile(t); },
                 [&](int t) { return band_position<Cfg::kBlockN>(p, unit.blk, cdiv(p.Nk, 128), band.tile(t)); },
-                band.q_begin, band.q_begin + band.steps, [w](int) { return w; }, lane);
+                band.lo, band.hi, [w](int) { return w; }, lane);
           else
             order_additions<true>(
                 [&](int t) { return p.add_order + (unit.bh * 2 + w) * tiles + t; },
@@ -1339,8 +1339,9 @@ void launch_bob_sm90_fused(const Params<T>& p) {
   // (order_additions), zeroed with the per-head counters; the tail split's pieces store their rows.
   const bool ordered = attention_deterministic();
   Scratch done(static_cast<size_t>(p.BH) * (1 + (ordered ? 2 * tiles : 0)) * sizeof(int));
-  // blocks of 128 keys of each key/value head; general masks: no split (plan_tail_split's causal)
-  const TailSplitRun tail(grid_x(p.BHkv(), cdiv(p.Nk, Cfg::kBlockM)), tiles, p.causal || p.opts, /*ordered=*/ordered);
+  // blocks of 128 keys of each key/value head
+  const TailSplitRun tail(grid_x(p.BHkv(), cdiv(p.Nk, Cfg::kBlockM)), key_unit_steps(p, kBN), key_units_differ(p),
+                          /*ordered=*/ordered);
   q.head_done = done.as<int>();
   if (ordered) q.add_order = q.head_done + p.BH;
   CUDA_CHECK(cudaMemsetAsync(q.head_done, 0, done.bytes(), cuda_stream()));

@@ -274,6 +274,30 @@ SweepMaps make_sweep_maps(const Params<T>& p, int d, int query_rows, int key_row
 
 // ------------------------------------------------------------------------ key sweeps
 
+// ---- the band of a key block under a general mask (the kOpts key sweeps): the query tiles of kBN
+// rows [q_begin, q_begin + nb) that see some key of [j0, j0 + 128), swept for each query head of
+// the group in turn (steps = group·nb). A block whose keys no query sees sweeps one tile, all of it
+// masked, so that every block has a step and the bands [q_begin, q_begin + nb) of a head's blocks
+// grow with the block at both ends (band_add_position relies on it). Step s is tile tile(s) of
+// query head query_head(s); the division by nb is a multiply-high (DivBy). The block sweeps the
+// steps [lo, hi): all of them, or a piece's run (key_unit).
+struct KeyBand {
+  int q_begin, nb, steps;
+  int64_t qh0;  // the group's first query head
+  DivBy by_nb;
+  int lo, hi;
+  __device__ int member(int s) const { return static_cast<int>(by_nb.div(static_cast<uint32_t>(s - q_begin))); }
+  __device__ int tile(int s) const { return s - member(s) * nb; }
+  __device__ int64_t query_head(int s) const { return qh0 + member(s); }
+};
+template <int kBN, typename T>
+__device__ __forceinline__ KeyBand key_band(const Params<T>& p, int64_t bh_kv, int j0) {
+  const int lo = p.query_lo(j0), hi = p.query_hi(min(j0 + 128, p.Nk) - 1);
+  const int q_begin = lo / kBN, nb = hi > lo ? cdiv(hi, kBN) - q_begin : 1;
+  return {q_begin, nb, p.group * nb, p.first_query_head(bh_kv), DivBy(static_cast<uint32_t>(nb)),
+          q_begin, q_begin + p.group * nb};
+}
+
 // Warp-specialised key sweep: blocks of 128 key rows [j0, j0 + 128); warpgroup 0 produces,
 // warpgroups 1 and 2 own 64 keys each (their own rows: key_sweep_ws_block).
 // In the producer, one thread copies the query tiles into a ring of kStages stages by bulk tensor
@@ -282,9 +306,8 @@ SweepMaps make_sweep_maps(const Params<T>& p, int d, int query_rows, int key_row
 // warp's 32 arrivals, empty after the consumers' 256 arrivals. A stage holds kTileN tensors (2: Q,
 // dO; 3: and Qt): a Present with Qt where kTileN = 2 traps.
 // The sweep's steps are numbered from q_begin. Plain (kOpts = false): step s is query tile s of
-// the query head the key block belongs to. kOpts (grouped heads, Nq != Nk, windows): the block
-// sweeps the band of nb query tiles from q_begin that see its keys, for each query head of its
-// group in turn (from query head qh0): step s is tile tile(s) of query head qh0 + member(s).
+// the query head the key block belongs to. kOpts (grouped heads, Nq != Nk, windows): step s is
+// tile band.tile(s) of query head band.query_head(s) (KeyBand).
 template <typename T, int kD, int kBN, int kStages, int kTileN = 3, bool kOpts = false>
 struct HopperKeySweepWs : PingPong {
   static_assert(kBN % 32 == 0, "whole rounds of the scalar warp");
@@ -296,8 +319,7 @@ struct HopperKeySweepWs : PingPong {
   static_assert(kSmem <= 227 * 1024, "shared memory");
   const Present c;
   const int q_begin;
-  int nb = 1;       // kOpts: tiles per query head
-  int64_t qh0 = 0;  // kOpts: the group's first query head
+  KeyBand band{};  // kOpts: the block's band
   T *sQ, *sdO, *sQt;  // sQt aliases sQ where not carved
   float* sS;  // [kStages][4][kBN]: L, D, E, F
   uint64_t *full, *empty;
@@ -322,8 +344,8 @@ struct HopperKeySweepWs : PingPong {
   __device__ int stage(int qt) const { return (qt - q_begin) % kStages; }
   __device__ uint32_t round(int qt) const { return (qt - q_begin) / kStages; }
   // The query tile of step qt, and the query head (index) it belongs to (bh: the plain case's).
-  __device__ int tile(int qt) const { return kOpts ? q_begin + (qt - q_begin) % nb : qt; }
-  __device__ int64_t query_head(int qt, int64_t bh) const { return kOpts ? qh0 + (qt - q_begin) / nb : bh; }
+  __device__ int tile(int qt) const { return kOpts ? band.tile(qt) : qt; }
+  __device__ int64_t query_head(int qt, int64_t bh) const { return kOpts ? band.query_head(qt) : bh; }
   // Thread 0 of the producer: the steps [q_begin, num_q_tiles) (plain: query tiles of head bh).
   __device__ void produce_tiles(const SweepMaps& m, int bh, int num_q_tiles) {
     const uint32_t bytes = (2 + int(c.Qt)) * kTileElems * sizeof(T);
@@ -545,71 +567,53 @@ __device__ __forceinline__ void ordered_add_end(bool ordered, int c) {
 // The arrival at kOrderReady for step t + 1 comes after the wait at kOrderAdded for step t, so the
 // consumer has passed step t's kOrderReady phase by then (a named barrier must not be arrived at
 // twice in one phase).
+// Each step's counter and position are formed once (the warp's path is the additions' critical path).
 template <bool kEarly, typename Counter, typename Position, typename Consumer>
 __device__ __forceinline__ void order_additions(Counter&& counter, Position&& position, int lo, int hi,
                                                 Consumer&& consumer, int lane) {
   if constexpr (!kEarly) {
     for (int t = lo; t < hi; ++t) {
       const int c = consumer(t);
-      if (lane == 0) spin_until_at_least<32>(counter(t), position(t));
+      int* const ctr = counter(t);
+      if (lane == 0) spin_until_at_least<32>(ctr, position(t));
       __syncwarp();
       named_bar_arrive(kOrderReady + c, 160);
       named_bar_sync(kOrderAdded + c, 160);
-      if (lane == 0) release_increment(counter(t));
+      if (lane == 0) release_increment(ctr);
       __syncwarp();
     }
     return;
   }
   if (lo >= hi) return;
-  if (lane == 0) spin_until_at_least<32>(counter(lo), position(lo));
+  int* ctr = counter(lo);
+  if (lane == 0) spin_until_at_least<32>(ctr, position(lo));
   __syncwarp();
   named_bar_arrive(kOrderReady + consumer(lo), 160);
   int seen = 0;  // lane 0: step t + 1's counter, loaded while step t's additions run
   for (int t = lo; t < hi; ++t) {
     const bool next = t + 1 < hi;
-    if (lane == 0 && next) seen = load_acquire(counter(t + 1));
+    int* const ctr_next = next ? counter(t + 1) : ctr;
+    if (lane == 0 && next) seen = load_acquire(ctr_next);
     named_bar_sync(kOrderAdded + consumer(t), 160);
     if (next) {
-      if (lane == 0 && seen < position(t + 1)) spin_until_at_least<32>(counter(t + 1), position(t + 1));
+      if (lane == 0) {
+        const int pos = position(t + 1);
+        if (seen < pos) spin_until_at_least<32>(ctr_next, pos);
+      }
       __syncwarp();
       named_bar_arrive(kOrderReady + consumer(t + 1), 160);
     }
-    if (lane == 0) release_increment(counter(t));
+    if (lane == 0) release_increment(ctr);
     __syncwarp();
+    ctr = ctr_next;
   }
 }
 
-// ---- the band of a key block under a general mask (the kOpts key sweeps): the query tiles of kBN
-// rows [q_begin, q_begin + nb) that see some key of [j0, j0 + 128), swept for each query head of
-// the group in turn (steps = group·nb; HopperKeySweepWs::tile, query_head). A block whose keys no
-// query sees sweeps one tile, all of it masked, so that every block has a step and the bands
-// [q_begin, q_begin + nb) of a head's blocks grow with the block in both ends.
-struct KeyBand {
-  int q_begin, nb, steps;
-  int64_t qh0;  // the group's first query head
-  __device__ int tile(int s) const { return q_begin + (s - q_begin) % nb; }
-  __device__ int64_t query_head(int s) const { return qh0 + (s - q_begin) / nb; }
-};
-template <int kBN, typename T>
-__device__ __forceinline__ KeyBand key_band(const Params<T>& p, int64_t bh_kv, int j0) {
-  const int lo = p.query_lo(j0), hi = p.query_hi(min(j0 + 128, p.Nk) - 1);
-  const int q_begin = lo / kBN, nb = hi > lo ? cdiv(hi, kBN) - q_begin : 1;
-  return {q_begin, nb, p.group * nb, p.first_query_head(bh_kv)};
-}
-// The ordered additions' position of key block blk (of per_head) for query tile t of its band: the
-// blocks that add to t are those from blk up to the last whose band starts at or before t (bands
-// grow with the block), launched from the highest block down (block_coord).
+// The ordered additions' position of key block blk (of per_head) for query tile t of its band
+// (kernels.h: band_add_position).
 template <int kBN, typename T>
 __device__ __forceinline__ int band_position(const Params<T>& p, int blk, int per_head, int t) {
-  int lo = blk, hi = per_head - 1;  // the band of blk starts at or before t
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (p.query_lo(mid * 128) / kBN <= t)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo - blk;
+  return band_add_position(blk, per_head, t, kBN, p.right() >= 0, p.Nk - p.N + p.right());
 }
 
 // out_o = scale_o · the f32 buffer of output o < kOutputs (per head, the cdiv(N, kRows) tiles of
@@ -692,6 +696,28 @@ __device__ __forceinline__ SweepUnit sweep_unit(int N, bool causal) {
   const BlockCoord bc = block_coord(cdiv(N, kBlock));
   return {bc.bh, bc.blk, causal ? bc.blk * kBlock / kBN : 0, cdiv(N, kBN)};
 }
+// The kOpts key sweeps' unit: key block unit.blk of key/value head unit.bh (cdiv(Nk, 128) blocks
+// per head), and its band (key_band) with the run of steps [lo, hi) that this block sweeps: all of
+// them, or, in a piece of a split unit (full masks, where every band is alike), the piece's share.
+template <int kBN, typename T>
+__device__ __forceinline__ KeyBand key_unit(const Params<T>& p, const TailSplit& ts, SweepUnit& unit) {
+  const int per_head = cdiv(p.Nk, 128);
+  const int b = static_cast<int>(blockIdx.x) - ts.whole;
+  int piece = 0, pieces = 1;
+  if (b < 0) {
+    const BlockCoord bc = block_coord(per_head);
+    unit = {bc.bh, bc.blk, 0, 0};
+  } else {
+    const BlockCoord uc = unit_coord(int64_t{ts.whole} + b / ts.pieces, per_head);
+    unit = {uc.bh, uc.blk, 0, 0};
+    piece = b % ts.pieces;
+    pieces = ts.pieces;
+  }
+  KeyBand band = key_band<kBN>(p, unit.bh, unit.blk * 128);
+  band.lo = band.q_begin + static_cast<int>(int64_t{piece} * band.steps / pieces);
+  band.hi = band.q_begin + static_cast<int>(int64_t{piece + 1} * band.steps / pieces);
+  return band;
+}
 // With the split ts (never causal).
 template <int kBlock, int kBN>
 __device__ __forceinline__ SweepUnit sweep_unit(int N, bool causal, const TailSplit& ts) {
@@ -702,6 +728,17 @@ __device__ __forceinline__ SweepUnit sweep_unit(int N, bool causal, const TailSp
   const int piece = b % ts.pieces;
   return {uc.bh, uc.blk, static_cast<int>(int64_t{piece} * tiles / ts.pieces),
           static_cast<int>(int64_t{piece + 1} * tiles / ts.pieces)};
+}
+// A key sweep's unit (blocks of 128 keys): sweep_unit, or (kOpts) key_unit with its band.
+template <bool kOpts, int kBN, typename T>
+__device__ __forceinline__ SweepUnit key_sweep_unit(const Params<T>& p, const TailSplit& ts, KeyBand& band) {
+  if constexpr (kOpts) {
+    SweepUnit unit{};
+    band = key_unit<kBN>(p, ts, unit);
+    return unit;
+  } else {
+    return sweep_unit<128, kBN>(p.N, p.causal, ts);
+  }
 }
 
 // Adds (kAdd: float2 atomics, sm_90) or stores this warp's rows of a kCols-column accumulator
@@ -797,6 +834,18 @@ inline int tail_split_sms() {
   return sms < 0 ? sm_count() : sms;
 }
 
+// The key sweeps' units for plan_tail_split: the steps of each (its query tiles; with grouped heads
+// those of every query head of the group), and whether they differ in length (a causal mask or a
+// window: then there is no split).
+template <typename T>
+int key_unit_steps(const Params<T>& p, int kBN) {
+  return p.group * cdiv(p.N, kBN);
+}
+template <typename T>
+bool key_units_differ(const Params<T>& p) {
+  return p.causal || p.wl >= 0 || p.wr >= 0;
+}
+
 // Host side: the split of `units` units of `tiles` query tiles each (plan_tail_split, kernels.h,
 // for tail_split_sms()), its scratch for key rows of d (64 or 128) columns, and
 // finish() after the sweep. ordered: each piece stores its own slot and finish() sums them in order
@@ -817,7 +866,7 @@ class TailSplitRun {
   void finish(const Params<T>& p, float scale1) const {
     if (ts_.split_units == 0) return;
     auto kernel = d_ == 128 ? rows_from_scratch_kernel<T, 128> : rows_from_scratch_kernel<T, 64>;
-    kernel<<<kScratchBlocks * ts_.split_units, 256, 0, cuda_stream()>>>(ts_.scratch, p.out1, p.out2, p.N, ts_.whole,
+    kernel<<<kScratchBlocks * ts_.split_units, 256, 0, cuda_stream()>>>(ts_.scratch, p.out1, p.out2, p.Nk, ts_.whole,
                                                                          ts_.slots, scale1);
     CUDA_CHECK_LAUNCH();
   }
@@ -911,28 +960,19 @@ __device__ __forceinline__ void load_own_key_rows(T* s, const Params<T>& p, int6
 struct NoProducerExtra {
   __device__ void operator()(int, int) const {}
 };
-// kOpts (grouped heads, Nq != Nk, windows): unit.bh is a key/value head, and the block sweeps its
-// band (key_band) for each query head of the group; rows then gets the steps [q_begin,
-// num_q_tiles) of the sweep (HopperKeySweepWs::tile, query_head).
+// kOpts (grouped heads, Nq != Nk, windows): unit.bh is a key/value head and band its key block's
+// band (key_unit); rows then gets the steps [band.lo, band.hi) of the sweep
+// (HopperKeySweepWs::tile, query_head).
 template <typename T, int kD, int kBN, int kStages, int kProducerRegs, int kConsumerRegs, int kOwnInSmem = 0,
           int kTileN = 3, bool kOpts = false, typename PresentOf, typename Rows, typename Extra = NoProducerExtra>
 __device__ __forceinline__ void key_sweep_ws_block(unsigned char* smem, const Params<T>& p, const SweepMaps& maps,
-                                                   const SweepUnit& unit, PresentOf present_of, Rows&& rows,
-                                                   T* own_smem = nullptr, Extra&& producer_extra = {}) {
+                                                   const SweepUnit& unit, const KeyBand& band, PresentOf present_of,
+                                                   Rows&& rows, T* own_smem = nullptr, Extra&& producer_extra = {}) {
   const int j0 = unit.blk * 128;
   const int64_t head = unit.bh * (kOpts ? p.Nk : p.N);
-  int num_q_tiles = unit.t_end, q_begin = unit.t_begin;
-  KeyBand band{};
-  if constexpr (kOpts) {
-    band = key_band<kBN>(p, unit.bh, j0);
-    q_begin = band.q_begin;
-    num_q_tiles = band.q_begin + band.steps;
-  }
+  const int num_q_tiles = kOpts ? band.hi : unit.t_end, q_begin = kOpts ? band.lo : unit.t_begin;
   HopperKeySweepWs<T, kD, kBN, kStages, kTileN, kOpts> sw(smem, present_of(p), q_begin);
-  if constexpr (kOpts) {
-    sw.nb = band.nb;
-    sw.qh0 = band.qh0;
-  }
+  if constexpr (kOpts) sw.band = band;
   if (threadIdx.x == 0) sw.init_barriers();
   __syncthreads();
   const int wg = warpgroup_index();

@@ -61,6 +61,49 @@ constexpr int ordered_add_position(int blk, int per_head, int t, int tile_rows, 
   return rank - (per_head - 1 - last);
 }
 
+// The same under a general mask (grouped heads, Nq != Nk, windows: the key sweeps' bands,
+// attention_sweeps.cuh KeyBand). Key block b's band of query tiles starts at tile
+// max(0, 128·b - c) / tile_rows with c = Nk - Nq + right, right the mask's right bound (0 causal;
+// right_bounded false: no bound, every band starts at tile 0), and the bands grow with b at both
+// ends, so the units adding to tile t are blk up to the last b whose band starts at or before t.
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+constexpr int band_add_position(int blk, int per_head, int t, int tile_rows, bool right_bounded, int c) {
+  if (!right_bounded) return per_head - 1 - blk;
+  const int num = (t + 1) * tile_rows + c - 1;  // the last b has 128·b <= num
+  const int last = num >= 0 ? num / 128 : -1;
+  const int hi = last < per_head - 1 ? last : per_head - 1;
+  return (hi > blk ? hi : blk) - blk;
+}
+
+// n / d for 0 <= n < 2^31 by a multiply-high and a shift (the key sweeps' steps into query head
+// and tile, per step): for d > 1, l = ceil(log2 d), mul = ceil(2^(31 + l) / d), n / d =
+// (n·mul) >> (31 + l); the rounding error of mul adds less than n / 2^(31 + l) < 1 / d to n / d,
+// too little to reach the next integer.
+struct DivBy {
+  uint32_t d = 1, mul = 0;
+  int shift = 0;
+  DivBy() = default;
+#if defined(__CUDACC__)
+  __host__ __device__
+#endif
+  explicit DivBy(uint32_t divisor) : d(divisor) {
+    if (d <= 1) return;
+    int l = 0;
+    while ((uint32_t{1} << l) < d) ++l;
+    mul = static_cast<uint32_t>(((uint64_t{1} << (31 + l)) + d - 1) / d);
+    shift = l - 1;
+  }
+#if defined(__CUDACC__)
+  __host__ __device__
+#endif
+  uint32_t div(uint32_t n) const {
+    if (d <= 1) return n;
+    return static_cast<uint32_t>((uint64_t{n} * mul) >> 32) >> shift;
+  }
+};
+
 // Test-only hooks: which kernel family the attention calls take, and the SM count the tail split
 // plans for. Not part of the library's interface; tests/gpu uses them to run the sm_80 kernels
 // and the generic kernels on any device and to split the last wave of a small problem.

@@ -30,7 +30,8 @@
 //                          2 x the sm_80 BoB's error; grad_K and grad_V (the E/F BoB: all four)
 //                          bitwise equal in both orders; the ordered ones bitwise equal across runs.
 //   TailSplitPlan          (no GPU needed) the split of the fused sweeps' last wave for known shapes.
-//   OrderedAddPositions    (no GPU needed) the fused sweeps' units take turns 0, 1, ... per tile.
+//   OrderedAddPositions    (no GPU needed) the fused sweeps' units take turns 0, 1, ... per tile;
+//   BandAddPositions       likewise under general masks; DivByMatchesDivision: the bands' divider.
 //   HopperFusedTailSplit   the key sweeps with their last wave split (planned for 20 SMs), fused
 //                          and deterministic: every output within 2 x the unsplit deterministic
 //                          kernels' error; the deterministic ones bitwise equal across runs.
@@ -806,6 +807,70 @@ TEST(CudaAttention, OrderedAddPositions) {
           EXPECT_GT(next, 0) << "N=" << N << " t=" << t << ": no unit reaches the tile";
         }
       }
+}
+
+// The same under general masks (kernels.h: band_add_position), no GPU needed: key block b's band
+// of query tiles is formed here from the mask's definition (query i sees key j when
+// i' - window_left <= j <= i' + right, i' = i + Nk - Nq; a band that no query reaches is the one
+// tile where its first query would be, as key_band makes it); for every tile, the blocks whose
+// band holds it take the positions 0, 1, ... in launch order.
+TEST(CudaAttention, BandAddPositions) {
+  using kernels::cuda::band_add_position;
+  struct Mask {
+    int nq, nk, wl, wr;  // -1: unbounded
+    bool causal;
+  };
+  const std::vector<Mask> masks = {
+      {300, 300, -1, -1, false}, {300, 300, -1, -1, true},  {200, 1000, -1, -1, true}, {1000, 200, -1, -1, true},
+      {700, 700, 300, -1, true}, {500, 900, 40, 10, false}, {640, 640, 0, 0, false},   {900, 500, -1, 30, false},
+      {129, 1000, 5, -1, true},  {1000, 129, 0, 0, false}};
+  for (const Mask& m : masks)
+    for (int tile_rows : {32, 64}) {
+      const int right = m.causal ? 0 : m.wr;  // -1: none
+      const int shift = m.nk - m.nq, per_head = (m.nk + 127) / 128, tiles = (m.nq + tile_rows - 1) / tile_rows;
+      auto sees = [&](int i, int j) {
+        const int a = i + shift;
+        return (m.wl < 0 || j >= a - m.wl) && (right < 0 || j <= a + right);
+      };
+      std::vector<int> first(per_head), end(per_head);  // band [first, end) of each block
+      for (int b = 0; b < per_head; ++b) {
+        int lo = -1, hi = -1;
+        for (int i = 0; i < m.nq; ++i)
+          for (int j = 128 * b; j < std::min(128 * b + 128, m.nk); ++j)
+            if (sees(i, j)) {
+              if (lo < 0) lo = i;
+              hi = i;
+              break;
+            }
+        const int query_lo = right < 0 ? 0 : std::max(0, 128 * b - shift - right);
+        first[b] = (lo < 0 ? query_lo : lo) / tile_rows;
+        end[b] = lo < 0 ? first[b] + 1 : hi / tile_rows + 1;
+      }
+      int checked = 0;
+      for (int t = 0; t < tiles; ++t) {
+        int next = 0;
+        for (int blk = per_head - 1; blk >= 0; --blk) {  // launch order within the head
+          if (t < first[blk] || t >= end[blk]) continue;
+          EXPECT_EQ(band_add_position(blk, per_head, t, tile_rows, right >= 0, shift + std::max(right, 0)), next)
+              << "Nq=" << m.nq << " Nk=" << m.nk << " wl=" << m.wl << " wr=" << m.wr << " causal=" << m.causal
+              << " tile_rows=" << tile_rows << " t=" << t << " blk=" << blk;
+          ++next;
+        }
+        checked += next;
+      }
+      EXPECT_GE(checked, per_head) << "Nq=" << m.nq << " Nk=" << m.nk << ": every block adds somewhere";
+    }
+}
+
+// DivBy (the key sweeps' steps into query head and tile) against integer division.
+TEST(CudaAttention, DivByMatchesDivision) {
+  using kernels::cuda::DivBy;
+  std::vector<uint32_t> ns = {0, 1, 2, 3, 127, 128, 129, 4095, 65535, 65536, 1u << 20, (1u << 31) - 1};
+  for (uint32_t n = 0; n < 5000; ++n) ns.push_back(n * 7919u % 100003u);
+  for (uint32_t d : {1u, 2u, 3u, 5u, 7u, 31u, 32u, 33u, 100u, 127u, 128u, 129u, 1000u, 4097u, 65537u, 1u << 20}) {
+    const DivBy by(d);
+    for (uint32_t n : ns) ASSERT_EQ(by.div(n), n / d) << n << " / " << d;
+  }
 }
 
 // The key sweeps with their last wave split: B = 2, H = 3, N = 1000 are 48 units of 128 keys,

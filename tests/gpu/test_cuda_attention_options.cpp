@@ -22,6 +22,8 @@
 //                      keys see nothing.
 //   Deterministic      the backward and the BoB of a grouped, windowed case (the ordered additions
 //                      of the fused sweeps at d = 64 on sm_90a): bitwise identical across runs.
+//   GroupedTailSplit   grouped heads with the key sweeps' last wave split (full masks): within
+//                      twice the unsplit error, bitwise reproducible, atomic mode too.
 #include <cmath>
 #include <limits>
 #include <string>
@@ -274,6 +276,39 @@ TEST_P(CudaAttentionOptionsTensorCores, WithinTwiceGeneric) {
 
 INSTANTIATE_TEST_SUITE_P(HeadDims, CudaAttentionOptionsTensorCores,
                          ::testing::Combine(::testing::Values<int64_t>(64, 128), ::testing::Bool(), ::testing::Bool()));
+
+// The key sweeps of grouped heads with their last wave split (full masks, where every key block
+// sweeps the same steps; kernels.h, testing::ScopedTailSplitSms): B = 2, Hkv = 2, Nk = 1000 are 32
+// units of 128 keys, planned for 12 SMs (the plan is asserted), with Hq = 6 and Nq = 1000 or 700.
+// Every level against the CPU f64 within twice the unsplit run's error; two split runs bitwise
+// equal (the pieces' rows are summed in a fixed order); atomic mode within the same bound.
+TEST(CudaAttentionOptionsEdges, GroupedTailSplit) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  using kernels::cuda::testing::ScopedTailSplitSms;
+  constexpr int kSms = 12;
+  for (int tiles : {3 * 16, 3 * 32, 3 * 11, 3 * 22})  // steps per unit: backward (64 rows), BoB (32)
+    ASSERT_GT(kernels::cuda::plan_tail_split(32, tiles, false, kSms).split_units, 0) << tiles;
+  for (int64_t nq : {1000, 700})
+    for (int64_t d : {64, 128}) {
+      const OptCase c{"gqa3_split", 6, 2, nq, 1000, d, false, {}, {}};
+      const std::string what = describe(c);
+      const OptInputs in = opt_inputs(c, 2, 900 + d + nq, DType::bf16);
+      const AttentionOptions o = options_of(c);
+      const Levels ref = run_levels(in, o, DType::f64, Device::cpu(), 7);
+      const Levels whole = run_levels(in, o, DType::bf16, kGpu, 7);
+      ScopedTailSplitSms split(kSms);
+      const Levels a = run_levels(in, o, DType::bf16, kGpu, 7), b = run_levels(in, o, DType::bf16, kGpu, 7);
+      EXPECT_EQ(a.bwd, b.bwd) << what;
+      EXPECT_EQ(a.bob, b.bob) << what;
+      expect_family_within(a.bwd, whole.bwd, ref.bwd, DType::bf16, what + " split bwd");
+      expect_family_within(a.bob, whole.bob, ref.bob, DType::bf16, what + " split bob");
+      gg::set_attention_deterministic(false);
+      const Levels any = run_levels(in, o, DType::bf16, kGpu, 7);
+      gg::set_attention_deterministic(true);
+      expect_family_within(any.bwd, whole.bwd, ref.bwd, DType::bf16, what + " split atomic bwd");
+      expect_family_within(any.bob, whole.bob, ref.bob, DType::bf16, what + " split atomic bob");
+    }
+}
 
 TEST(CudaAttentionOptionsEdges, Deterministic) {
   GG_REQUIRE_GPU_OR_SKIP();
