@@ -97,8 +97,8 @@ __device__ __forceinline__ Acc neg_inf() {
 // the gradients of Q and dO) are X[(bh * N + i) * d + c] for bh < BH = B·H, row i < N, column
 // c < d; key-side tensors (K, V, Kt, Vt and their gradients) X[(bh_kv * Nk + j) * d + c] with
 // bh_kv < B·Hkv, Hkv = H / group (query head h reads key/value head h / group); row scalars
-// R[bh * N + i]. The tensor-core paths take the plain case only (group 1, Nk = N, no window:
-// choose_path); the generic kernels take every shape and mask.
+// R[bh * N + i]. Every path takes every shape and mask: opts selects the kernels' general-mask
+// (kOpts) instances where the plain ones (group 1, Nk = N, the full or causal mask) do not apply.
 template <typename T>
 struct Params {
   using Acc = typename Elem<T>::Acc;

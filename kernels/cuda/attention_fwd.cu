@@ -11,10 +11,9 @@
 // per query row a running max m, a running sum l = Σ exp(S - m) and an accumulator
 // acc = Σ exp(S - m)·V_j, rescaled by exp(m_old - m_new) when the max grows. At the end
 // O = acc / l and L = m + log(l). Causal: key blocks after the query block are never loaded;
-// the diagonal block is masked entry by entry. On the tensor-core paths (the plain case) every
-// row sees key 0, so l > 0 at the end; the generic kernel also takes grouped heads, Nq != Nk and
-// windows (key tiles outside a block's band are never loaded) and gives a row without keys
-// O = 0, L = -inf.
+// the diagonal block is masked entry by entry. In the plain case every row sees key 0, so l > 0
+// at the end; with grouped heads, Nq != Nk and windows (every kernel's kOpts instance) key tiles
+// outside a block's band are never loaded and a row without keys gets O = 0, L = -inf.
 //
 // Three paths (attention_traits.cuh: choose_path, and the tile constants of each kernel):
 //
