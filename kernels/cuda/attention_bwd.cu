@@ -793,9 +793,7 @@ void launch_bwd_sm90_fused(const Params<T>& p) {
   auto kernel = det ? (p.opts ? attention_bwd_fused_ws_kernel<T, true, true> : attention_bwd_fused_ws_kernel<T, true, false>)
                     : (p.opts ? attention_bwd_fused_ws_kernel<T, false, true> : attention_bwd_fused_ws_kernel<T, false, false>);
   set_smem(kernel, smem);
-  // blocks of 128 keys of each key/value head
-  const TailSplitRun tail(grid_x(p.BHkv(), cdiv(p.Nk, Cfg::kBlockM)), key_unit_steps(p, kBN), key_units_differ(p),
-                          /*ordered=*/det);
+  const TailSplitRun tail = TailSplitRun::for_key_sweep(p, kBN, /*ordered=*/det, 64);
   kernel<<<tail.split().blocks(), Cfg::kThreads, smem, cuda_stream()>>>(
       q, with_ping_pong(make_sweep_maps(p, 64, kBN, 0), Cfg::kPingPongFused), acc.as<float>(), tail.split());
   CUDA_CHECK_LAUNCH();
@@ -814,8 +812,7 @@ void launch_bwd_sm90_two_sweeps(const Params<T>& p) {
     constexpr size_t smem = KeyOwnSmem128::total<DkdvSweep128<T>>();
     auto kernel = p.opts ? attention_bwd_dkdv_ws_kernel<T, true> : attention_bwd_dkdv_ws_kernel<T, false>;
     set_smem(kernel, smem);
-    const TailSplitRun tail(grid_x(p.BHkv(), cdiv(p.Nk, Cfg::kBlockM)), key_unit_steps(p, Cfg::kBlockN),
-                            key_units_differ(p), /*ordered=*/true, 128);
+    const TailSplitRun tail = TailSplitRun::for_key_sweep(p, Cfg::kBlockN, /*ordered=*/true, 128);
     kernel<<<tail.split().blocks(), Cfg::kThreads, smem, cuda_stream()>>>(
         p, with_ping_pong(maps, Cfg::kPingPongDkdv), tail.split());
     CUDA_CHECK_LAUNCH();

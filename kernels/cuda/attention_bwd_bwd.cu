@@ -809,8 +809,7 @@ void launch_bob_pass2_ws(const Params<T>& p, const SweepMaps& maps) {
   auto kernel = p.opts ? attention_bob_pass2_ws_kernel<T, kD, true> : attention_bob_pass2_ws_kernel<T, kD, false>;
   set_smem(kernel, smem);
   // its last wave split, each piece storing its own rows (deterministic)
-  const TailSplitRun tail(grid_x(p.BHkv(), cdiv(p.Nk, Cfg::kBlockM)), key_unit_steps(p, Cfg::kBlockN),
-                          key_units_differ(p), /*ordered=*/true, kD);
+  const TailSplitRun tail = TailSplitRun::for_key_sweep(p, Cfg::kBlockN, /*ordered=*/true, kD);
   kernel<<<tail.split().blocks(), Cfg::kThreads, smem, cuda_stream()>>>(p, with_ping_pong(maps, false),
                                                                         tail.split());
   CUDA_CHECK_LAUNCH();
@@ -1339,9 +1338,7 @@ void launch_bob_sm90_fused(const Params<T>& p) {
   // (order_additions), zeroed with the per-head counters; the tail split's pieces store their rows.
   const bool ordered = attention_deterministic();
   Scratch done(static_cast<size_t>(p.BH) * (1 + (ordered ? 2 * tiles : 0)) * sizeof(int));
-  // blocks of 128 keys of each key/value head
-  const TailSplitRun tail(grid_x(p.BHkv(), cdiv(p.Nk, Cfg::kBlockM)), key_unit_steps(p, kBN), key_units_differ(p),
-                          /*ordered=*/ordered);
+  const TailSplitRun tail = TailSplitRun::for_key_sweep(p, kBN, /*ordered=*/ordered, 64);
   q.head_done = done.as<int>();
   if (ordered) q.add_order = q.head_done + p.BH;
   CUDA_CHECK(cudaMemsetAsync(q.head_done, 0, done.bytes(), cuda_stream()));

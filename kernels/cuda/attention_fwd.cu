@@ -635,6 +635,16 @@ std::atomic<int> g_tail_split_sms{-1};  // -1: the device's SM count
 void set_attention_deterministic(bool deterministic) { g_deterministic = deterministic; }
 bool attention_deterministic() { return g_deterministic; }
 
+TailSplitPlan plan_group_split(int64_t units, int group, int sms) {
+  const TailSplitPlan none{static_cast<int>(units), 1, 0};
+  if (group <= 1 || sms <= 0 || units < 1 || units >= 2 * int64_t{sms}) return none;
+  const int64_t want = (4 * int64_t{sms} + units - 1) / units;
+  int pieces = 1;
+  for (int p = 2; p <= group && p <= want; ++p)
+    if (group % p == 0) pieces = p;
+  return pieces <= 1 ? none : TailSplitPlan{0, pieces, static_cast<int>(units)};
+}
+
 TailSplitPlan plan_tail_split(int64_t units, int tiles, bool causal, int sms, int min_tiles) {
   const TailSplitPlan none{static_cast<int>(units), 1, 0};
   if (sms <= 0 || causal || units <= sms || units % sms == 0) return none;

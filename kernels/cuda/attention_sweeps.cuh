@@ -834,13 +834,7 @@ inline int tail_split_sms() {
   return sms < 0 ? sm_count() : sms;
 }
 
-// The key sweeps' units for plan_tail_split: the steps of each (its query tiles; with grouped heads
-// those of every query head of the group), and whether they differ in length (a causal mask or a
-// window: then there is no split).
-template <typename T>
-int key_unit_steps(const Params<T>& p, int kBN) {
-  return p.group * cdiv(p.N, kBN);
-}
+// Whether the key sweeps' units (blocks of 128 keys) differ in length: a causal mask or a window.
 template <typename T>
 bool key_units_differ(const Params<T>& p) {
   return p.causal || p.wl >= 0 || p.wr >= 0;
@@ -853,13 +847,25 @@ bool key_units_differ(const Params<T>& p) {
 class TailSplitRun {
  public:
   TailSplitRun(int64_t units, int tiles, bool causal, bool ordered = false, int d = 64)
-      : ts_(plan(units, tiles, causal, ordered)),
+      : TailSplitRun(plan_tail_split(units, tiles, causal, tail_split_sms()), ordered, d) {}
+  TailSplitRun(const TailSplitPlan& t, bool ordered, int d)
+      : ts_{t.whole, t.pieces, t.split_units, ordered ? t.pieces : 1, nullptr},
         d_(d),
         scratch_(static_cast<size_t>(ts_.split_units) * ts_.slots * 2 * 128 * d * sizeof(float)) {
     if (ts_.split_units > 0) {
       ts_.scratch = scratch_.as<float>();
       if (ts_.slots == 1) CUDA_CHECK(cudaMemsetAsync(ts_.scratch, 0, scratch_.bytes(), cuda_stream()));
     }
+  }
+  // The split of a key sweep with query tiles of kBN rows (blocks of 128 keys of each key/value
+  // head): of its last wave where every unit sweeps the same steps (those of every query head of
+  // the group), else, for grouped heads, of every unit where they are few (plan_group_split).
+  template <typename T>
+  static TailSplitRun for_key_sweep(const Params<T>& p, int kBN, bool ordered, int d) {
+    const int64_t units = p.BHkv() * cdiv(p.Nk, 128);
+    return TailSplitRun(key_units_differ(p) ? plan_group_split(units, p.group, tail_split_sms())
+                                            : plan_tail_split(units, p.group * cdiv(p.N, kBN), false, tail_split_sms()),
+                        ordered, d);
   }
   const TailSplit& split() const { return ts_; }
   template <typename T>
@@ -872,10 +878,6 @@ class TailSplitRun {
   }
 
  private:
-  static TailSplit plan(int64_t units, int tiles, bool causal, bool ordered) {
-    const TailSplitPlan t = plan_tail_split(units, tiles, causal, tail_split_sms());
-    return {t.whole, t.pieces, t.split_units, ordered ? t.pieces : 1, nullptr};
-  }
   TailSplit ts_;
   int d_;
   Scratch scratch_;

@@ -44,6 +44,15 @@ struct TailSplitPlan {
   int whole, pieces, split_units;
 };
 TailSplitPlan plan_tail_split(int64_t units, int tiles, bool causal, int sms, int min_tiles = 8);
+// The key sweeps of grouped heads whose units differ in length (a causal mask or a window: a unit
+// near the start of a causal sequence sweeps it all, once per query head of the group): with
+// fewer than 2 units per SM the longest units decide the time, so every unit is swept as
+// `pieces` pieces, the largest divisor of group up to ceil(4·sms / units): each piece then takes
+// whole query heads of the group, and the pieces of all units meet the query heads in the same
+// order, as the fused sweeps' ordered additions need to run without waits (pieces cut inside a
+// head measured 2x slower; at 3.9 units per SM, 2 pieces gained 7% at Hkv 4, N 16K and lost 3% at
+// Hkv 1, N 64K, so there is no split from 2 units per SM up). Else none.
+TailSplitPlan plan_group_split(int64_t units, int group, int sms);
 
 // The position of key unit blk (of per_head units of 128 keys in its head, launched in the order
 // blk = per_head - 1, ..., 0) among the units that add a part to the buffer tile t (rows

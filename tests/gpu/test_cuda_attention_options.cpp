@@ -277,37 +277,61 @@ TEST_P(CudaAttentionOptionsTensorCores, WithinTwiceGeneric) {
 INSTANTIATE_TEST_SUITE_P(HeadDims, CudaAttentionOptionsTensorCores,
                          ::testing::Combine(::testing::Values<int64_t>(64, 128), ::testing::Bool(), ::testing::Bool()));
 
-// The key sweeps of grouped heads with their last wave split (full masks, where every key block
-// sweeps the same steps; kernels.h, testing::ScopedTailSplitSms): B = 2, Hkv = 2, Nk = 1000 are 32
-// units of 128 keys, planned for 12 SMs (the plan is asserted), with Hq = 6 and Nq = 1000 or 700.
-// Every level against the CPU f64 within twice the unsplit run's error; two split runs bitwise
-// equal (the pieces' rows are summed in a fixed order); atomic mode within the same bound.
+// The key sweeps of grouped heads split into pieces (kernels.h, testing::ScopedTailSplitSms):
+// B = 2, Hkv = 2, Nk = 1000 are 32 units of 128 keys, planned for 20 SMs (the plans are asserted),
+// with Hq = 8 and Nq = 1000 or 700. Full masks (every unit sweeps the same steps): the last wave
+// split; causal and windowed (units of different lengths): every unit in 2 pieces of two query
+// heads each. The unsplit runs are planned for 8 SMs (32 units: 4 per SM, no split of either
+// kind). Every level against the CPU f64 within twice the unsplit run's error; two split runs
+// bitwise equal (the pieces' rows are summed in a fixed order); atomic mode within the same bound.
 TEST(CudaAttentionOptionsEdges, GroupedTailSplit) {
   GG_REQUIRE_GPU_OR_SKIP();
   using kernels::cuda::testing::ScopedTailSplitSms;
-  constexpr int kSms = 12;
-  for (int tiles : {3 * 16, 3 * 32, 3 * 11, 3 * 22})  // steps per unit: backward (64 rows), BoB (32)
+  constexpr int kSms = 20, kWholeSms = 8;
+  for (int tiles : {4 * 16, 4 * 32, 4 * 11, 4 * 22}) {  // steps per unit: backward (64 rows), BoB (32)
     ASSERT_GT(kernels::cuda::plan_tail_split(32, tiles, false, kSms).split_units, 0) << tiles;
-  for (int64_t nq : {1000, 700})
-    for (int64_t d : {64, 128}) {
-      const OptCase c{"gqa3_split", 6, 2, nq, 1000, d, false, {}, {}};
-      const std::string what = describe(c);
-      const OptInputs in = opt_inputs(c, 2, 900 + d + nq, DType::bf16);
-      const AttentionOptions o = options_of(c);
-      const Levels ref = run_levels(in, o, DType::f64, Device::cpu(), 7);
-      const Levels whole = run_levels(in, o, DType::bf16, kGpu, 7);
-      ScopedTailSplitSms split(kSms);
-      const Levels a = run_levels(in, o, DType::bf16, kGpu, 7), b = run_levels(in, o, DType::bf16, kGpu, 7);
-      EXPECT_EQ(a.bwd, b.bwd) << what;
-      EXPECT_EQ(a.bob, b.bob) << what;
-      expect_family_within(a.bwd, whole.bwd, ref.bwd, DType::bf16, what + " split bwd");
-      expect_family_within(a.bob, whole.bob, ref.bob, DType::bf16, what + " split bob");
-      gg::set_attention_deterministic(false);
-      const Levels any = run_levels(in, o, DType::bf16, kGpu, 7);
-      gg::set_attention_deterministic(true);
-      expect_family_within(any.bwd, whole.bwd, ref.bwd, DType::bf16, what + " split atomic bwd");
-      expect_family_within(any.bob, whole.bob, ref.bob, DType::bf16, what + " split atomic bob");
+    ASSERT_EQ(kernels::cuda::plan_tail_split(32, tiles, false, kWholeSms).split_units, 0) << tiles;
+  }
+  const auto group = kernels::cuda::plan_group_split(32, 4, kSms);
+  ASSERT_EQ(group.whole, 0);
+  ASSERT_EQ(group.split_units, 32);
+  ASSERT_EQ(group.pieces, 2);
+  ASSERT_EQ(kernels::cuda::plan_group_split(32, 4, kWholeSms).split_units, 0);
+  EXPECT_EQ(kernels::cuda::plan_group_split(32, 1, kSms).split_units, 0);  // no group: no split
+  EXPECT_EQ(kernels::cuda::plan_group_split(32, 5, kSms).split_units, 0);  // no divisor of 5 up to 3
+  EXPECT_EQ(kernels::cuda::plan_group_split(40, 4, kSms).split_units, 0);  // 2 units per SM
+  EXPECT_EQ(kernels::cuda::plan_group_split(39, 4, kSms).pieces, 2);
+  EXPECT_EQ(kernels::cuda::plan_group_split(128, 16, 132).pieces, 4);      // wants 5: 4 divides 16
+  EXPECT_EQ(kernels::cuda::plan_group_split(512, 4, 132).split_units, 0);  // Hkv 4, N 16K on an H200
+  const std::vector<OptCase> cases = {
+      {"gqa4_split", 8, 2, 1000, 1000, 64, false, {}, {}},
+      {"gqa4_split", 8, 2, 700, 1000, 128, false, {}, {}},
+      {"gqa4_causal_split", 8, 2, 1000, 1000, 64, true, {}, {}},
+      {"gqa4_causal_split", 8, 2, 700, 1000, 128, true, {}, {}},
+      {"gqa4_window_split", 8, 2, 1000, 1000, 64, true, 200, {}},
+      {"gqa4_window_split", 8, 2, 1000, 1000, 128, false, 150, 60}};
+  for (const OptCase& c : cases) {
+    const std::string what = describe(c);
+    const OptInputs in = opt_inputs(c, 2, 900 + c.d + c.Nq, DType::bf16);
+    const AttentionOptions o = options_of(c);
+    const Levels ref = run_levels(in, o, DType::f64, Device::cpu(), 7);
+    Levels whole;
+    {
+      ScopedTailSplitSms unsplit(kWholeSms);
+      whole = run_levels(in, o, DType::bf16, kGpu, 7);
     }
+    ScopedTailSplitSms split(kSms);
+    const Levels a = run_levels(in, o, DType::bf16, kGpu, 7), b = run_levels(in, o, DType::bf16, kGpu, 7);
+    EXPECT_EQ(a.bwd, b.bwd) << what;
+    EXPECT_EQ(a.bob, b.bob) << what;
+    expect_family_within(a.bwd, whole.bwd, ref.bwd, DType::bf16, what + " split bwd");
+    expect_family_within(a.bob, whole.bob, ref.bob, DType::bf16, what + " split bob");
+    gg::set_attention_deterministic(false);
+    const Levels any = run_levels(in, o, DType::bf16, kGpu, 7);
+    gg::set_attention_deterministic(true);
+    expect_family_within(any.bwd, whole.bwd, ref.bwd, DType::bf16, what + " split atomic bwd");
+    expect_family_within(any.bob, whole.bob, ref.bob, DType::bf16, what + " split atomic bob");
+  }
 }
 
 TEST(CudaAttentionOptionsEdges, Deterministic) {
