@@ -3,12 +3,25 @@
 # maml_sine beside its PyTorch twin (bench/maml_sine_torch.py) on the GPU (eager and with
 # --cuda-graph) and on the CPU, in the same call, with the time ratios to PyTorch;
 # maml_attention's fused-vs-composite check and long-context runs; ttt_e2e.
-# The examples need CLI11 and nlohmann-json. On a machine without a package registry, run
-# scripts/carry-deps.sh on one that has them and copy .deps/ along with the tree: this script
-# configures with it when .deps/ exists. Logs and metrics go to $OUT; a short table is printed last.
+# The examples need CLI11 and nlohmann-json. For a machine without a package registry, run
+# `scripts/gpu-examples.sh --carry-deps` on one that has them (Debian: libcli11-dev,
+# nlohmann-json3-dev): it copies their headers and CMake files into .deps/ (git-ignored), laid out
+# as an install prefix, and exits. Copy .deps/ along with the tree: this script configures with it
+# when .deps/ exists. Logs and metrics go to $OUT; a short table is printed last.
 # Usage: scripts/gpu-examples.sh [maml|attention|ttt|all ...]   (default all)
+#        scripts/gpu-examples.sh --carry-deps
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+carry_deps() {  # the installed header-only libraries -> .deps/
+  local p
+  for p in /usr/include/CLI /usr/include/nlohmann /usr/share/cmake/CLI11 /usr/share/cmake/nlohmann_json; do
+    [ -e "$p" ] || { echo "carry-deps: $p not found (install libcli11-dev and nlohmann-json3-dev)"; return 1; }
+  done
+  rm -rf .deps && mkdir -p .deps/include .deps/share/cmake &&
+    cp -r /usr/include/CLI /usr/include/nlohmann .deps/include/ &&
+    cp -r /usr/share/cmake/CLI11 /usr/share/cmake/nlohmann_json .deps/share/cmake/ && du -sh .deps
+}
+if [ "${1:-}" = --carry-deps ]; then carry_deps; exit; fi
 FINAL="${OUT:-$PWD/gpu-logs}"
 OUT="$(mktemp -d)"   # everything lands here; packed into one archive in $FINAL at the end
 mkdir -p "$FINAL"
