@@ -3,15 +3,31 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <vector>
 
 #include "gradgrad.h"
-#include "index_util.h"
 
 namespace gg::test {
 
 using Values = std::vector<double>;
+
+// Row-major index arithmetic for the plain-loop references (the fuzzer's too).
+inline std::vector<int64_t> unravel(int64_t i, const Shape& shape) {
+  std::vector<int64_t> idx(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    idx[d] = i % shape[d];
+    i /= shape[d];
+  }
+  return idx;
+}
+
+inline int64_t ravel(const std::vector<int64_t>& idx, const Shape& shape) {
+  int64_t i = 0;
+  for (size_t d = 0; d < shape.size(); ++d) i = i * shape[d] + idx[d];
+  return i;
+}
 
 // Index into a tensor of `shape` broadcast to `out_shape` at the output multi-index `out_idx`.
 inline int64_t bcast_index(const std::vector<int64_t>& out_idx, const Shape& shape) {

@@ -1,7 +1,10 @@
 // The CPU fused attention beyond the sizes of tests/test_attention.cpp: head dims 5, 32 and 128
 // at N = 200, permuted (non-contiguous) inputs, and f32 against f64 at every fused level
 // (forward, backward, backward-over-backward). References: attention_composite in f64 (the
-// fused op's ground truth) and the f64 fused op for the f32 runs.
+// fused op's ground truth) and the f64 fused op for the f32 runs. Then the argument checks and
+// small cases with known outputs.
+#include <limits>
+
 #include "harness.h"
 
 namespace gg::edge {
@@ -81,5 +84,41 @@ const bool registered = [] {
     }
   return true;
 }();
+}  // namespace
+
+namespace {
+
+Tensor v(std::vector<double> x) { const auto n = static_cast<int64_t>(x.size()); return from_vector(x, {n}, DType::f64); }
+Tensor qkv(Shape s = {1, 1, 3, 2}) { return ones(s, DType::f64); }
+
+// ---- fused attention argument checks
+CASE("attention/undefined k") { THROWS(ValueError, "gg::attention: k is an undefined tensor", attention(qkv(), Tensor(), qkv())); }
+CASE("attention/3-D q") { THROWS(ShapeError, "gg::attention: q must be (B, Hq, Nq, d), got shape [1, 3, 2]", attention(qkv({1, 3, 2}), qkv({1, 3, 2}), qkv({1, 3, 2}))); }
+CASE("attention/v of another length than k") { THROWS(ShapeError, "gg::attention: v must have k's shape (B, Hkv, Nk, d)", attention(qkv(), qkv({1, 1, 4, 2}), qkv())); }
+CASE("attention/i64 inputs") {
+  Tensor i = from_indices(std::vector<int64_t>(6, 1), {1, 1, 3, 2});
+  THROWS(DTypeError, "gg::attention: q must be a floating tensor", attention(i, i, i));
+}
+CASE("attention/dtype mismatch") { THROWS(DTypeError, "gg::attention: dtypes differ", attention(qkv(), ones({1, 1, 3, 2}), qkv())); }
+CASE("attention/head dim 0 gives an infinite default scale") { THROWS(ValueError, "gg::attention: scale must be finite, got inf", attention(qkv({1, 1, 3, 0}), qkv({1, 1, 3, 0}), qkv({1, 1, 3, 0}))); }
+CASE("attention/NaN scale") { THROWS(ValueError, "gg::attention: scale must be finite, got nan", attention(qkv(), qkv(), qkv(), {std::numeric_limits<double>::quiet_NaN(), false})); }
+CASE("attention/backward with a wrong L") {
+  AttentionForward f = attention_forward(qkv(), qkv(), qkv());
+  THROWS(ShapeError, "gg::attention_backward:", attention_backward(qkv(), qkv(), qkv(), f.O, ones({1, 1, 2}, DType::f64), qkv()));
+}
+CASE("attention/backward with an undefined dO") {
+  AttentionForward f = attention_forward(qkv(), qkv(), qkv());
+  THROWS(ValueError, "gg::attention_backward: dO is an undefined tensor", attention_backward(qkv(), qkv(), qkv(), f.O, f.L, Tensor()));
+}
+CASE("attention/uniform keys average the values") {
+  Tensor val = from_vector({1, 2, 3, 4, 5, 6}, {1, 1, 3, 2}, DType::f64);
+  CHECK_VALUES(attention(qkv(), qkv(), val), {3, 4, 3, 4, 3, 4});
+}
+CASE("attention/causal first row sees only itself") {
+  Tensor val = from_vector({1, 2, 3, 4, 5, 6}, {1, 1, 3, 2}, DType::f64);
+  CHECK_VALUES(slice(attention(qkv(), qkv(), val, {std::nullopt, true}), 2, 0, 1), {1, 2});
+}
+CASE("attention/N = 1") { CHECK_VALUES(attention(qkv({1, 1, 1, 2}), qkv({1, 1, 1, 2}), reshape(v({5, 6}), {1, 1, 1, 2})), {5, 6}); }
+
 }  // namespace
 }  // namespace gg::edge

@@ -8,7 +8,7 @@
 #include <numeric>
 #include <vector>
 
-#include "../index_util.h"
+#include "../test_util.h"
 #include "gradgrad.h"
 
 namespace gg::fuzz {
