@@ -21,8 +21,12 @@
 #include "nn/module.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
-#include "dist/dist.h"
+// gg::dist (docs/distributed.md): ranks that exchange tensors, differentiable collectives,
+// data-parallel gradient averaging and sequence-parallel attention.
+#include "dist/group.h"
+#include "dist/nccl_group.h"
+#include "dist/ops.h"
+#include "dist/thread_group.h"
 #if defined(GG_HAS_SAFETENSORS)  // built where nlohmann-json was found (CMakeLists.txt)
 #include "io/safetensors.h"
-#include "nn/serialize.h"
 #endif

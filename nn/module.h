@@ -15,6 +15,9 @@
 #include <vector>
 
 #include "core/tensor.h"
+#if defined(GG_HAS_SAFETENSORS)  // built where nlohmann-json was found (CMakeLists.txt)
+#include "io/safetensors.h"
+#endif
 
 namespace gg::nn {
 
@@ -108,5 +111,14 @@ NamedTensors expand_params(const NamedTensors& params, int64_t tasks);
 TensorList values(const NamedTensors& named);
 // Same names, other tensors (sizes must match).
 NamedTensors with_values(const NamedTensors& named, const TensorList& values);
+
+#if defined(GG_HAS_SAFETENSORS)
+// A module's parameters to and from a safetensors file (io/safetensors.h), keyed by
+// named_parameters() names, so "attn.q_proj.weight" in the file is that parameter.
+void save(const Module& module, const std::string& path, const io::Metadata& metadata = {});
+// Loads the file and copies its tensors into the module (Module::load_state_dict). Returns the
+// file's __metadata__.
+io::Metadata load(Module& module, const std::string& path, bool strict = true);
+#endif
 
 }  // namespace gg::nn

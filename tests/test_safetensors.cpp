@@ -14,7 +14,7 @@
 
 #include "gradgrad.h"
 #include "io/safetensors.h"
-#include "nn/serialize.h"
+#include "nn/module.h"
 #include "test_util.h"
 
 namespace gg::test {
