@@ -45,10 +45,9 @@
 #include "episodes.h"
 #include "gradgrad.h"
 #include "model.h"
-#include "report.h"  // maml::ProgressBar, maml::mean_ci95, maml::shell_quote
+#include "report.h"  // maml::ProgressBar, maml::mean_ci95, maml::shell_quote, the evaluation table
 #include "common/metrics.h"
 #include "common/run.h"
-#include "eval_table.h"
 
 namespace {
 

@@ -30,7 +30,6 @@
 #include "report.h"
 #include "common/metrics.h"
 #include "common/run.h"
-#include "eval_table.h"
 #include "sine_tasks.h"
 
 namespace {
