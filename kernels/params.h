@@ -200,8 +200,10 @@ struct AttentionArgs {
   DType dtype;
   const void *Q, *K, *V;        // inputs
   const void *O, *L, *dO;       // saved forward output, row log-sum-exp, output cotangent
+  const void* dL;               // cotangent of L (L-shaped), nullptr = absent: bwd and BoB
   const void *Qt, *Kt, *Vt;     // BoB: cotangents of dQ, dK, dV (nullptr = absent)
   void *out0, *out1, *out2, *out3;  // fwd: O, L; bwd: dQ, dK, dV; BoB: gQ, gK, gV, gdO
+  void* out4;                       // BoB: gdL (L-shaped), nullptr = not wanted
 };
 
 }  // namespace gg::kernels

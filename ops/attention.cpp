@@ -1,13 +1,15 @@
 // Fused attention as three recorded primitives (docs/attention.md derives the math):
 //
-//   attention_forward(Q, K, V)            -> O (and L, saved)      backward: attention_backward
-//   attention_backward(Q, K, V, dO; O, L) -> dQ, dK, dV            backward: attention_backward_backward
-//   attention_backward_backward(Q, K, V, dO, Q̃, K̃, Ṽ; O, L) -> gQ, gK, gV, gdO
+//   attention_forward(Q, K, V)                 -> O, L             backward: attention_backward
+//   attention_backward(Q, K, V, dO, dL; O, L)  -> dQ, dK, dV       backward: attention_backward_backward
+//   attention_backward_backward(Q, K, V, dO, dL, Q̃, K̃, Ṽ; O, L) -> gQ, gK, gV, gdO, gdL
 //                                                                  backward: composite fallback
 //
-// O and L are saved values, never inputs: no gradient flows into them, because the BoB
-// formulas already contain D = rowsum(dO∘O)'s dependence on Q, K, V and dO. The third level's
-// backward differentiates attention_composite (exact, O(N²) memory) and warns once.
+// L = logsumexp_rows(S) is an output like O (a sequence-parallel schedule merges blocks by it);
+// its cotangent dL enters the backward as D - dL (docs/attention.md). Given to the backward and
+// the BoB, O and L are saved values, not inputs: no gradient flows into them there, because the
+// BoB formulas already contain D = rowsum(dO∘O)'s dependence on Q, K, V and dO. The third level's
+// backward differentiates the composite (exact, O(N²) memory) and warns once.
 //
 // Options (ops.h): grouped-query heads (k, v with Hkv heads), Nq != Nk, and a window around the
 // bottom-right aligned position. check_qkv validates them and resolve_mask turns them into the
@@ -107,6 +109,17 @@ Tensor contiguous_like(const char* op, const Tensor& t, const Tensor& like, cons
   return contiguous(t);
 }
 
+// The row log-sum-exp is kept in f32 for low-precision inputs.
+DType lse_dtype(DType t) { return (t == DType::bf16 || t == DType::f16) ? DType::f32 : t; }
+
+// L as attention_forward returns it: contiguous (B, H, N), f32 for 16-bit inputs.
+void check_lse(const char* op, const Checked& c, const Tensor& q, const Tensor& L) {
+  detail::check_defined(op, L, "L");
+  GG_CHECK(L.shape() == Shape({c.shape.B, c.shape.H, c.shape.N}) && L.is_contiguous() && L.dtype() == lse_dtype(q.dtype()),
+           ShapeError, "gg::", op, ": L must be the contiguous (B, H, N) log-sum-exp from attention_forward, got shape ",
+           shape_str(L.shape()), " ", dtype_name(L.dtype()));
+}
+
 kernels::AttentionArgs args_for(const Checked& c) {
   kernels::AttentionArgs a{};
   a.shape = c.shape;
@@ -117,13 +130,13 @@ kernels::AttentionArgs args_for(const Checked& c) {
   return a;
 }
 
-// The row log-sum-exp is kept in f32 for low-precision inputs.
-DType lse_dtype(DType t) { return (t == DType::bf16 || t == DType::f16) ? DType::f32 : t; }
-
 const void* data_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
 
+AttentionForward composite_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o,
+                                   bool want_lse);
+
 // Order-3 fallback: the vector-Jacobian product of the composite BoB map
-//   (Q, K, V, dO, Q̃, K̃, Ṽ) -> (gQ, gK, gV, gdO)
+//   (Q, K, V, dO, dL, Q̃, K̃, Ṽ) -> (gQ, gK, gV, gdO, gdL)
 // with cotangents `cots`, by nested gg::grad over attention_composite. Inputs that require grad
 // enter through detail::alias when the caller records (create_graph), so the result stays
 // connected to their history and higher orders keep working; otherwise through fresh leaves.
@@ -140,21 +153,29 @@ TensorList bob_composite_vjp(const TensorList& inputs, const TensorList& cots, c
       x[i].requires_grad_(true);
     }
   }
-  // First level: dQ, dK, dV of the composite, as functions of x.
-  Tensor O = attention_composite(x[0], x[1], x[2], o);
-  TensorList d = grad({O}, {x[0], x[1], x[2]}, {x[3]}, {/*create_graph=*/true});
-  // Second level: gradient of <Q̃, dQ> + <K̃, dK> + <Ṽ, dV> with respect to Q, K, V, dO.
+  // First level: dQ, dK, dV of the composite, as functions of x (dL: L's cotangent, if any).
+  const bool has_dL = x[4].defined();
+  AttentionForward f = composite_forward(x[0], x[1], x[2], o, has_dL);
+  TensorList outs0 = {f.O}, cots0 = {x[3]};
+  if (has_dL) {  // the fused L is f32 for 16-bit inputs, the composite's has q's dtype
+    outs0.push_back(f.L);
+    cots0.push_back(x[4].dtype() == f.L.dtype() ? x[4] : to(x[4], f.L.dtype()));
+  }
+  TensorList d = grad(outs0, {x[0], x[1], x[2]}, cots0, {/*create_graph=*/true});
+  // Second level: gradient of <Q̃, dQ> + <K̃, dK> + <Ṽ, dV> with respect to Q, K, V, dO, dL.
   Tensor inner;
   for (size_t t = 0; t < 3; ++t)
-    if (x[4 + t].defined()) inner = inner.defined() ? inner + sum(x[4 + t] * d[t]) : sum(x[4 + t] * d[t]);
+    if (x[5 + t].defined()) inner = inner.defined() ? inner + sum(x[5 + t] * d[t]) : sum(x[5 + t] * d[t]);
   TensorList result(inputs.size());
   if (!inner.defined()) return result;  // no cotangent at all: BoB is identically zero
-  TensorList g = grad({inner}, {x[0], x[1], x[2], x[3]}, {}, {/*create_graph=*/true, -1, /*allow_unused=*/true});
+  TensorList wrt2 = {x[0], x[1], x[2], x[3]};
+  if (has_dL) wrt2.push_back(x[4]);
+  TensorList g = grad({inner}, wrt2, {}, {/*create_graph=*/true, -1, /*allow_unused=*/true});
   // Third level: the requested vector-Jacobian product.
   TensorList outs, outs_cots, wrt;
   std::vector<size_t> wrt_index;
   for (size_t j = 0; j < g.size(); ++j)
-    if (g[j].defined() && g[j].requires_grad()) {
+    if (g[j].defined() && g[j].requires_grad() && cots[j].defined()) {
       outs.push_back(g[j]);
       outs_cots.push_back(cots[j]);
     }
@@ -176,7 +197,9 @@ TensorList bob_composite_vjp(const TensorList& inputs, const TensorList& cots, c
 // is the fused op's (resolve_mask), added as 0 / -inf. A row that sees no key would make the
 // softmax 0/0, so its additive mask stays 0 and the row's probabilities are multiplied by 0
 // instead: O = 0 there, and every derivative of that row is an exact zero.
-Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
+namespace {
+AttentionForward composite_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o,
+                                   bool want_lse) {
   const char* op = "attention_composite";
   detail::check_defined(op, q, "q");
   detail::check_defined(op, k, "k");
@@ -225,8 +248,28 @@ Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, co
   }
   if (any_masked) s = s + from_vector(add, {nq, nk}, q.dtype(), q.device());
   Tensor p = softmax(s, -1);
-  if (any_empty) p = p * from_vector(keep, {nq, 1}, q.dtype(), q.device());
-  return matmul(p, vv);
+  Tensor keep_rows = any_empty ? from_vector(keep, {nq, 1}, q.dtype(), q.device()) : Tensor();
+  if (any_empty) p = p * keep_rows;
+  AttentionForward f{matmul(p, vv), Tensor()};
+  if (!want_lse) return f;
+  // L = m + log Σ_j exp(s - m), m the row maximum (a constant: it cancels); -inf where no key.
+  Tensor row_max = max(s, {-1}, true).detach();
+  Tensor lse = squeeze(row_max + log(sum(exp(s - row_max), {-1}, true)), -1);
+  if (any_empty)
+    lse = where(eq(squeeze(keep_rows, -1), zeros({nq}, q.dtype(), q.device())),
+                full({nq}, -std::numeric_limits<double>::infinity(), q.dtype(), q.device()), lse);
+  f.L = lse;
+  return f;
+}
+}  // namespace
+
+Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
+  return composite_forward(q, k, v, o, false).O;
+}
+
+AttentionForward attention_composite_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                             const AttentionOptions& o) {
+  return composite_forward(q, k, v, o, true);
 }
 
 AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
@@ -238,10 +281,12 @@ AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tenso
   a.out0 = O.raw_data();
   a.out1 = L.raw_data();
   dispatch::attention_fwd(a, q.device());
-  record("attention_forward", {q, k, v}, {O}, {q, k, v, O, L}, [o](const BackwardArgs& g) -> TensorList {
-    const TensorList& sv = g.saved;  // Q, K, V, O, L
-    return attention_backward(sv[0], sv[1], sv[2], sv[3].detach(), sv[4], g.grads[0], o);
+  auto node = record("attention_forward", {q, k, v}, {O, L}, {q, k, v, O, L}, [o](const BackwardArgs& g) -> TensorList {
+    const TensorList& sv = g.saved;  // Q, K, V, O, L; grads: dO, dL (either may be undefined)
+    const Tensor dO = g.grads[0].defined() ? g.grads[0] : zeros_like(sv[3]);
+    return attention_backward(sv[0], sv[1], sv[2], sv[3].detach(), sv[4].detach(), dO, o, g.grads[1]);
   });
+  if (node) node->materialize_grads = false;  // no dL: the plain backward
   return {O, L};
 }
 
@@ -250,27 +295,27 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
 }
 
 TensorList attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,
-                              const Tensor& dO, const AttentionOptions& o) {
+                              const Tensor& dO, const AttentionOptions& o, const Tensor& dL) {
   const char* op = "attention_backward";
   Checked c = check_qkv(op, q, k, v, o);
   Tensor Oc = contiguous_like(op, O, q, "O"), dOc = contiguous_like(op, dO, q, "dO");
-  detail::check_defined(op, L, "L");
-  GG_CHECK(L.shape() == Shape({c.shape.B, c.shape.H, c.shape.N}) && L.is_contiguous() && L.dtype() == lse_dtype(q.dtype()),
-           ShapeError, "gg::", op, ": L must be the contiguous (B, H, N) log-sum-exp from attention_forward, got shape ",
-           shape_str(L.shape()));
+  check_lse(op, c, q, L);
+  Tensor dLc = dL.defined() ? contiguous_like(op, dL, L, "dL") : Tensor();
   TensorList grads = {empty(q.shape(), q.dtype(), q.device()), empty(k.shape(), q.dtype(), q.device()),
                       empty(k.shape(), q.dtype(), q.device())};
   kernels::AttentionArgs a = args_for(c);
   a.O = Oc.raw_data();
   a.L = L.raw_data();
   a.dO = dOc.raw_data();
+  a.dL = data_or_null(dLc);
   a.out0 = grads[0].raw_data();
   a.out1 = grads[1].raw_data();
   a.out2 = grads[2].raw_data();
   dispatch::attention_bwd(a, q.device());
-  auto node = record(op, {q, k, v, dO}, grads, {q, k, v, dO, Oc, L}, [o](const BackwardArgs& g) -> TensorList {
-    const TensorList& sv = g.saved;  // Q, K, V, dO, O, L; grads are the cotangents Q̃, K̃, Ṽ (maybe undefined)
-    return attention_backward_backward(sv[0], sv[1], sv[2], sv[4], sv[5], sv[3], g.grads[0], g.grads[1], g.grads[2], o);
+  auto node = record(op, {q, k, v, dO, dL}, grads, {q, k, v, dO, Oc, L, dL}, [o](const BackwardArgs& g) -> TensorList {
+    const TensorList& sv = g.saved;  // Q, K, V, dO, O, L, dL; grads are the cotangents Q̃, K̃, Ṽ (maybe undefined)
+    return attention_backward_backward(sv[0], sv[1], sv[2], sv[4], sv[5], sv[3], g.grads[0], g.grads[1], g.grads[2],
+                                       o, sv[6]);
   });
   if (node) node->materialize_grads = false;  // an absent cotangent skips its BoB terms
   return grads;
@@ -278,19 +323,23 @@ TensorList attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
 
 TensorList attention_backward_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O,
                                        const Tensor& L, const Tensor& dO, const Tensor& qt, const Tensor& kt,
-                                       const Tensor& vt, const AttentionOptions& o) {
+                                       const Tensor& vt, const AttentionOptions& o, const Tensor& dL) {
   const char* op = "attention_backward_backward";
   Checked c = check_qkv(op, q, k, v, o);
   Tensor Oc = contiguous_like(op, O, q, "O"), dOc = contiguous_like(op, dO, q, "dO");
+  check_lse(op, c, q, L);
+  Tensor dLc = dL.defined() ? contiguous_like(op, dL, L, "dL") : Tensor();
   Tensor qtc = qt.defined() ? contiguous_like(op, qt, q, "qt") : Tensor();
   Tensor ktc = kt.defined() ? contiguous_like(op, kt, k, "kt") : Tensor();
   Tensor vtc = vt.defined() ? contiguous_like(op, vt, k, "vt") : Tensor();
-  TensorList outs;  // gQ, gK, gV, gdO
+  TensorList outs;  // gQ, gK, gV, gdO, gdL
   for (const Tensor* like : {&q, &k, &k, &q}) outs.push_back(empty(like->shape(), q.dtype(), q.device()));
+  outs.push_back(empty(L.shape(), L.dtype(), q.device()));
   kernels::AttentionArgs a = args_for(c);
   a.O = Oc.raw_data();
   a.L = L.raw_data();
   a.dO = dOc.raw_data();
+  a.dL = data_or_null(dLc);
   a.Qt = data_or_null(qtc);
   a.Kt = data_or_null(ktc);
   a.Vt = data_or_null(vtc);
@@ -298,8 +347,9 @@ TensorList attention_backward_backward(const Tensor& q, const Tensor& k, const T
   a.out1 = outs[1].raw_data();
   a.out2 = outs[2].raw_data();
   a.out3 = outs[3].raw_data();
+  a.out4 = outs[4].raw_data();
   dispatch::attention_bwd_bwd(a, q.device());
-  record(op, {q, k, v, dO, qt, kt, vt}, outs, {q, k, v, dO, qt, kt, vt}, [o](const BackwardArgs& g) -> TensorList {
+  record(op, {q, k, v, dO, dL, qt, kt, vt}, outs, {q, k, v, dO, dL, qt, kt, vt}, [o](const BackwardArgs& g) -> TensorList {
     logging::warn_once("attention_order3",
                    "gg::attention: third and higher derivatives fall back to differentiating attention_composite "
                    "(exact, but O(N^2) memory)");

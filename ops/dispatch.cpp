@@ -94,11 +94,11 @@ void attention_cpu(int level, const kernels::AttentionArgs& a) {
     k::attention_fwd<T>(a.shape, in<T>(a.Q), in<T>(a.K), in<T>(a.V), out<T>(a.out0), out<T>(a.out1));
   else if (level == 1)
     k::attention_bwd<T>(a.shape, in<T>(a.Q), in<T>(a.K), in<T>(a.V), in<T>(a.O), in<T>(a.L), in<T>(a.dO),
-                        out<T>(a.out0), out<T>(a.out1), out<T>(a.out2));
+                        in<T>(a.dL), out<T>(a.out0), out<T>(a.out1), out<T>(a.out2));
   else
     k::attention_bwd_bwd<T>(a.shape, in<T>(a.Q), in<T>(a.K), in<T>(a.V), in<T>(a.O), in<T>(a.L), in<T>(a.dO),
-                            in<T>(a.Qt), in<T>(a.Kt), in<T>(a.Vt), out<T>(a.out0), out<T>(a.out1), out<T>(a.out2),
-                            out<T>(a.out3));
+                            in<T>(a.dL), in<T>(a.Qt), in<T>(a.Kt), in<T>(a.Vt), out<T>(a.out0), out<T>(a.out1),
+                            out<T>(a.out2), out<T>(a.out3), out<T>(a.out4));
 }
 
 void attention(int level, const kernels::AttentionArgs& a, Device device) {

@@ -173,26 +173,35 @@ Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, co
 // key/value head h / (Hq / Hkv) (PyTorch's enable_gqa, FlashAttention). The gradients of k and
 // v sum over their group of query heads inside the kernels. Masks: see AttentionOptions.
 // Bad shapes, dtypes or options raise ShapeError / DTypeError / ValueError naming the op. On
-// CUDA, Hq = Hkv with Nq = Nk and the full or causal mask run the tensor-core kernels (bf16/f16,
-// d in {32, 64, 128}); grouped heads, Nq != Nk and windows run the generic CUDA kernels, which are
-// exact but not tensor-core fast (windows that cannot hide a key, and window_right = 0 alone,
-// count as full and causal).
+// CUDA, bf16/f16 with d in {32, 64, 128} run the tensor-core kernels with every option (sm_90a
+// kernels on Hopper for d 64 and 128, sm_80 kernels otherwise); other dtypes and head dims run
+// the generic CUDA kernels, exact but not tensor-core fast (kernels/cuda/attention_traits.cuh).
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options = {});
 
 // The three recorded primitives behind gg::attention, public for tests and for users who
-// want the pieces. L is the row log-sum-exp (B, Hq, Nq) (-inf for a row that sees no key); it
-// and O are saved values that take no gradient. Absent (undefined) cotangents qt/kt/vt drop
-// their terms. dO, qt are q-shaped; kt, vt are k-shaped.
+// want the pieces. attention_forward returns O and the row log-sum-exp L = log Σ_j exp(S_ij)
+// (B, Hq, Nq), f32 for bf16/f16 inputs, -inf for a row that sees no key; both are
+// differentiable outputs (L's gradient reaches q and k; blocks of keys computed apart merge by
+// it: O = Σ_b exp(L_b - L) O_b, L = log Σ_b exp(L_b)). The backward and BoB take O and L as
+// saved values (no gradient flows into them there) and the cotangent dL of L (undefined: none).
+// Absent (undefined) cotangents qt/kt/vt drop their terms. dO, qt are q-shaped; kt, vt are
+// k-shaped; dL and gdL are L-shaped.
 struct AttentionForward {
   Tensor O;  // (B, Hq, Nq, d)
-  Tensor L;  // (B, Hq, Nq), a constant to autograd
+  Tensor L;  // (B, Hq, Nq)
 };
 AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options = {});
 TensorList attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,
-                              const Tensor& dO, const AttentionOptions& options = {});  // {dQ, dK, dV}
+                              const Tensor& dO, const AttentionOptions& options = {},
+                              const Tensor& dL = {});  // {dQ, dK, dV}
 TensorList attention_backward_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O,
                                        const Tensor& L, const Tensor& dO, const Tensor& qt, const Tensor& kt,
-                                       const Tensor& vt, const AttentionOptions& options = {});  // {gQ, gK, gV, gdO}
+                                       const Tensor& vt, const AttentionOptions& options = {},
+                                       const Tensor& dL = {});  // {gQ, gK, gV, gdO, gdL}
+// attention_composite's O and L (the same L as attention_forward's, in q's dtype): the ground
+// truth for L and its derivatives.
+AttentionForward attention_composite_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                             const AttentionOptions& options = {});
 
 // How the fused attention's backward and backward-over-backward add up dQ (grad_Q, grad_dO) on
 // the GPU, where key blocks each contribute a part: deterministic (the default; a fixed order,

@@ -2,6 +2,7 @@
 // gradients, the BoB and (optionally) a third order, for the fused op or the composite; the
 // option cases (grouped heads, Nq != Nk, windows) and their inputs.
 #pragma once
+#include <limits>
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -60,6 +61,20 @@ inline Chain run_chain(AttnFn f, const TensorList& qkv, const Tensor& dO_in, con
 inline Tensor fused(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) { return attention(q, k, v, o); }
 inline Tensor composite(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
   return attention_composite(q, k, v, o);
+}
+
+// O and the row log-sum-exp L in one output, O + 0.5·L + 0.1·L² (L broadcast over d; rows
+// without keys, L = -inf, add 0), so that every derivative also runs through L and dL depends on L.
+inline Tensor with_lse(const AttentionForward& f) {
+  const Tensor none = eq(f.L, full(f.L.shape(), -std::numeric_limits<double>::infinity(), f.L.dtype(), f.L.device()));
+  const Tensor L = where(none, zeros(f.L.shape(), f.L.dtype(), f.L.device()), f.L);
+  return f.O + unsqueeze(to(L * 0.5 + L * L * 0.1, f.O.dtype()), -1);
+}
+inline Tensor fused_lse(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
+  return with_lse(attention_forward(q, k, v, o));
+}
+inline Tensor composite_lse(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
+  return with_lse(attention_composite_forward(q, k, v, o));
 }
 
 // Largest magnitude over a family of outputs (e.g. dQ, dK, dV). Errors are judged relative to

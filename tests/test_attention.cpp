@@ -40,6 +40,48 @@ INSTANTIATE_TEST_SUITE_P(Attention, FusedVsComposite,
                                   std::to_string(std::get<1>(info.param)) + "_d" + std::to_string(std::get<2>(info.param));
                          });
 
+TEST_P(FusedVsComposite, LogSumExpOrdersZeroOneTwo) {
+  auto [causal, N, d] = GetParam();
+  manual_seed(static_cast<uint64_t>(N * 1000 + d * 10 + causal + 7));
+  const Shape s = {2, 2, N, d};
+  TensorList qkv = random_inputs(s, 3), extra = random_inputs(s, 4);
+  TensorList tilde = {extra[1], extra[2], extra[3]};
+  const AttentionOptions o{std::nullopt, causal};
+  Chain a = run_chain(fused_lse, qkv, extra[0], tilde, o), b = run_chain(composite_lse, qkv, extra[0], tilde, o);
+  expect_chains_equal(a, b, 1e-10, "L, N=" + std::to_string(N) + " d=" + std::to_string(d));
+}
+
+// The primitives with dL directly: the backward's dL term is that of the composite's L, and the
+// BoB's grad_dL is its derivative in dL (finite differences of <Q̃, dQ> + <K̃, dK>).
+TEST(Attention, BackwardTakesLogSumExpCotangent) {
+  manual_seed(23);
+  const Shape s = {1, 2, 6, 4};
+  TensorList t = random_inputs(s, 7);
+  const AttentionOptions o{std::nullopt, true};
+  AttentionForward f = attention_forward(t[0], t[1], t[2], o);
+  const Tensor dL = randn({1, 2, 6}, DType::f64);
+  TensorList with = attention_backward(t[0], t[1], t[2], f.O, f.L, t[3], o, dL);
+  TensorList x = {leaf(t[0]), leaf(t[1]), leaf(t[2])};
+  AttentionForward c = attention_composite_forward(x[0], x[1], x[2], o);
+  TensorList want = grad({c.O, c.L}, x, {t[3], dL});
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_LE(rel_error(with[i].to_vector<double>(), want[i].to_vector<double>(), 1.0), 1e-12) << i;
+  TensorList bob = attention_backward_backward(t[0], t[1], t[2], f.O, f.L, t[3], t[4], t[5], t[6], o, dL);
+  ASSERT_EQ(bob.size(), 5u);
+  auto inner = [&](const Tensor& dl) {
+    TensorList g = attention_backward(t[0], t[1], t[2], f.O, f.L, t[3], o, dl);
+    return sum(t[4] * g[0] + t[5] * g[1] + t[6] * g[2]).item();
+  };
+  const Values gdL = bob[4].to_vector<double>(), dl0 = dL.to_vector<double>();
+  for (size_t r = 0; r < dl0.size(); ++r) {  // inner is affine in dL: central differences are exact
+    Values up = dl0, down = dl0;
+    up[r] += 0.5;
+    down[r] -= 0.5;
+    const double fd = inner(from_vector(up, {1, 2, 6}, DType::f64)) - inner(from_vector(down, {1, 2, 6}, DType::f64));
+    EXPECT_NEAR(gdL[r], fd, 1e-10 * (1 + std::abs(fd))) << r;
+  }
+}
+
 TEST(Attention, PartialCotangentsSkipTerms) {
   manual_seed(11);
   const Shape s = {1, 2, 9, 5};
@@ -206,6 +248,25 @@ TEST_P(OptionsVsComposite, OrdersZeroToThree) {
   EXPECT_TRUE(all_finite(a)) << describe(c);
   EXPECT_TRUE(all_finite(b)) << describe(c);
   expect_chains_equal(a, b, 1e-10, describe(c));
+}
+
+// The same with L in the output (fused_lse: O + 0.5·L + 0.1·L²): the cotangent dL of the row
+// log-sum-exp through the backward (D - dL), the BoB (grad_dL = E, F with 2·D + dL) and order 3.
+TEST_P(OptionsVsComposite, LogSumExpOrdersZeroToThree) {
+  const OptCase& c = option_cases()[GetParam()];
+  const OptInputs in = opt_inputs(c, 2, 200 + GetParam());
+  const AttentionOptions o = options_of(c);
+  Chain a = run_chain(fused_lse, in.qkv, in.dO, in.tilde, o, in.w);
+  Chain b = run_chain(composite_lse, in.qkv, in.dO, in.tilde, o, in.w);
+  for (const auto* family : {&b.first, &b.second}) EXPECT_GT(family_scale(*family), 1e-2) << describe(c);
+  EXPECT_TRUE(all_finite(a)) << describe(c);
+  EXPECT_TRUE(all_finite(b)) << describe(c);
+  expect_chains_equal(a, b, 1e-10, describe(c));
+  // L's part is not negligible: without it the first-order gradients differ
+  Chain plain = run_chain(fused, in.qkv, in.dO, in.tilde, o);
+  double diff = 0;
+  for (size_t i = 0; i < 3; ++i) diff = std::max(diff, rel_error(plain.first[i], a.first[i], family_scale(a.first)));
+  EXPECT_GT(diff, 1e-3) << describe(c);
 }
 
 // The mask written out independently of the op's resolve_mask / first_key / last_key (which the

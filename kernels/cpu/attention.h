@@ -49,7 +49,8 @@ void attention_fwd(const AttentionShape& p,
                    T* O,        // (B, H, N, d) out
                    T* L);       // (B, H, N)    out
 
-// dQ, dK, dV given dO and the saved O, L (D = rowsum(dO*O) computed inside).
+// dQ, dK, dV given dO and the saved O, L (D = rowsum(dO*O) computed inside), and the cotangent dL
+// of L (nullptr: none): dS = P∘(dP - (D - dL)).
 template <typename T>
 void attention_bwd(const AttentionShape& p,
                    const T* Q,   // (B, H, N, d)
@@ -58,13 +59,15 @@ void attention_bwd(const AttentionShape& p,
                    const T* O,   // (B, H, N, d) saved by the forward
                    const T* L,   // (B, H, N)    saved by the forward
                    const T* dO,  // (B, H, N, d)
+                   const T* dL,  // (B, H, N)    cotangent of L, or nullptr
                    T* dQ,        // (B, H, N, d) out
                    T* dK,        // K-shaped out
                    T* dV);       // K-shaped out
 
 // BoB: given cotangents Qt, Kt, Vt of dQ, dK, dV (each may be nullptr = absent, skip its terms,
 // do not multiply zeros), write grad_Q, grad_K, grad_V, grad_dO (all four always written, fully
-// overwritten). O and L are saved values: no gradient flows into them.
+// overwritten) and, when gdL is not nullptr, grad_dL = E. dL as for attention_bwd. O and L are
+// saved values: no gradient flows into them.
 template <typename T>
 void attention_bwd_bwd(const AttentionShape& p,
                        const T* Q,   // (B, H, N, d)
@@ -73,13 +76,15 @@ void attention_bwd_bwd(const AttentionShape& p,
                        const T* O,   // (B, H, N, d) saved by the forward
                        const T* L,   // (B, H, N)    saved by the forward
                        const T* dO,  // (B, H, N, d)
+                       const T* dL,  // (B, H, N)    cotangent of L, or nullptr
                        const T* Qt,  // (B, H, N, d) cotangent of dQ, or nullptr
                        const T* Kt,  // K-shaped cotangent of dK, or nullptr
                        const T* Vt,  // K-shaped cotangent of dV, or nullptr
                        T* gQ,        // (B, H, N, d) out
                        T* gK,        // K-shaped out
                        T* gV,        // K-shaped out
-                       T* gdO);      // (B, H, N, d) out
+                       T* gdO,       // (B, H, N, d) out
+                       T* gdL);      // (B, H, N)    out, or nullptr
 
 // ---------------------------------------------------------------------------------------------
 // Internal: tile helpers shared by the three attention .cpp files. Not part of the interface.

@@ -28,7 +28,7 @@ namespace gg::kernels::cpu {
 
 template <typename T>
 void attention_bwd(const AttentionShape& p, const T* Q, const T* K, const T* V, const T* O,
-                   const T* L, const T* dO, T* dQ, T* dK, T* dV) {
+                   const T* L, const T* dO, const T* dL, T* dQ, T* dK, T* dV) {
   const int64_t B = p.B, H = p.H, N = p.N, d = p.d;
   const T s = static_cast<T>(p.scale);
   const int64_t num_q_blocks = detail::num_blocks(N, kBlockM);
@@ -44,6 +44,7 @@ void attention_bwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
     for (int64_t i = 0; i < N; ++i) {
       const int64_t row = bh * N + i;
       D[row] = detail::dot(dO + row * d, O + row * d, d);  // undoes P = softmax_rows(S)
+      if (dL) D[row] -= dL[row];                            // and L = logsumexp_rows(S)
     }
 
   GG_OMP(parallel if (par)) {
@@ -141,10 +142,10 @@ void attention_bwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
 }
 
 template void attention_bwd<float>(const AttentionShape&, const float*, const float*, const float*,
-                                   const float*, const float*, const float*, float*, float*,
-                                   float*);
+                                   const float*, const float*, const float*, const float*, float*,
+                                   float*, float*);
 template void attention_bwd<double>(const AttentionShape&, const double*, const double*,
                                     const double*, const double*, const double*, const double*,
-                                    double*, double*, double*);
+                                    const double*, double*, double*, double*);
 
 }  // namespace gg::kernels::cpu

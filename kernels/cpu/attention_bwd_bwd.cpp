@@ -4,6 +4,8 @@
 // (dQ, dK, dV) is the first backward (attention_bwd.cpp) and Qt, Kt, Vt are their cotangents.
 // O and L are saved values: no gradient flows into them. Math (one head):
 //   P = exp(s·Q·Kᵀ - L) (masked: 0),  dP = dO·Vᵀ,  D = rowsum(dO∘O),  dS = P∘(dP - D)
+// (with a cotangent dL of L, D stands for D - dL below, except in F, which takes 2·D + dL in
+// place of 2·D; grad_dL = E)
 //   G = s·(Qt·Kᵀ + Q·Ktᵀ)          ℒ's weight on dS      (<Qt, s·dS·K> + <Kt, s·dSᵀ·Q> = Σ dS∘G)
 //   H = dO·Vtᵀ                     ℒ's weight on P       (<Vt, Pᵀ·dO> = Σ P∘H)
 //   E = Σ_j P∘G,   F = Σ_j P∘(dP∘G + H) - 2·D∘E     (row scalars; Σ_j P∘H = rowsum(dO∘(P·Vt)))
@@ -39,8 +41,8 @@ namespace gg::kernels::cpu {
 
 template <typename T>
 void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T* V, const T* O,
-                       const T* L, const T* dO, const T* Qt, const T* Kt, const T* Vt, T* gQ,
-                       T* gK, T* gV, T* gdO) {
+                       const T* L, const T* dO, const T* dL, const T* Qt, const T* Kt, const T* Vt,
+                       T* gQ, T* gK, T* gV, T* gdO, T* gdL) {
   const int64_t B = p.B, num_heads = p.H, N = p.N, d = p.d;
   const detail::Visibility vis(p);
   const detail::Heads heads(p);
@@ -56,6 +58,7 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
     std::fill(gK, gK + kv_rows * d, T(0));
     std::fill(gV, gV + kv_rows * d, T(0));
     std::fill(gdO, gdO + rows * d, T(0));
+    if (gdL) std::fill(gdL, gdL + rows, T(0));
     return;
   }
 
@@ -66,7 +69,7 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
 
   // ---- pass 0: D = rowsum(dO∘O) ----
   GG_OMP(parallel for if (par))
-  for (int64_t r = 0; r < rows; ++r) D[r] = detail::dot(dO + r * d, O + r * d, d);
+  for (int64_t r = 0; r < rows; ++r) D[r] = detail::dot(dO + r * d, O + r * d, d) - (dL ? dL[r] : T(0));
 
   GG_OMP(parallel if (par)) {
     const int64_t tile = kBlockM * kBlockN;
@@ -173,7 +176,8 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
           // epilogue: complete F, combine the affine pieces (an absent piece is a zero
           // accumulator here: O(d) work per row, nothing per tile)
           for (int64_t i = 0; i < mi; ++i) {
-            Fi[i] -= T(2) * Di[i] * Ei[i];  // F = Σ P∘(dP∘G + H) - 2·D∘E
+            // F = Σ P∘(dP∘G + H) - (D + D')∘E: D' = D - dL from dS, D = Σ P∘dP from P̄'s E·dP
+            Fi[i] -= (T(2) * Di[i] + (dL ? dL[head + i0 + i] : T(0))) * Ei[i];
             const T e = Ei[i], f = Fi[i];
             const int64_t r = head + i0 + i;
             const T* Oi = O + r * d;
@@ -248,15 +252,16 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
           }
         }
   }
+  if (gdL) std::copy(E.begin(), E.end(), gdL);  // ∂ℒ/∂dL = Σ_j P∘G = E: dL enters as D - dL
 }
 
 template void attention_bwd_bwd<float>(const AttentionShape&, const float*, const float*,
                                        const float*, const float*, const float*, const float*,
-                                       const float*, const float*, const float*, float*, float*,
-                                       float*, float*);
+                                       const float*, const float*, const float*, const float*,
+                                       float*, float*, float*, float*, float*);
 template void attention_bwd_bwd<double>(const AttentionShape&, const double*, const double*,
                                         const double*, const double*, const double*, const double*,
-                                        const double*, const double*, const double*, double*,
-                                        double*, double*, double*);
+                                        const double*, const double*, const double*, const double*,
+                                        double*, double*, double*, double*, double*);
 
 }  // namespace gg::kernels::cpu

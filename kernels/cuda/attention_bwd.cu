@@ -835,7 +835,7 @@ void bwd(const AttentionArgs& a) {
   const int64_t rows = p.BH * p.N;
   Scratch D(static_cast<size_t>(rows) * sizeof(Acc));
   p.D = D.as<Acc>();
-  launch_row_dot<T>(p.dO, p.O, p.D, rows, p.d);  // phase 1: D = rowsum(dO∘O)
+  launch_row_dot<T>(p.dO, p.O, p.D, rows, p.d, p.dL);  // phase 1: D = rowsum(dO∘O) - dL
   on_path<T>(
       a, Level::kBwd,
       [&](auto d) {

@@ -145,7 +145,9 @@ __global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_bob_pass
 
   // ---- epilogue: E, F; grad_Q = s·(XA - E·X2 - F·X3), grad_dO = Y - E·O
   const Acc E = group_sum(e_part);
-  const Acc F = group_sum(f_part) - Acc(2) * D_i * E;
+  // F = Σ P∘(dP∘G + H) - (D + D')·E: D_i is D' = D - dL (dS), D = Σ P∘dP (P̄'s E·dP term)
+  const Acc dl_i = p.dL && i < p.N ? p.dL[head + i] : Acc(0);
+  const Acc F = group_sum(f_part) - (Acc(2) * D_i + dl_i) * E;
   if (i < p.N) {
     const T* Oi = b.O + static_cast<int64_t>(i) * p.d;
     Acc gQ[C::kColsPerThread], gdO[C::kColsPerThread];
@@ -288,8 +290,9 @@ __device__ __forceinline__ void bob_pass1_epilogue(const Params<T>& p, const flo
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const float E = quad_sum(e_part[h]);
-    const float F = quad_sum(f_part[h]) - 2.f * D[h] * E;
     const int row = iw + frag_row(lane, 2 * h);
+    const float dl = p.dL && row < p.N ? p.dL[head + row] : 0.f;  // D[h] is D - dL
+    const float F = quad_sum(f_part[h]) - (2.f * D[h] + dl) * E;
     if (row >= p.N) continue;
     if (blockIdx.y == 0 && lane % 4 == 0) {
       p.E[head + row] = E;
@@ -1253,9 +1256,10 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float e_row = quad_sum(e_part[h]);
-      const float d_row = kPV && !kDs ? quad_sum(d_part[h]) : D[h];
-      const float f_row = quad_sum(f_part[h]) - 2.f * d_row * e_row;
       const int row = iw + frag_row(lane, 2 * h);
+      const float dl = p.dL && row < p.N ? p.dL[head + row] : 0.f;  // D holds D - dL
+      const float d_row = kPV && !kDs ? quad_sum(d_part[h]) - dl : D[h];
+      const float f_row = quad_sum(f_part[h]) - (2.f * d_row + dl) * e_row;
       if (lane % 4 == 0 && row < p.N) {
         p.E[head + row] = e_row;
         p.F[head + row] = f_row;
@@ -1303,7 +1307,7 @@ __global__ void __launch_bounds__(384, 1)
 // D = rowsum(dO∘O), for the paths whose pass 0 does not form it
 template <typename T>
 void launch_D(const Params<T>& p) {
-  launch_row_dot<T>(p.dO, p.O, p.D, p.BH * p.N, p.d);
+  launch_row_dot<T>(p.dO, p.O, p.D, p.BH * p.N, p.d, p.dL);
 }
 
 template <typename T, int kD, QueryPass kPass>
@@ -1422,6 +1426,7 @@ void bwd_bwd(const AttentionArgs& a) {
     const size_t k_bytes = static_cast<size_t>(p.BHkv()) * p.Nk * p.d * sizeof(T);
     for (void* out : {a.out0, a.out3}) CUDA_CHECK(cudaMemsetAsync(out, 0, q_bytes, cuda_stream()));
     for (void* out : {a.out1, a.out2}) CUDA_CHECK(cudaMemsetAsync(out, 0, k_bytes, cuda_stream()));
+    if (a.out4) CUDA_CHECK(cudaMemsetAsync(a.out4, 0, static_cast<size_t>(rows) * sizeof(Acc), cuda_stream()));
     return;
   }
   Scratch scalars(3 * static_cast<size_t>(rows) * sizeof(Acc));  // D, E, F
@@ -1436,6 +1441,13 @@ void bwd_bwd(const AttentionArgs& a) {
         launch_generic(attention_bob_pass1_generic_kernel<T>, p, 7, 5);
         launch_generic(attention_bob_pass2_generic_kernel<T>, p, 7, 3, /*key_side=*/true);
       });
+  // grad_dL = E = Σ_j P∘G (dL enters as D - dL); E = 0 without Qt and Kt (G = 0), not formed then
+  if (a.out4 == nullptr) return;
+  const size_t lse_bytes = static_cast<size_t>(rows) * sizeof(Acc);
+  if (p.Qt || p.Kt)
+    CUDA_CHECK(cudaMemcpyAsync(a.out4, p.E, lse_bytes, cudaMemcpyDeviceToDevice, cuda_stream()));
+  else
+    CUDA_CHECK(cudaMemsetAsync(a.out4, 0, lse_bytes, cuda_stream()));
 }
 
 }  // namespace

@@ -122,6 +122,8 @@ struct Params {
   int H, group;   // query heads per batch entry; query heads per key/value head
   int wl, wr;     // window (kernels/params.h; -1: unbounded); with causal, wr is -1 and causal rules
   bool opts;      // grouped heads, Nk != N or a window: the kernels' general mask (kOpts) applies
+  const Acc* dL;  // (BH, N) cotangent of L or nullptr: D holds D - dL (docs/attention.md); last, so
+                  // that adding it left the other fields' offsets, and the kernels' code, as they were
 
   // The mask, as AttentionShape::first_key / last_key: query i sees keys [key_lo(i), key_hi(i)),
   // key j is seen by queries [query_lo(j), query_hi(j)); all four are non-decreasing.
@@ -170,6 +172,7 @@ Params<T> make_params(const AttentionArgs& a) {
   p.Kt = static_cast<const T*>(a.Kt);
   p.Vt = static_cast<const T*>(a.Vt);
   p.L = static_cast<const Acc*>(a.L);
+  p.dL = static_cast<const Acc*>(a.dL);
   p.out0 = static_cast<T*>(a.out0);
   p.out1 = static_cast<T*>(a.out1);
   p.out2 = static_cast<T*>(a.out2);
@@ -239,10 +242,13 @@ void set_smem(Kernel kernel, size_t bytes) {
 
 // ------------------------------------------------------------------------ D = rowsum(dO∘O)
 
-// One warp per row. D is Acc (f32 for bf16/f16/f32, f64 for f64).
+// One warp per row. D is Acc (f32 for bf16/f16/f32, f64 for f64); minus sub[row] (the cotangent
+// of L) where sub is not nullptr.
 template <typename T>
 __global__ void __launch_bounds__(256) row_dot_kernel(const T* __restrict__ a, const T* __restrict__ b,
-                                                      typename Elem<T>::Acc* __restrict__ out, int64_t rows, int d) {
+                                                      typename Elem<T>::Acc* __restrict__ out,
+                                                      const typename Elem<T>::Acc* __restrict__ sub, int64_t rows,
+                                                      int d) {
   using Acc = typename Elem<T>::Acc;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -252,7 +258,7 @@ __global__ void __launch_bounds__(256) row_dot_kernel(const T* __restrict__ a, c
   Acc sum = 0;
   for (int c = lane; c < d; c += 32) sum += Elem<T>::to_acc(ar[c]) * Elem<T>::to_acc(br[c]);
   for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  if (lane == 0) out[row] = sum;
+  if (lane == 0) out[row] = sub ? sum - sub[row] : sum;
 }
 
 template <typename T>
@@ -265,7 +271,8 @@ constexpr bool is_half_type() {
 // loads, reached 1.4 TB/s on the H200; docs/kernels.md).
 template <typename T, int kLanes>
 __global__ void __launch_bounds__(256) row_dot_vec_kernel(const T* __restrict__ a, const T* __restrict__ b,
-                                                          float* __restrict__ out, int64_t rows) {
+                                                          float* __restrict__ out, const float* __restrict__ sub,
+                                                          int64_t rows) {
   static_assert(32 % kLanes == 0, "a row's lanes within one warp");
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (256 / kLanes) + threadIdx.x / kLanes;
   const int l = threadIdx.x % kLanes;
@@ -283,11 +290,12 @@ __global__ void __launch_bounds__(256) row_dot_vec_kernel(const T* __restrict__ 
   }
 #pragma unroll
   for (int off = kLanes / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  if (row < rows && l == 0) out[row] = sum;
+  if (row < rows && l == 0) out[row] = sub ? sum - sub[row] : sum;
 }
 
 template <typename T>
-void launch_row_dot(const T* a, const T* b, typename Elem<T>::Acc* out, int64_t rows, int d) {
+void launch_row_dot(const T* a, const T* b, typename Elem<T>::Acc* out, int64_t rows, int d,
+                    const typename Elem<T>::Acc* sub = nullptr) {
   bool vec = false;  // row_dot_vec_kernel: 16-bit, d = 32 / 64 / 128, 16-byte aligned rows
   if constexpr (is_half_type<T>())
     vec = (d == 32 || d == 64 || d == 128) &&
@@ -300,16 +308,16 @@ void launch_row_dot(const T* a, const T* b, typename Elem<T>::Acc* out, int64_t 
   if constexpr (is_half_type<T>()) {
     if (vec) {
       if (d == 32)
-        row_dot_vec_kernel<T, 4><<<grid, 256, 0, cuda_stream()>>>(a, b, out, rows);
+        row_dot_vec_kernel<T, 4><<<grid, 256, 0, cuda_stream()>>>(a, b, out, sub, rows);
       else if (d == 64)
-        row_dot_vec_kernel<T, 8><<<grid, 256, 0, cuda_stream()>>>(a, b, out, rows);
+        row_dot_vec_kernel<T, 8><<<grid, 256, 0, cuda_stream()>>>(a, b, out, sub, rows);
       else
-        row_dot_vec_kernel<T, 16><<<grid, 256, 0, cuda_stream()>>>(a, b, out, rows);
+        row_dot_vec_kernel<T, 16><<<grid, 256, 0, cuda_stream()>>>(a, b, out, sub, rows);
       CUDA_CHECK_LAUNCH();
       return;
     }
   }
-  row_dot_kernel<T><<<grid, 256, 0, cuda_stream()>>>(a, b, out, rows, d);
+  row_dot_kernel<T><<<grid, 256, 0, cuda_stream()>>>(a, b, out, sub, rows, d);
   CUDA_CHECK_LAUNCH();
 }
 

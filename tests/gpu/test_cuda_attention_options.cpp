@@ -45,10 +45,12 @@ Values host_values(const Tensor& t) { return to(to(t, Device::cpu()), DType::f64
 struct Levels {
   Values O, L;
   std::vector<Values> bwd;  // dQ, dK, dV
-  std::vector<Values> bob;  // gQ, gK, gV, gdO
+  std::vector<Values> bob;  // gQ, gK, gV, gdO, and gdL when a dL was given
 };
 
-Levels run_levels(const OptInputs& in, const AttentionOptions& o, DType dtype, Device device, int cot_mask) {
+// dL: a cotangent of L (on the CPU, f64; converted to L's dtype and the device), or undefined.
+Levels run_levels(const OptInputs& in, const AttentionOptions& o, DType dtype, Device device, int cot_mask,
+                  const Tensor& dL_in = {}) {
   auto put = [&](const Tensor& t) { return to(to(t, dtype), device); };
   const Tensor q = put(in.qkv[0]), k = put(in.qkv[1]), v = put(in.qkv[2]), dO = put(in.dO);
   const Tensor qt = (cot_mask & 1) ? put(in.tilde[0]) : Tensor();
@@ -58,9 +60,10 @@ Levels run_levels(const OptInputs& in, const AttentionOptions& o, DType dtype, D
   Levels r;
   r.O = host_values(f.O);
   r.L = host_values(f.L);
-  for (const Tensor& t : attention_backward(q, k, v, f.O, f.L, dO, o)) r.bwd.push_back(host_values(t));
-  for (const Tensor& t : attention_backward_backward(q, k, v, f.O, f.L, dO, qt, kt, vt, o))
-    r.bob.push_back(host_values(t));
+  const Tensor dL = dL_in.defined() ? to(to(dL_in, f.L.dtype()), device) : Tensor();
+  for (const Tensor& t : attention_backward(q, k, v, f.O, f.L, dO, o, dL)) r.bwd.push_back(host_values(t));
+  const TensorList bob = attention_backward_backward(q, k, v, f.O, f.L, dO, qt, kt, vt, o, dL);
+  for (size_t i = 0; i < (dL.defined() ? 5u : 4u); ++i) r.bob.push_back(host_values(bob[i]));
   return r;
 }
 
@@ -276,6 +279,53 @@ TEST_P(CudaAttentionOptionsTensorCores, WithinTwiceGeneric) {
 
 INSTANTIATE_TEST_SUITE_P(HeadDims, CudaAttentionOptionsTensorCores,
                          ::testing::Combine(::testing::Values<int64_t>(64, 128), ::testing::Bool(), ::testing::Bool()));
+
+// The cotangent dL of the row log-sum-exp (the backward's D - dL, the BoB's F and grad_dL = E) on
+// every path: the default (sm_90a on a 9.x device: the fused sweeps at d = 64, the P·Vt passes
+// at d = 128 with all cotangents, the E/F passes without Vt), sm_80 and generic (forced), plain
+// and general-mask instances, bf16, against the CPU f64 within twice the generic kernels' error;
+// and the generic kernels in f64 within 1e-12 of the CPU.
+TEST(CudaAttentionOptionsEdges, LogSumExpCotangent) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  using kernels::cuda::testing::AttentionPath;
+  using kernels::cuda::testing::ScopedAttentionPath;
+  for (int64_t d : {64, 128}) {
+    const std::vector<OptCase> cases = {
+        {"square_causal", 4, 4, 300, 300, d, true, {}, {}},
+        {"square_full", 2, 2, 257, 257, d, false, {}, {}},
+        {"gqa4_causal_window", 8, 2, 700, 700, d, true, 300, {}},
+    };
+    for (const OptCase& c : cases) {
+      const OptInputs in = opt_inputs(c, 1, 1200 + d, DType::bf16);
+      const AttentionOptions o = options_of(c);
+      manual_seed(77);
+      const Tensor dL = randn({1, c.Hq, c.Nq}, DType::f64);
+      for (int cot : {7, 3, 4}) {
+        const std::string what = describe(c) + " cot=" + std::to_string(cot);
+        const Levels ref = run_levels(in, o, DType::f64, Device::cpu(), cot, dL);
+        Levels exact, slow;
+        {
+          ScopedAttentionPath generic(AttentionPath::kGeneric);
+          exact = run_levels(in, o, DType::f64, kGpu, cot, dL);
+          slow = run_levels(in, o, DType::bf16, kGpu, cot, dL);
+        }
+        expect_levels_match(exact, ref, 1e-12, what + " generic f64");
+        EXPECT_LE(scaled_error(exact.bob[4], ref.bob[4], scale_of({ref.bob[4]})), 1e-12) << what << " gdL";
+        for (AttentionPath path : {AttentionPath::kAuto, AttentionPath::kSm80}) {
+          ScopedAttentionPath forced(path);
+          const Levels fast = run_levels(in, o, DType::bf16, kGpu, cot, dL);
+          const std::string w = what + (path == AttentionPath::kAuto ? " default" : " sm80");
+          expect_family_within(fast.bwd, slow.bwd, ref.bwd, DType::bf16, w + " bwd");
+          expect_family_within({fast.bob.begin(), fast.bob.begin() + 4}, {slow.bob.begin(), slow.bob.begin() + 4},
+                               {ref.bob.begin(), ref.bob.begin() + 4}, DType::bf16, w + " bob");
+          expect_family_within({fast.bob[4]}, {slow.bob[4]}, {ref.bob[4]}, DType::bf16, w + " gdL");
+        }
+        if (cot == 4)  // no Qt, no Kt: G = 0, grad_dL = E = 0
+          for (double x : slow.bob[4]) ASSERT_EQ(x, 0.0) << what;
+      }
+    }
+  }
+}
 
 // The key sweeps of grouped heads split into pieces (kernels.h, testing::ScopedTailSplitSms):
 // B = 2, Hkv = 2, Nk = 1000 are 32 units of 128 keys, planned for 20 SMs (the plans are asserted),
