@@ -84,6 +84,17 @@ Tensor broadcast(Group& group, const Tensor& x, int root) {
   return y;
 }
 
+Tensor sendrecv(Group& group, const Tensor& x, int dst, int src) {
+  auto w = handle(group, "dist::sendrecv");
+  Tensor y = group.sendrecv(x, dst, src);
+  // y on this rank is x of `src`, so this x reaches the loss of `dst`: its gradient is dst's
+  // gradient of y, which comes back by the reverse shift.
+  record("dist_sendrecv", {x}, {y}, {}, [w, dst, src](const BackwardArgs& a) -> TensorList {
+    return {sendrecv(*lock(w, "dist::sendrecv"), a.grads[0], src, dst)};
+  });
+  return y;
+}
+
 TensorList all_reduce_coalesced(Group& group, const TensorList& xs) {
   NoGradGuard ng;
   for (size_t i = 0; i < xs.size(); ++i)

@@ -9,6 +9,7 @@
 //   y = all_gather(x, dim)         (cat of the x_r)                backward: reduce_scatter
 //   y = reduce_scatter(x, dim)     (piece r of Σ_s x_s)            backward: all_gather
 //   y = broadcast(x, root)         (x_root on every rank)          backward: Σ_s g_s to root, 0 elsewhere
+//   y = sendrecv(x, dst, src)      (x of rank src)                 backward: sendrecv(g, src, dst)
 //
 // Every rank must run the same program: the same collectives in the same order, forward and
 // backward. In particular, when one rank's backward reaches a collective, every rank's must
@@ -31,6 +32,11 @@ Tensor all_gather(Group& group, const Tensor& x, int64_t dim, std::vector<int64_
 // Piece `rank` (along `dim`, lengths `sizes`, or equal pieces when empty) of the sum over ranks.
 Tensor reduce_scatter(Group& group, const Tensor& x, int64_t dim, const std::vector<int64_t>& sizes = {});
 Tensor broadcast(Group& group, const Tensor& x, int root);
+// Sends x to rank `dst` and returns rank `src`'s x (same shape and dtype on every rank): one
+// step of a ring shift (dst = rank + 1, src = rank - 1, modulo size). The ranks' (dst, src)
+// must be a permutation and its inverse (rank dst's src is this rank), as in a ring; the
+// gradient then goes back the other way, sendrecv(g, src, dst). At least two ranks.
+Tensor sendrecv(Group& group, const Tensor& x, int dst, int src);
 
 // ---------------------------------------------------------------- data parallel
 // The elementwise sum over ranks of every tensor of the list, in one collective (the list is

@@ -1,6 +1,6 @@
 // Differentiable collectives: a small program that uses all_gather, reduce_scatter, all_reduce
-// and broadcast, run on P in-process ranks, against the same program on one thread over the
-// whole data (f64). Values, first-order gradients and second-order gradients (the gradient of
+// and broadcast (and one with sendrecv), run on P in-process ranks, against the same program on
+// one thread over the whole data (f64). Values, first-order gradients and second-order gradients (the gradient of
 // a function of the first-order ones, create_graph) must agree to rounding.
 #include <gtest/gtest.h>
 
@@ -103,6 +103,38 @@ TEST_P(DifferentiableCollectives, FirstAndSecondOrderMatchOneRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, DifferentiableCollectives, ::testing::Values(1, 2, 3, 4));
+
+// dist::sendrecv: two ring shifts, so rank r's loss is a function of rank r - 2's x, against the
+// same losses summed on one thread. First- and second-order gradients.
+TEST(DistSendrecv, GradientsGoBackAroundTheRing) {
+  for (const int P : {2, 3, 4}) {
+    SCOPED_TRACE("P = " + std::to_string(P));
+    manual_seed(7 + P);
+    const Tensor X = randn({P, 3}, DType::f64), W = randn({P, 3}, DType::f64);
+    auto f = [](const Tensor& y, const Tensor& w) { return sum(sin(w * y) * y); };
+    const Tensor Xl = test::leaf(X);
+    Tensor total = zeros({}, DType::f64);
+    for (int r = 0; r < P; ++r) {
+      const int from = (r + 2 * P - 2) % P;
+      total = total + f(squeeze(slice(Xl, 0, from, from + 1), 0), squeeze(slice(W, 0, r, r + 1), 0));
+    }
+    const Tensor g1 = grad({total}, {Xl}, {}, {true})[0];
+    const Tensor g2 = grad({sum(g1 * g1 * g1)}, {Xl})[0];
+    std::vector<Tensor> first(static_cast<size_t>(P)), second(static_cast<size_t>(P));
+    dist::run_threads(P, [&](Group& g) {
+      const int r = g.rank();
+      const Tensor x = test::leaf(squeeze(slice(X, 0, r, r + 1), 0));
+      Tensor y = x;
+      for (int step = 0; step < 2; ++step) y = dist::sendrecv(g, y, (r + 1) % P, (r + P - 1) % P);
+      const Tensor gr = grad({f(y, squeeze(slice(W, 0, r, r + 1), 0))}, {x}, {}, {true})[0];
+      first[static_cast<size_t>(r)] = gr;
+      second[static_cast<size_t>(r)] = grad({sum(gr * gr * gr)}, {x})[0];
+    });
+    EXPECT_LT(test::relative_gap(stack(first, 0), g1), 1e-14);
+    EXPECT_LT(test::relative_gap(stack(second, 0), g2), 1e-14);
+  }
+  EXPECT_THROW(dist::run_threads(1, [](Group& g) { dist::sendrecv(g, zeros({2}, DType::f64), 0, 0); }), ValueError);
+}
 
 TEST(DataParallel, AverageGradientsIsTheMeanOverRanksInOneCall) {
   const int P = 3;
