@@ -1,25 +1,34 @@
-// Sequence-parallel attention in its all-gather form: gather K and V, then run each local query
-// block against the keys it can see with the fused gg::attention.
+// Sequence-parallel attention in its all-gather form (dist/ops.h, docs/distributed.md §5).
 //
-// Re-aligning the mask. Globally Nq = Nk = N, so query g sees keys j with
+// Chunks and pairs. A rank's rows are one chunk (contiguous) or two (zig-zag). Each (query
+// chunk, key chunk) pair runs the fused op once; the all-gather schedule sees all N keys as one
+// chunk.
+//
+// Narrowing a pair. Globally Nq = Nk = N, and query g sees keys j with
 //   g - wl <= j <= g + wr          (wl, wr: the windows; causal is wr = 0; unset: unbounded).
-// A block of n queries starting at global row s therefore needs the keys [a, b) with
-//   a = max(0, s - wl),  b = min(N, s + n + wr).
-// gg::attention aligns a (n queries, b - a keys) problem bottom-right: local query i sits at
-// i' = i + (b - a) - n and sees local keys [i' - wl', i' + wr']. Local key j is global key a + j
-// and local query i is global row s + i, so with δ = b - (s + n) >= 0,
-//   i' = (s + i - a) + δ,
-// and the global rule reads  wl' = wl + δ,  wr' = wr - δ  (>= 0 because b <= s + n + wr).
-// Under a causal mask b = s + n, δ = 0 and the block is plain causal attention against the
-// keys [a, s + n). Unbounded windows stay unbounded.
+// Against the key chunk [ks, ks + m), query g sees something iff ks - wr <= g < ks + m + wl, so
+// the query rows [qs, qs + n) are first cut to [q0, q1) = [max(qs, ks - wr), min(qs + n, ks + m + wl))
+// (the pair is skipped when that is empty); the rows cut away take nothing from this chunk. The
+// keys those rows see are [a, b) with
+//   a = max(ks, q0 - wl),  b = min(ks + m, q1 + wr).
+// gg::attention aligns a (n' = q1 - q0 queries, b - a keys) problem bottom-right: local query i
+// sits at i' = i + (b - a) - n' and sees local keys [i' - wl', i' + wr']. Local key j is global
+// key a + j and local query i is global row q0 + i, so with δ = b - q1,
+//   i' = (q0 + i - a) + δ,
+// and the global rule reads  wl' = wl + δ,  wr' = wr - δ.  Both are >= 0: wr' because
+// b <= q1 + wr; wl' because either b = q1 + wr (δ = wr >= 0) or b = ks + m >= q1 - wl. The row
+// cut is what makes wl' >= 0: a query row below the key chunk's reach would need wl' < 0. A
+// causal mask stays causal when δ = 0 and becomes window_right = wr' = -δ otherwise (δ < 0 when
+// the keys end before the query rows do).
+// Unbounded windows stay unbounded. With one key chunk [0, N) nothing is cut: q0 = qs, q1 = qs + n.
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 #include "dist/ops.h"
 
 namespace gg::dist {
 namespace {
-
 // The lengths of the 2P zig-zag chunks of N rows: as equal as possible, the longer first.
 std::vector<int64_t> zigzag_chunks(int64_t n, int64_t world) {
   std::vector<int64_t> c(static_cast<size_t>(2 * world), n / (2 * world));
@@ -36,9 +45,53 @@ void check_world(const char* op, int64_t rank, int64_t world) {
   GG_CHECK(rank >= 0 && rank < world, ValueError, "gg::", op, ": rank must be in [0, ", world, "), got ", rank);
 }
 
-struct Block {
-  int64_t global_start, rows, local_start;
+// Rows [start, start + rows) of the sequence, at row `local` of the rank's tensor (or block).
+struct Chunk {
+  int64_t start, rows, local;
 };
+
+// The chunks rank r holds: its block of the contiguous cut (`sizes`: rows per rank), or zig-zag
+// chunks r and 2P - 1 - r (`zz`: the 2P chunk lengths).
+std::vector<Chunk> chunks_of(int64_t r, Sharding sharding, const std::vector<int64_t>& sizes,
+                             const std::vector<int64_t>& zz) {
+  if (sharding == Sharding::contiguous) return {{prefix(sizes, r), sizes[static_cast<size_t>(r)], 0}};
+  const int64_t P = static_cast<int64_t>(sizes.size()), second = 2 * P - 1 - r;
+  return {{prefix(zz, r), zz[static_cast<size_t>(r)], 0},
+          {prefix(zz, second), zz[static_cast<size_t>(second)], zz[static_cast<size_t>(r)]}};
+}
+
+// One (query chunk, key chunk) pair, narrowed as in the header comment: query rows [q0, q1)
+// against keys [a, b), with the local mask.
+struct Pair {
+  int64_t q0, q1, a, b;
+  AttentionOptions local;
+};
+
+std::optional<Pair> narrow(const Chunk& qc, const Chunk& kc, const AttentionOptions& o) {
+  if (qc.rows == 0 || kc.rows == 0) return std::nullopt;
+  const std::optional<int64_t> wl = o.window_left;
+  const std::optional<int64_t> wr = o.causal ? std::optional<int64_t>(0) : o.window_right;
+  const int64_t ks = kc.start, ke = kc.start + kc.rows;
+  const int64_t q0 = wr ? std::max(qc.start, ks - *wr) : qc.start;
+  const int64_t q1 = wl ? std::min(qc.start + qc.rows, ke + *wl) : qc.start + qc.rows;
+  if (q0 >= q1) return std::nullopt;
+  Pair p{q0, q1, wl ? std::max(ks, q0 - *wl) : ks, wr ? std::min(ke, q1 + *wr) : ke, o};
+  const int64_t delta = p.b - q1;
+  if (wl) p.local.window_left = *wl + delta;
+  if (wr && !(o.causal && delta == 0)) {  // causal with δ = 0 stays plain causal
+    p.local.causal = false;
+    p.local.window_right = *wr - delta;
+  }
+  return p;
+}
+
+// The fused op on one pair: q holds the query chunk qc at its rows, K and V the key chunk kc.
+AttentionForward attend(const Tensor& q, const Tensor& K, const Tensor& V, const Chunk& qc, const Chunk& kc,
+                        const Pair& p) {
+  const int64_t qa = qc.local + (p.q0 - qc.start), ka = kc.local + (p.a - kc.start);
+  return attention_forward(slice(q, 2, qa, qa + (p.q1 - p.q0)), slice(K, 2, ka, ka + (p.b - p.a)),
+                           slice(V, 2, ka, ka + (p.b - p.a)), p.local);
+}
 
 }  // namespace
 
@@ -75,6 +128,26 @@ Tensor zigzag_unshard(const Tensor& gathered, int64_t world, int64_t dim) {
   return pieces.size() == 1 ? pieces[0] : cat(pieces, d);
 }
 
+namespace {
+
+// The all-gather schedule: K and V travel together, one collective forward, one reduce-scatter
+// backward; each query chunk then attends to the keys it can see.
+Tensor attention_all_gather(Group& group, const Tensor& q, const Tensor& k, const Tensor& v,
+                            const AttentionOptions& options, Sharding sharding, const std::vector<int64_t>& sizes,
+                            const std::vector<int64_t>& zz) {
+  const int64_t P = group.size(), rank = group.rank();
+  Tensor kv = all_gather(group, stack({k, v}, 0), 3);  // (2, B, Hkv, N, d)
+  if (sharding == Sharding::zigzag) kv = zigzag_unshard(kv, P, 3);
+  const Tensor K = squeeze(slice(kv, 0, 0, 1), 0), V = squeeze(slice(kv, 0, 1, 2), 0);
+  const Chunk all{0, K.size(2), 0};
+  TensorList outs;
+  for (const Chunk& qc : chunks_of(rank, sharding, sizes, zz))
+    if (const std::optional<Pair> p = narrow(qc, all, options)) outs.push_back(attend(q, K, V, qc, all, *p).O);
+  return outs.size() == 1 ? outs[0] : cat(outs, 2);
+}
+
+}  // namespace
+
 Tensor attention(Group& group, const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
                  Sharding sharding) {
   const char* op = "dist::attention";
@@ -92,48 +165,34 @@ Tensor attention(Group& group, const Tensor& q, const Tensor& k, const Tensor& v
   GG_CHECK(!(options.causal && options.window_right.value_or(0) > 0), ValueError, "gg::", op,
            ": causal = true means window_right = 0, got window_right = ", options.window_right.value_or(0));
 
-  // K and V travel together: one collective forward, one reduce-scatter backward.
-  std::vector<int64_t> sizes;
-  Tensor kv = all_gather(group, stack({k, v}, 0), 3, &sizes);  // (2, B, Hkv, N, d)
+  // Every rank's shapes and dtype, so that all ranks agree on the cut or all raise the same error.
   const int64_t P = group.size(), rank = group.rank();
+  const std::vector<int64_t> mine = {q.size(2), q.size(0), q.size(1), q.size(3), k.size(1), k.size(3),
+                                     static_cast<int64_t>(q.dtype()), static_cast<int64_t>(k.dtype())};
+  const int64_t width = static_cast<int64_t>(mine.size());
+  const std::vector<int64_t> meta =
+      group.all_gather(from_indices(mine, {width}, q.device()), 0).to_vector<int64_t>();
+  std::vector<int64_t> sizes;
+  for (int64_t r = 0; r < P; ++r) {
+    const auto at = meta.begin() + r * width;
+    sizes.push_back(at[0]);
+    GG_CHECK(std::equal(mine.begin() + 1, mine.end(), at + 1), ShapeError, "gg::", op,
+             ": the ranks' q and k differ in more than their rows: rank ", rank, " has q ", shape_str(q.shape()),
+             ", k ", shape_str(k.shape()), " (", dtype_name(q.dtype()), "), rank ", r, " has (B, Hq, d, Hkv, dk) = ",
+             shape_str(Shape(at + 1, at + 6)));
+  }
   const int64_t N = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
   for (int64_t r = 0; r < P; ++r)
     GG_CHECK(sizes[static_cast<size_t>(r)] >= 1, ShapeError, "gg::", op,
              ": every rank must hold at least one row, rank ",
              r, " holds none (rows per rank ", shape_str(sizes), ")");
-
-  std::vector<Block> blocks;
-  if (sharding == Sharding::zigzag) {
-    const std::vector<int64_t> c = zigzag_chunks(N, P);
+  const std::vector<int64_t> zz = zigzag_chunks(N, P);
+  if (sharding == Sharding::zigzag)
     for (int64_t r = 0; r < P; ++r)
-      GG_CHECK(sizes[static_cast<size_t>(r)] == c[static_cast<size_t>(r)] + c[static_cast<size_t>(2 * P - 1 - r)],
+      GG_CHECK(sizes[static_cast<size_t>(r)] == zz[static_cast<size_t>(r)] + zz[static_cast<size_t>(2 * P - 1 - r)],
                ShapeError, "gg::", op, ": the shards are not zig-zag shards of ", N, " rows over ", P,
-               " ranks: rows per rank ", shape_str(sizes), ", zig-zag chunks ", shape_str(c));
-    kv = zigzag_unshard(kv, P, 3);
-    const int64_t second = 2 * P - 1 - rank;
-    blocks.push_back({prefix(c, rank), c[static_cast<size_t>(rank)], 0});
-    blocks.push_back({prefix(c, second), c[static_cast<size_t>(second)], c[static_cast<size_t>(rank)]});
-  } else {
-    blocks.push_back({prefix(sizes, rank), sizes[static_cast<size_t>(rank)], 0});
-  }
-  const Tensor K = squeeze(slice(kv, 0, 0, 1), 0), V = squeeze(slice(kv, 0, 1, 2), 0);
-
-  const std::optional<int64_t> wl = options.window_left;
-  const std::optional<int64_t> wr = options.causal ? std::optional<int64_t>(0) : options.window_right;
-  TensorList outs;
-  for (const Block& blk : blocks) {
-    if (blk.rows == 0) continue;
-    const int64_t s = blk.global_start, n = blk.rows;
-    const int64_t a = wl ? std::max<int64_t>(0, s - *wl) : 0;
-    const int64_t b = wr ? std::min<int64_t>(N, s + n + *wr) : N;
-    const int64_t delta = b - (s + n);
-    AttentionOptions local = options;
-    if (wl) local.window_left = *wl + delta;
-    if (!options.causal && wr) local.window_right = *wr - delta;
-    outs.push_back(gg::attention(slice(q, 2, blk.local_start, blk.local_start + n), slice(K, 2, a, b),
-                                 slice(V, 2, a, b), local));
-  }
-  return outs.size() == 1 ? outs[0] : cat(outs, 2);
+               " ranks: rows per rank ", shape_str(sizes), ", zig-zag chunks ", shape_str(zz));
+  return attention_all_gather(group, q, k, v, options, sharding, sizes, zz);
 }
 
 }  // namespace gg::dist

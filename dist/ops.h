@@ -67,11 +67,12 @@ Tensor zigzag_unshard(const Tensor& gathered, int64_t world_size, int64_t dim);
 // rank must hold at least one row. The options mean what they mean for the global Nq = Nk = N
 // attention (causal, windows, scale; grouped-query heads as in gg::attention).
 //
+// Each (query chunk, key chunk) pair runs the fused op against the keys of the chunk that the
+// query rows can see, with the mask re-aligned to the narrowed keys (dist/attention.cpp).
 // Schedule: K and V are all-gathered (one collective, differentiable: the backward
-// reduce-scatters dK and dV), then each of this rank's query blocks runs the fused
-// gg::attention against the keys it can see, with the mask re-aligned to the narrowed keys.
-// Orders 1 and 2 are the fused kernels' (backward and BoB); the cross-rank traffic at every
-// order is the gathers and reduce-scatters of K- and V-shaped tensors. docs/distributed.md.
+// reduce-scatters dK and dV). Orders 1 and 2 are the fused kernels' (backward and BoB); the
+// cross-rank traffic at every order is the gathers and reduce-scatters of K- and V-shaped
+// tensors. docs/distributed.md.
 Tensor attention(Group& group, const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options = {},
                  Sharding sharding = Sharding::contiguous);
 

@@ -26,6 +26,7 @@ inline std::vector<MaskCase> mask_cases() {
   c.push_back({"window_3_2", {std::nullopt, false, 3, 2}});
   c.push_back({"window_right_5_only", {0.3, false, std::nullopt, 5}});
   c.push_back({"window_left_1_only", {std::nullopt, false, 1}});
+  c.push_back({"diagonal_only", {std::nullopt, false, 0, 0}});
   return c;
 }
 

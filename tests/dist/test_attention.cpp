@@ -108,6 +108,13 @@ TEST(DistAttention, BadShardsAreTypedErrors) {
                                    dist::attention(g, t, t, t, {std::nullopt, true, std::nullopt, 2});
                                  }),
                ValueError);
+  // Ranks whose heads differ.
+  EXPECT_THROW(dist::run_threads(2,
+                                 [](Group& g) {
+                                   const Tensor t = zeros({1, 1 + g.rank(), 4, 2}, DType::f64);
+                                   dist::attention(g, t, t, t);
+                                 }),
+               ShapeError);
 }
 
 }  // namespace
