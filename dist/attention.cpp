@@ -1,8 +1,8 @@
-// Sequence-parallel attention in its all-gather form (dist/ops.h, docs/distributed.md §5).
+// Sequence-parallel attention: the all-gather and ring schedules (dist/ops.h, docs/distributed.md §5).
 //
-// Chunks and pairs. A rank's rows are one chunk (contiguous) or two (zig-zag). Each (query
-// chunk, key chunk) pair runs the fused op once; the all-gather schedule sees all N keys as one
-// chunk.
+// Chunks and pairs. A rank's rows are one chunk (contiguous) or two (zig-zag); so are the keys
+// of a rank's block. Each (query chunk, key chunk) pair runs the fused op once; the all-gather
+// schedule sees all N keys as one chunk.
 //
 // Narrowing a pair. Globally Nq = Nk = N, and query g sees keys j with
 //   g - wl <= j <= g + wr          (wl, wr: the windows; causal is wr = 0; unset: unbounded).
@@ -22,9 +22,14 @@
 // the keys end before the query rows do).
 // Unbounded windows stay unbounded. With one key chunk [0, N) nothing is cut: q0 = qs, q1 = qs + n.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <numeric>
 #include <optional>
+#include <string>
 
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
 #include "dist/ops.h"
 
 namespace gg::dist {
@@ -93,6 +98,93 @@ AttentionForward attend(const Tensor& q, const Tensor& K, const Tensor& V, const
                            slice(V, 2, ka, ka + (p.b - p.a)), p.local);
 }
 
+// x with `before` and `after` rows of `value` around it along dim 2 (differentiable in x).
+Tensor pad_rows(const Tensor& x, int64_t before, int64_t after, double value) {
+  if (before == 0 && after == 0) return x;
+  TensorList parts;
+  for (const int64_t rows : {before, int64_t{-1}, after}) {
+    if (rows == -1) {
+      parts.push_back(x);
+    } else if (rows > 0) {
+      Shape s = x.shape();
+      s[2] = rows;
+      parts.push_back(full(s, value, x.dtype(), x.device()));
+    }
+  }
+  return cat(parts, 2);
+}
+
+// What one pair gives a query chunk of n rows: O and L for its rows [r0, r1).
+struct Part {
+  Tensor O, L;
+  int64_t r0, r1;
+};
+
+// The chunk's output from its parts. With O_j, L_j padded to all n rows (O = 0 and L = -inf on
+// the rows a part does not cover):
+//   L = m + log Σ_j exp(L_j - m),   O = Σ_j exp(L_j - L) · O_j,
+// m the rowwise max of the L_j, detached (it cancels; it only keeps exp in range). Every row
+// sees its own key, so some part covers it, m and L are finite and no -inf - (-inf) arises;
+// a padded row contributes exp(-inf) = 0 at every order. The sums run in L's dtype (f32 for
+// bf16 and f16). One part covering the chunk is the chunk's output as it is.
+Tensor merge(const std::vector<Part>& parts, int64_t n) {
+  if (parts.size() == 1 && parts[0].r0 == 0 && parts[0].r1 == n) return parts[0].O;
+  const DType out_dtype = parts.at(0).O.dtype(), acc = parts[0].L.dtype();
+  const double inf = std::numeric_limits<double>::infinity();
+  TensorList Ls, Os;
+  for (const Part& p : parts) {
+    Ls.push_back(pad_rows(p.L, p.r0, n - p.r1, -inf));
+    Os.push_back(pad_rows(p.O.dtype() == acc ? p.O : to(p.O, acc), p.r0, n - p.r1, 0.0));
+  }
+  Tensor m;
+  {
+    NoGradGuard ng;
+    m = Ls[0].detach();
+    for (size_t j = 1; j < Ls.size(); ++j) m = maximum(m, Ls[j].detach());
+  }
+  Tensor s = exp(Ls[0] - m);
+  for (size_t j = 1; j < Ls.size(); ++j) s = s + exp(Ls[j] - m);
+  const Tensor L = m + log(s);
+  Tensor O = unsqueeze(exp(Ls[0] - L), 3) * Os[0];
+  for (size_t j = 1; j < Os.size(); ++j) O = O + unsqueeze(exp(Ls[j] - L), 3) * Os[j];
+  return O.dtype() == out_dtype ? O : to(O, out_dtype);
+}
+
+// Zeros shaped like x, recorded as a function of x: its backward is again zeros_after(x), so at
+// every order the gradient it sends to x is a recorded tensor that depends on x.
+Tensor zeros_after(const Tensor& x) {
+  Tensor z = zeros(x.shape(), x.dtype(), x.device());
+  record("dist_ring_zeros", {x}, {z}, {x},
+         [](const BackwardArgs& a) -> TensorList { return {zeros_after(a.saved[0])}; });
+  return z;
+}
+
+// y itself, recorded as a function of y and x: x gets the gradient zeros_after(x), and y's
+// gradient is again tied to x, so that a gradient of any function of this backward's results
+// reaches x too (see the deadlock rule at attention_ring).
+Tensor tie(const Tensor& y, const Tensor& x) {
+  Tensor out = y.detach();
+  record("dist_ring_tie", {y, x}, {out}, {x}, [](const BackwardArgs& a) -> TensorList {
+    return {tie(a.grads[0], a.saved[0]), zeros_after(a.saved[0])};
+  });
+  return out;
+}
+
+// x itself, recorded; its backward is guard(g) again. The ring puts one on each side of every
+// shift, so in any backward pass a shift runs only after a guard's backward has: a guard called
+// at backward level 3 (a third-order pass) raises on every rank before any rank shifts. Beyond
+// order 2 the ranks' backward graphs hold several chains of shifts in each direction, and a
+// rank whose pairs differ from its neighbours' (causal: rank 0 skips every received block) can
+// interleave them in another order: measured, a causal ring of 3 ranks hangs in its third pass.
+Tensor guard(const Tensor& x) {
+  GG_CHECK(detail::current_backward_level() < 3, AutogradError,
+           "gg::dist::attention: the ring schedule is differentiable to order 2 (a third backward pass through ",
+           "its shifts can interleave them differently on different ranks); use dist::Schedule::all_gather");
+  Tensor y = x.detach();
+  record("dist_ring_guard", {x}, {y}, {}, [](const BackwardArgs& a) -> TensorList { return {guard(a.grads[0])}; });
+  return y;
+}
+
 }  // namespace
 
 Tensor zigzag_shard(const Tensor& x, int64_t rank, int64_t world, int64_t dim) {
@@ -146,10 +238,60 @@ Tensor attention_all_gather(Group& group, const Tensor& q, const Tensor& k, cons
   return outs.size() == 1 ? outs[0] : cat(outs, 2);
 }
 
+// The ring schedule. Step t: this rank holds the block of rank (rank - t) mod P, the stacked
+// (K, V) rows of that rank padded to the longest rank's rows (sendrecv moves equal shapes), and
+// attends each of its query chunks to each key chunk of the block. Block t + 1 is
+// sendrecv(block t), so the tape holds one chain of P - 1 shifts.
+//
+// Deadlock rule. The shifts' backwards are collectives too: every rank must run all of them,
+// in the same order. The chain orders them (the backward of shift t needs block t + 1's whole
+// gradient, hence shift t + 1's backward first), but a rank runs shift t's backward only if
+// some gradient reaches block t + 1 or a later one, and a rank may see no key of the blocks
+// it receives (causal and contiguous: rank 0 sees only its own keys). Its backward would then
+// skip every reverse shift while its neighbours wait in theirs. So the output is tied to the
+// last block (tie(), the identity in value): its backward always sends a gradient to the last
+// block, hence down the whole chain. Adding 0 · sum(block) would do at order 1 only: that
+// gradient does not depend on the inputs when the output's cotangent does not, so a
+// create_graph backward would not record the reverse shifts on such a rank, and the second
+// order would hang. tie's gradients are recorded functions of the block at every order, and
+// tie also ties the output's cotangent to the block, so that a function of dQ alone still
+// reaches the chain in the next backward. Measured: without tie, with 0 · sum(block) in its
+// place, or with the cotangent left untied, RingDeadlock (tests/dist) hangs.
+Tensor attention_ring(Group& group, const Tensor& q, const Tensor& k, const Tensor& v,
+                      const AttentionOptions& options, Sharding sharding, const std::vector<int64_t>& sizes,
+                      const std::vector<int64_t>& zz) {
+  const int64_t P = group.size(), rank = group.rank();
+  const int64_t longest = *std::max_element(sizes.begin(), sizes.end());
+  Tensor block = stack({k, v}, 0);  // (2, B, Hkv, rows, d)
+  if (k.size(2) < longest) {
+    Shape s = block.shape();
+    s[3] = longest - k.size(2);
+    block = cat({block, zeros(s, block.dtype(), block.device())}, 3);
+  }
+  const std::vector<Chunk> qcs = chunks_of(rank, sharding, sizes, zz);
+  std::vector<std::vector<Part>> parts(qcs.size());
+  const int next = static_cast<int>((rank + 1) % P), prev = static_cast<int>((rank + P - 1) % P);
+  for (int64_t t = 0; t < P; ++t) {
+    if (t > 0) block = guard(sendrecv(group, guard(block), next, prev));
+    const Tensor K = squeeze(slice(block, 0, 0, 1), 0), V = squeeze(slice(block, 0, 1, 2), 0);
+    for (const Chunk& kc : chunks_of((rank + P - t) % P, sharding, sizes, zz))
+      for (size_t i = 0; i < qcs.size(); ++i)
+        if (const std::optional<Pair> p = narrow(qcs[i], kc, options)) {
+          const AttentionForward f = attend(q, K, V, qcs[i], kc, *p);
+          parts[i].push_back({f.O, f.L, p->q0 - qcs[i].start, p->q1 - qcs[i].start});
+        }
+  }
+  TensorList outs;
+  for (size_t i = 0; i < qcs.size(); ++i)
+    if (qcs[i].rows > 0) outs.push_back(merge(parts[i], qcs[i].rows));
+  const Tensor out = outs.size() == 1 ? outs[0] : cat(outs, 2);
+  return P > 1 ? tie(out, block) : out;
+}
+
 }  // namespace
 
 Tensor attention(Group& group, const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
-                 Sharding sharding) {
+                 Sharding sharding, Schedule schedule) {
   const char* op = "dist::attention";
   GG_CHECK(q.defined() && k.defined() && v.defined(), ValueError, "gg::", op, ": q, k and v must be defined");
   GG_CHECK(q.dim() == 4 && k.dim() == 4, ShapeError, "gg::", op,
@@ -164,8 +306,11 @@ Tensor attention(Group& group, const Tensor& q, const Tensor& k, const Tensor& v
     GG_CHECK(!w || *w >= 0, ValueError, "gg::", op, ": ", name, " must be >= 0 (or unset), got ", w.value_or(0));
   GG_CHECK(!(options.causal && options.window_right.value_or(0) > 0), ValueError, "gg::", op,
            ": causal = true means window_right = 0, got window_right = ", options.window_right.value_or(0));
+  GG_CHECK(schedule == Schedule::all_gather || schedule == Schedule::ring, ValueError, "gg::", op,
+           ": unknown schedule ", static_cast<int>(schedule));
 
-  // Every rank's shapes and dtype, so that all ranks agree on the cut or all raise the same error.
+  // Every rank's shapes and dtype, so that all ranks agree on the cut (and on the block shape
+  // the ring shifts) or all raise the same error.
   const int64_t P = group.size(), rank = group.rank();
   const std::vector<int64_t> mine = {q.size(2), q.size(0), q.size(1), q.size(3), k.size(1), k.size(3),
                                      static_cast<int64_t>(q.dtype()), static_cast<int64_t>(k.dtype())};
@@ -192,7 +337,8 @@ Tensor attention(Group& group, const Tensor& q, const Tensor& k, const Tensor& v
       GG_CHECK(sizes[static_cast<size_t>(r)] == zz[static_cast<size_t>(r)] + zz[static_cast<size_t>(2 * P - 1 - r)],
                ShapeError, "gg::", op, ": the shards are not zig-zag shards of ", N, " rows over ", P,
                " ranks: rows per rank ", shape_str(sizes), ", zig-zag chunks ", shape_str(zz));
-  return attention_all_gather(group, q, k, v, options, sharding, sizes, zz);
+  return schedule == Schedule::ring ? attention_ring(group, q, k, v, options, sharding, sizes, zz)
+                                    : attention_all_gather(group, q, k, v, options, sharding, sizes, zz);
 }
 
 }  // namespace gg::dist

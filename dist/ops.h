@@ -61,6 +61,19 @@ Tensor zigzag_shard(const Tensor& x, int64_t rank, int64_t world_size, int64_t d
 // (as all_gather returns them); the result is the sequence in its natural order.
 Tensor zigzag_unshard(const Tensor& gathered, int64_t world_size, int64_t dim);
 
+// How dist::attention moves K and V between ranks (docs/distributed.md §5).
+//   all_gather: one differentiable all-gather of the stacked K and V, then each query chunk
+//     against all the keys it can see.
+//   ring: P - 1 steps of dist::sendrecv pass the stacked (K, V) block of each rank around the
+//     ring; each rank attends its query chunks to the block it holds (gg::attention_forward,
+//     which also returns the row log-sum-exp) and merges the partial results with their
+//     log-sum-exps, in differentiable ops.
+// Orders 1 and 2 run the fused kernels in both. all_gather differentiates to any order (3 and up
+// through the composite); the ring stops at order 2: a third backward pass through it raises an
+// AutogradError on every rank (dist/attention.cpp, guard). Both hold O(N·d) per rank for the
+// backward (the ring's tape keeps every block it received).
+enum class Schedule { all_gather, ring };
+
 // Sequence-parallel gg::attention. q (B, Hq, n, d), k and v (B, Hkv, n, d) are this rank's
 // rows of the global (B, H, N, d) tensors, cut the same way for q, k and v (`sharding`); the
 // result is this rank's rows of gg::attention(Q, K, V, options) over the whole sequence. Every
@@ -69,11 +82,9 @@ Tensor zigzag_unshard(const Tensor& gathered, int64_t world_size, int64_t dim);
 //
 // Each (query chunk, key chunk) pair runs the fused op against the keys of the chunk that the
 // query rows can see, with the mask re-aligned to the narrowed keys (dist/attention.cpp).
-// Schedule: K and V are all-gathered (one collective, differentiable: the backward
-// reduce-scatters dK and dV). Orders 1 and 2 are the fused kernels' (backward and BoB); the
-// cross-rank traffic at every order is the gathers and reduce-scatters of K- and V-shaped
-// tensors. docs/distributed.md.
+// Cross-rank traffic at every order: all_gather, the gathers and reduce-scatters of K- and
+// V-shaped tensors; ring, point-to-point shifts of (K, V)-block-shaped tensors.
 Tensor attention(Group& group, const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options = {},
-                 Sharding sharding = Sharding::contiguous);
+                 Sharding sharding = Sharding::contiguous, Schedule schedule = Schedule::all_gather);
 
 }  // namespace gg::dist

@@ -1,11 +1,12 @@
 // Sequence-parallel attention on P in-process ranks against the single-thread gg::attention
 // over the whole sequence (f64): the output, the first-order gradients and the second-order
 // gradients (of a function of dQ, dK, dV, through create_graph: the fused backward-over-backward
-// on every rank) agree to rounding, for contiguous and zig-zag shards, odd lengths, grouped-query
-// heads, full, causal and windowed masks.
+// on every rank) agree to rounding, for both schedules (all-gather and ring), contiguous and
+// zig-zag shards, odd lengths, grouped-query heads, full, causal and windowed masks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <ostream>
 #include <string>
 
 #include "dist_util.h"
@@ -17,32 +18,129 @@ namespace {
 
 using dist::Group;
 using dist::Sharding;
+using dist::Schedule;
 using test::expect_matches_one_rank;
 
 struct Case {
   int P;
   Sharding sharding;
+  Schedule schedule;
 };
+
+std::string name_of(const Case& c) {
+  return std::string(c.schedule == Schedule::ring ? "ring_" : "all_gather_") +
+         (c.sharding == Sharding::zigzag ? "zigzag" : "contiguous") + "_P" + std::to_string(c.P);
+}
+std::string case_name(const ::testing::TestParamInfo<Case>& i) { return name_of(i.param); }
+void PrintTo(const Case& c, std::ostream* os) { *os << name_of(c); }
+
+std::vector<Case> all_cases() {
+  std::vector<Case> c;
+  for (Schedule s : {Schedule::all_gather, Schedule::ring})
+    for (Sharding sh : {Sharding::contiguous, Sharding::zigzag})
+      for (int P = 1; P <= 4; ++P) c.push_back({P, sh, s});
+  return c;
+}
 
 class SequenceParallel : public ::testing::TestWithParam<Case> {};
 
 // 13 rows: uneven shards and chunks for every P.
 TEST_P(SequenceParallel, OutputFirstAndSecondOrderMatchOneRank) {
-  expect_matches_one_rank(GetParam().P, GetParam().sharding, 13);
+  expect_matches_one_rank(GetParam().P, GetParam().sharding, 13, Device::cpu(), GetParam().schedule);
 }
 
-// Fewer rows than zig-zag chunks: 5 rows over 4 ranks leaves three of the 8 chunks empty.
-TEST(SequenceParallelShort, EmptyZigzagChunks) { expect_matches_one_rank(4, Sharding::zigzag, 5); }
+// Short sequences: 5 rows over 4 ranks leaves three of the 8 zig-zag chunks empty; 5 over 3 and
+// 7 over 4 cut unevenly (2, 2, 1 and 2, 2, 2, 1, or zig-zag chunks of 1 and 0 rows); 2 over 2
+// gives every rank one row.
+TEST_P(SequenceParallel, ShortSequences) {
+  const Case c = GetParam();
+  if (c.P == 4) {
+    expect_matches_one_rank(4, c.sharding, 5, Device::cpu(), c.schedule);
+    expect_matches_one_rank(4, c.sharding, 7, Device::cpu(), c.schedule);
+  } else if (c.P == 3) {
+    expect_matches_one_rank(3, c.sharding, 5, Device::cpu(), c.schedule);
+  } else {
+    expect_matches_one_rank(c.P, c.sharding, 2, Device::cpu(), c.schedule);
+  }
+}
 
-INSTANTIATE_TEST_SUITE_P(Ranks, SequenceParallel,
-                         ::testing::Values(Case{1, Sharding::contiguous}, Case{2, Sharding::contiguous},
-                                           Case{3, Sharding::contiguous}, Case{4, Sharding::contiguous},
-                                           Case{1, Sharding::zigzag}, Case{2, Sharding::zigzag},
-                                           Case{3, Sharding::zigzag}, Case{4, Sharding::zigzag}),
-                         [](const ::testing::TestParamInfo<Case>& i) {
-                           return std::string(i.param.sharding == Sharding::zigzag ? "zigzag" : "contiguous") + "_P" +
-                                  std::to_string(i.param.P);
-                         });
+INSTANTIATE_TEST_SUITE_P(Ranks, SequenceParallel, ::testing::ValuesIn(all_cases()), case_name);
+
+// Under a causal mask with contiguous shards, rank 0 sees no key of any block it receives in
+// the ring, and rank 1 none of the blocks after the first one it receives. Their backwards
+// must still run every reverse shift (dist/attention.cpp, the deadlock rule), at first order
+// and at second order whether the second-order scalar is a function of dK, of dQ alone or of
+// dV alone. A rank that skipped one would leave its neighbours waiting: this test would hang,
+// which ctest's TIMEOUT for the RingDeadlock tests (tests/dist/CMakeLists.txt) turns into a
+// failure.
+TEST(RingDeadlock, RanksThatSeeNoReceivedKeyRunEveryShift) {
+  for (const int P : {2, 3, 4}) {
+    SCOPED_TRACE("P = " + std::to_string(P));
+    for (const test::PenTerms terms : {test::PenTerms{true, false, false}, test::PenTerms{false, true, false},
+                                       test::PenTerms{false, false, true}}) {
+      expect_matches_one_rank(P, Sharding::contiguous, 9, Device::cpu(), Schedule::ring, terms,
+                              {"causal", "diagonal_only"});
+    }
+  }
+}
+
+// Third order (the gradient of a function of the second-order gradients, through the composite
+// fallback on every rank), causal and contiguous, so that rank 0 sees no received key: the
+// all-gather schedule matches the one-thread op; the ring raises an AutogradError on every rank
+// instead of interleaving its shifts differently on different ranks (which hangs). Under the
+// RingDeadlock timeout.
+TEST(RingDeadlock, ThirdOrderAllGatherMatchesRingRaises) {
+  const int P = 3;
+  const int64_t B = 1, Hq = 2, Hkv = 1, N = 7, d = 3;
+  manual_seed(31);
+  const Tensor Q = randn({B, Hq, N, d}, DType::f64), K = randn({B, Hkv, N, d}, DType::f64),
+               V = randn({B, Hkv, N, d}, DType::f64), dO = randn({B, Hq, N, d}, DType::f64);
+  const AttentionOptions causal{std::nullopt, true};
+  // Orders 1-3 of one program: the output's vector-Jacobian product, a nonlinear scalar of
+  // those gradients, and the same again one order up.
+  auto third = [&](const Tensor& o, const TensorList& leaves, const Tensor& cot) {
+    const TensorList g1 = grad({o}, leaves, {cot}, {true});
+    const TensorList g2 = grad({sum(g1[0] * g1[0]) + sum(tanh(g1[1])) + sum(g1[2] * g1[2] * g1[2])}, leaves, {},
+                               {true});
+    return grad({sum(g2[0] * g2[0]) + sum(g2[1] * g2[2])}, leaves);
+  };
+  const TensorList full = {test::leaf(Q), test::leaf(K), test::leaf(V)};
+  const TensorList want = third(attention(full[0], full[1], full[2], causal), full, dO);
+  for (Schedule s : {Schedule::all_gather, Schedule::ring}) {
+    std::vector<TensorList> got(static_cast<size_t>(P));
+    auto run = [&] {
+      dist::run_threads(P, [&](Group& g) {
+        const int r = g.rank();
+        auto rows = [&](const Tensor& x) { return test::rows_of(x, r, P, Sharding::contiguous); };
+        const TensorList leaves = {test::leaf(rows(Q)), test::leaf(rows(K)), test::leaf(rows(V))};
+        const Tensor o = dist::attention(g, leaves[0], leaves[1], leaves[2], causal, Sharding::contiguous, s);
+        got[static_cast<size_t>(r)] = third(o, leaves, rows(dO));
+      });
+    };
+    if (s == Schedule::ring) {
+      EXPECT_THROW(run(), AutogradError);
+      continue;
+    }
+    run();
+    for (size_t i = 0; i < 3; ++i) {
+      TensorList parts;
+      for (int r = 0; r < P; ++r) parts.push_back(got[static_cast<size_t>(r)][i]);
+      EXPECT_LT(test::relative_gap(cat(parts, 2), want[i]), 1e-11) << "third order, input " << i;
+    }
+  }
+}
+
+// The ring's narrowing, on a case worked by hand: 12 rows over 3 contiguous ranks (4 each),
+// window_left = 1 and no right window. Rank 2 (rows 8-11) against rank 1's keys (4-7): only
+// row 8 sees one of them (key 7); rows 9-11 see none, and as the last rows of the pair they
+// would need a negative local window_left, so the pair is cut to row 8 against key 7. Under
+// causal with window_left = 4, rank 2 against rank 0's keys (0-3) is skipped (row 8 sees keys
+// 4-8). Checked through the result, against the one-thread op at orders 0-2.
+TEST(RingNarrowing, QueryRowsBelowTheKeyChunksReachAreCut) {
+  for (Sharding sh : {Sharding::contiguous, Sharding::zigzag})
+    expect_matches_one_rank(3, sh, 12, Device::cpu(), Schedule::ring, {},
+                            {"causal_window_left_4", "window_left_1_only"});
+}
 
 TEST(Zigzag, ShardsAreChunksRAnd2PMinus1MinusRAndUnshardInvertsThem) {
   const Tensor x = arange(0, 11, 1, DType::f64);  // 11 rows over 3 ranks: chunks 2,2,2,2,2,1
@@ -108,13 +206,20 @@ TEST(DistAttention, BadShardsAreTypedErrors) {
                                    dist::attention(g, t, t, t, {std::nullopt, true, std::nullopt, 2});
                                  }),
                ValueError);
-  // Ranks whose heads differ.
-  EXPECT_THROW(dist::run_threads(2,
+  // Ranks whose heads differ (the ring would shift blocks of different sizes).
+  for (Schedule s : {Schedule::all_gather, Schedule::ring})
+    EXPECT_THROW(dist::run_threads(2,
+                                   [s](Group& g) {
+                                     const Tensor t = zeros({1, 1 + g.rank(), 4, 2}, DType::f64);
+                                     dist::attention(g, t, t, t, {}, Sharding::contiguous, s);
+                                   }),
+                 ShapeError);
+  EXPECT_THROW(dist::run_threads(1,
                                  [](Group& g) {
-                                   const Tensor t = zeros({1, 1 + g.rank(), 4, 2}, DType::f64);
-                                   dist::attention(g, t, t, t);
+                                   const Tensor t = zeros({1, 1, 4, 2}, DType::f64);
+                                   dist::attention(g, t, t, t, {}, Sharding::contiguous, static_cast<Schedule>(7));
                                  }),
-               ShapeError);
+               ValueError);
 }
 
 }  // namespace

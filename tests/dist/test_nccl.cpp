@@ -56,8 +56,11 @@ TEST(NcclGroup, SequenceParallelAttentionOfOneRankIsTheFusedOp) {
   causal.causal = true;
   const Tensor dO = randn(s).cuda();
   const TensorList want = grad({attention(q, k, v, causal)}, {q, k, v}, {dO});
-  const TensorList got = grad({dist::attention(*g, q, k, v, causal)}, {q, k, v}, {dO});
-  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(host(got[i]), host(want[i])) << "input " << i;
+  for (dist::Schedule s : {dist::Schedule::all_gather, dist::Schedule::ring}) {
+    const TensorList got =
+        grad({dist::attention(*g, q, k, v, causal, dist::Sharding::contiguous, s)}, {q, k, v}, {dO});
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(host(got[i]), host(want[i])) << "input " << i;
+  }
 }
 
 // Under scripts/launch.sh (WORLD_SIZE set), every rank checks an all_reduce of its rank number.
@@ -80,11 +83,14 @@ TEST(NcclGroup, BuiltWithoutNccl) {
 #endif
 
 // Two and three in-process ranks on one GPU (no NCCL): the same program as on the CPU
-// (tests/dist/test_attention.cpp), the fused CUDA kernels on every rank (Nq != Nk, grouped heads).
+// (tests/dist/test_attention.cpp), the fused CUDA kernels on every rank (Nq != Nk, grouped heads),
+// with both schedules.
 TEST(ThreadGroupOnGpu, SequenceParallelAttentionMatchesOneGpu) {
   GG_REQUIRE_GPU_OR_SKIP();
-  test::expect_matches_one_rank(2, dist::Sharding::contiguous, 13, Device::cuda(0));
-  test::expect_matches_one_rank(3, dist::Sharding::zigzag, 37, Device::cuda(0));
+  for (dist::Schedule s : {dist::Schedule::all_gather, dist::Schedule::ring}) {
+    test::expect_matches_one_rank(2, dist::Sharding::contiguous, 13, Device::cuda(0), s);
+    test::expect_matches_one_rank(3, dist::Sharding::zigzag, 37, Device::cuda(0), s);
+  }
 }
 
 }  // namespace
