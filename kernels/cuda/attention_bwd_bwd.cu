@@ -1063,7 +1063,7 @@ __device__ __forceinline__ void D_of_rows(const Params<T>& p, int64_t head, int 
         d += o.x * y.x + o.y * y.y;
       }
     }
-    D[h] = quad_sum(d);
+    D[h] = quad_sum(d) - (p.dL && row < p.N ? p.dL[head + row] : 0.f);  // D - dL, as launch_D
   }
 }
 

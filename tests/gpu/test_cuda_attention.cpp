@@ -127,8 +127,8 @@ Levels run_fused(const Inputs& in, DType dtype, Device device, bool causal, int 
   r.O = f.O.to_vector<double>();
   r.L = f.L.to_vector<double>();
   for (const Tensor& g : attention_backward(q, k, v, f.O, f.L, dO, o)) r.bwd.push_back(g.to_vector<double>());
-  for (const Tensor& g : attention_backward_backward(q, k, v, f.O, f.L, dO, qt, kt, vt, o))
-    r.bob.push_back(g.to_vector<double>());
+  const TensorList bob = attention_backward_backward(q, k, v, f.O, f.L, dO, qt, kt, vt, o);
+  for (size_t i = 0; i < 4; ++i) r.bob.push_back(bob[i].to_vector<double>());  // gdL (no dL: E) aside
   return r;
 }
 
