@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <functional>
+#include <ostream>
 
 #include "gradgrad.h"
 #include "test_util.h"
@@ -39,6 +40,12 @@ void run(optim::Optimizer& opt, Tensor& p) {
 }
 
 struct SgdCase { double momentum, dampening, weight_decay; bool nesterov; };
+// Printed by field (gtest would print the struct's bytes, padding included, and ctest names the
+// tests by that print, so the names would change from build to build).
+void PrintTo(const SgdCase& c, std::ostream* os) {
+  *os << "momentum " << c.momentum << " dampening " << c.dampening << " wd " << c.weight_decay
+      << (c.nesterov ? " nesterov" : "");
+}
 
 class SgdReference : public ::testing::TestWithParam<SgdCase> {};
 
@@ -68,6 +75,9 @@ INSTANTIATE_TEST_SUITE_P(Optim, SgdReference,
                                            SgdCase{0.9, 0.3, 0.01, false}, SgdCase{0.8, 0, 0.05, true}));
 
 struct AdamCase { double weight_decay; bool decoupled; };
+void PrintTo(const AdamCase& c, std::ostream* os) {
+  *os << "wd " << c.weight_decay << (c.decoupled ? " decoupled" : "");
+}
 
 class AdamReference : public ::testing::TestWithParam<AdamCase> {};
 
