@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_bob_pass
   // ---- epilogue: E, F; grad_Q = s·(XA - E·X2 - F·X3), grad_dO = Y - E·O
   const Acc E = group_sum(e_part);
   // F = Σ P∘(dP∘G + H) - (D + D')·E: D_i is D' = D - dL (dS), D = Σ P∘dP (P̄'s E·dP term)
-  const Acc dl_i = p.dL && i < p.N ? p.dL[head + i] : Acc(0);
+  const Acc dl_i = p.row_dL(head, i);
   const Acc F = group_sum(f_part) - (Acc(2) * D_i + dl_i) * E;
   if (i < p.N) {
     const T* Oi = b.O + static_cast<int64_t>(i) * p.d;
@@ -291,7 +291,7 @@ __device__ __forceinline__ void bob_pass1_epilogue(const Params<T>& p, const flo
   for (int h = 0; h < 2; ++h) {
     const float E = quad_sum(e_part[h]);
     const int row = iw + frag_row(lane, 2 * h);
-    const float dl = p.dL && row < p.N ? p.dL[head + row] : 0.f;  // D[h] is D - dL
+    const float dl = p.row_dL(head, row);  // D[h] is D - dL
     const float F = quad_sum(f_part[h]) - (2.f * D[h] + dl) * E;
     if (row >= p.N) continue;
     if (blockIdx.y == 0 && lane % 4 == 0) {
@@ -1063,7 +1063,7 @@ __device__ __forceinline__ void D_of_rows(const Params<T>& p, int64_t head, int 
         d += o.x * y.x + o.y * y.y;
       }
     }
-    D[h] = quad_sum(d) - (p.dL && row < p.N ? p.dL[head + row] : 0.f);  // D - dL, as launch_D
+    D[h] = quad_sum(d) - p.row_dL(head, row);  // D - dL, as launch_D
   }
 }
 
@@ -1257,7 +1257,7 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
     for (int h = 0; h < 2; ++h) {
       const float e_row = quad_sum(e_part[h]);
       const int row = iw + frag_row(lane, 2 * h);
-      const float dl = p.dL && row < p.N ? p.dL[head + row] : 0.f;  // D holds D - dL
+      const float dl = p.row_dL(head, row);  // D holds D - dL
       const float d_row = kPV && !kDs ? quad_sum(d_part[h]) - dl : D[h];
       const float f_row = quad_sum(f_part[h]) - (2.f * d_row + dl) * e_row;
       if (lane % 4 == 0 && row < p.N) {

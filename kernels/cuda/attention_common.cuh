@@ -145,6 +145,9 @@ struct Params {
     return (wl < 0 || hi > N) ? N : (hi < 0 ? 0 : hi);
   }
   __host__ __device__ bool sees(int i, int j) const { return i < N && j >= key_lo(i) && j < key_hi(i); }
+  // The cotangent of L of row `row` of the query head starting at row `head` (0 without dL, or
+  // for a row past N).
+  __device__ Acc row_dL(int64_t head, int row) const { return dL && row < N ? dL[head + row] : Acc(0); }
   // The key/value head of query head bh, and the first query head of key/value head bh_kv.
   __host__ __device__ int64_t kv_head(int64_t bh) const { return (bh / H) * (H / group) + (bh % H) / group; }
   __host__ __device__ int64_t first_query_head(int64_t bh_kv) const {
