@@ -175,7 +175,7 @@ TensorList bob_composite_vjp(const TensorList& inputs, const TensorList& cots, c
   TensorList outs, outs_cots, wrt;
   std::vector<size_t> wrt_index;
   for (size_t j = 0; j < g.size(); ++j)
-    if (g[j].defined() && g[j].requires_grad() && cots[j].defined()) {
+    if (g[j].defined() && g[j].requires_grad()) {
       outs.push_back(g[j]);
       outs_cots.push_back(cots[j]);
     }
