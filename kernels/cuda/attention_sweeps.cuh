@@ -276,18 +276,37 @@ SweepMaps make_sweep_maps(const Params<T>& p, int d, int query_rows, int key_row
 
 // ---- the band of a key block under a general mask (the kOpts key sweeps): the query tiles of kBN
 // rows [q_begin, q_begin + nb) that see some key of [j0, j0 + 128), swept for each query head of
-// the group in turn (steps = group·nb). A block whose keys no query sees sweeps one tile, all of it
+// the group (steps = group·nb). A block whose keys no query sees sweeps one tile, all of it
 // masked, so that every block has a step and the bands [q_begin, q_begin + nb) of a head's blocks
-// grow with the block at both ends (band_add_position relies on it). Step s is tile tile(s) of
-// query head query_head(s); the division by nb is a multiply-high (DivBy). The block sweeps the
-// steps [lo, hi): all of them, or a piece's run (key_unit).
+// grow with the block at both ends (band_add_position relies on it). The block sweeps the steps
+// [lo, hi): all of them, or a piece's run (key_unit). Two orders:
+//   head-major (masks without a right bound): step s is tile s - m·nb of group member
+//     m = (s - q_begin) / nb; key blocks launch from the last, whose band is the longest.
+//   longest first (a right bound: causal, window_right): key blocks launch from block 0, whose
+//     band is the longest, and each sweeps its band tile-major from the last tile down: step s
+//     is member g0 + r % gp of tile q_begin + nb - 1 - r / gp, r = s - lo, for the gp members
+//     from g0 of its piece. Every block then reaches a tile of the sequence's end at the same
+//     step, so the fused sweeps' ordered additions (block 0 first) do not wait on a block that
+//     is further behind; launched the other way round, the longest blocks ran last, alone (Hkv 1,
+//     N 64K, causal: the key sweeps 1.5x the dense ones).
+// The divisions are multiply-highs (DivBy).
 struct KeyBand {
   int q_begin, nb, steps;
   int64_t qh0;  // the group's first query head
   DivBy by_nb;
   int lo, hi;
-  __device__ int member(int s) const { return static_cast<int>(by_nb.div(static_cast<uint32_t>(s - q_begin))); }
-  __device__ int tile(int s) const { return s - member(s) * nb; }
+  bool longest_first;
+  int g0, gp;  // longest first: the piece's members
+  DivBy by_gp;
+  __device__ int member(int s) const {
+    if (!longest_first) return static_cast<int>(by_nb.div(static_cast<uint32_t>(s - q_begin)));
+    const int r = s - lo;
+    return g0 + r - static_cast<int>(by_gp.div(static_cast<uint32_t>(r))) * gp;
+  }
+  __device__ int tile(int s) const {
+    if (!longest_first) return s - member(s) * nb;
+    return q_begin + nb - 1 - static_cast<int>(by_gp.div(static_cast<uint32_t>(s - lo)));
+  }
   __device__ int64_t query_head(int s) const { return qh0 + member(s); }
 };
 template <int kBN, typename T>
@@ -295,7 +314,7 @@ __device__ __forceinline__ KeyBand key_band(const Params<T>& p, int64_t bh_kv, i
   const int lo = p.query_lo(j0), hi = p.query_hi(min(j0 + 128, p.Nk) - 1);
   const int q_begin = lo / kBN, nb = hi > lo ? cdiv(hi, kBN) - q_begin : 1;
   return {q_begin, nb, p.group * nb, p.first_query_head(bh_kv), DivBy(static_cast<uint32_t>(nb)),
-          q_begin, q_begin + p.group * nb};
+          q_begin, q_begin + p.group * nb, p.right() >= 0, 0, p.group, DivBy(static_cast<uint32_t>(p.group))};
 }
 
 // Warp-specialised key sweep: blocks of 128 key rows [j0, j0 + 128); warpgroup 0 produces,
@@ -613,7 +632,7 @@ __device__ __forceinline__ void order_additions(Counter&& counter, Position&& po
 // (kernels.h: band_add_position).
 template <int kBN, typename T>
 __device__ __forceinline__ int band_position(const Params<T>& p, int blk, int per_head, int t) {
-  return band_add_position(blk, per_head, t, kBN, p.right() >= 0, p.Nk - p.N + p.right());
+  return band_add_position(blk, per_head, t, kBN, p.right() >= 0, p.wl, p.Nk - p.N);
 }
 
 // out_o = scale_o · the f32 buffer of output o < kOutputs (per head, the cdiv(N, kRows) tiles of
@@ -697,8 +716,10 @@ __device__ __forceinline__ SweepUnit sweep_unit(int N, bool causal) {
   return {bc.bh, bc.blk, causal ? bc.blk * kBlock / kBN : 0, cdiv(N, kBN)};
 }
 // The kOpts key sweeps' unit: key block unit.blk of key/value head unit.bh (cdiv(Nk, 128) blocks
-// per head), and its band (key_band) with the run of steps [lo, hi) that this block sweeps: all of
-// them, or, in a piece of a split unit (full masks, where every band is alike), the piece's share.
+// per head, launched in the band's order: KeyBand), and its band (key_band) with the run of steps
+// [lo, hi) that this block sweeps: all of them, or, in a piece of a split unit, the piece's share
+// (full masks, where every band is alike: a run of the head-major steps; longest first: whole
+// members of the group, plan_group_split's pieces dividing it).
 template <int kBN, typename T>
 __device__ __forceinline__ KeyBand key_unit(const Params<T>& p, const TailSplit& ts, SweepUnit& unit) {
   const int per_head = cdiv(p.Nk, 128);
@@ -713,9 +734,18 @@ __device__ __forceinline__ KeyBand key_unit(const Params<T>& p, const TailSplit&
     piece = b % ts.pieces;
     pieces = ts.pieces;
   }
+  if (p.right() >= 0) unit.blk = per_head - 1 - unit.blk;  // longest first
   KeyBand band = key_band<kBN>(p, unit.bh, unit.blk * 128);
-  band.lo = band.q_begin + static_cast<int>(int64_t{piece} * band.steps / pieces);
-  band.hi = band.q_begin + static_cast<int>(int64_t{piece + 1} * band.steps / pieces);
+  if (band.longest_first) {
+    band.gp = p.group / pieces;
+    band.g0 = piece * band.gp;
+    band.by_gp = DivBy(static_cast<uint32_t>(band.gp));
+    band.lo = band.q_begin + band.g0 * band.nb;
+    band.hi = band.lo + band.gp * band.nb;
+  } else {
+    band.lo = band.q_begin + static_cast<int>(int64_t{piece} * band.steps / pieces);
+    band.hi = band.q_begin + static_cast<int>(int64_t{piece + 1} * band.steps / pieces);
+  }
   return band;
 }
 // With the split ts (never causal).
@@ -793,19 +823,21 @@ __device__ __forceinline__ void key_rows_out(const Params<T>& p, const TailSplit
 // kScratchRows rows of one output of one split unit per block (kScratchBlocks blocks per unit), 16
 // threads per row, each with kD / 32 column pairs and every slot's loads issued together. (One
 // block per (unit, output), each thread going round its rows one after another, waited for a
-// memory round trip per slot and row: twice as long.)
+// memory round trip per slot and row: twice as long.) longest_first: the units' key blocks are
+// numbered as the longest-first key sweeps launch them (KeyBand).
 constexpr int kScratchRows = 16;
 constexpr int kScratchBlocks = 2 * (128 / kScratchRows);  // two outputs of 128 rows
 template <typename T, int kD>
 __global__ void __launch_bounds__(256) rows_from_scratch_kernel(const float* scratch, T* out1, T* out2, int N,
-                                                                int whole, int slots, float scale1) {
+                                                                int whole, int slots, float scale1,
+                                                                bool longest_first) {
   static_assert(kD % 32 == 0 && kScratchRows * 16 == 256, "16 threads per row, 256 per block");
   constexpr int kPairs = kD / 32;  // column pairs per thread: pair q·16 + t of its row
   constexpr int kPerOutput = kScratchBlocks / 2;
   const int su = blockIdx.x / kScratchBlocks, o = (blockIdx.x / kPerOutput) % 2, t = threadIdx.x % 16;
   const int r = (blockIdx.x % kPerOutput) * kScratchRows + threadIdx.x / 16;  // row in the unit
   const BlockCoord uc = unit_coord(int64_t{whole} + su, cdiv(N, 128));
-  const int row = uc.blk * 128 + r;
+  const int row = (longest_first ? cdiv(N, 128) - 1 - uc.blk : uc.blk) * 128 + r;
   if (row >= N) return;
   const float* s = scratch + (int64_t{su} * slots * 2 + o) * 128 * kD + r * kD;
   float2 v[kPairs];
@@ -873,7 +905,7 @@ class TailSplitRun {
     if (ts_.split_units == 0) return;
     auto kernel = d_ == 128 ? rows_from_scratch_kernel<T, 128> : rows_from_scratch_kernel<T, 64>;
     kernel<<<kScratchBlocks * ts_.split_units, 256, 0, cuda_stream()>>>(ts_.scratch, p.out1, p.out2, p.Nk, ts_.whole,
-                                                                         ts_.slots, scale1);
+                                                                         ts_.slots, scale1, p.opts && p.right() >= 0);
     CUDA_CHECK_LAUNCH();
   }
 

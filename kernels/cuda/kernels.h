@@ -48,10 +48,10 @@ TailSplitPlan plan_tail_split(int64_t units, int tiles, bool causal, int sms, in
 // near the start of a causal sequence sweeps it all, once per query head of the group): with
 // fewer than 2 units per SM the longest units decide the time, so every unit is swept as
 // `pieces` pieces, the largest divisor of group up to ceil(4·sms / units): each piece then takes
-// whole query heads of the group, and the pieces of all units meet the query heads in the same
-// order, as the fused sweeps' ordered additions need to run without waits (pieces cut inside a
-// head measured 2x slower; at 3.9 units per SM, 2 pieces gained 7% at Hkv 4, N 16K and lost 3% at
-// Hkv 1, N 64K, so there is no split from 2 units per SM up). Else none.
+// whole query heads of the group and sweeps them in the unit's order (KeyBand), as the fused
+// sweeps' ordered additions need to run without waits (pieces cut inside a head measured 2x
+// slower; at 3.9 units per SM, 2 pieces gained 7% at Hkv 4, N 16K and lost 3% at Hkv 1, N 64K,
+// with the units launched shortest first, so there is no split from 2 units per SM up). Else none.
 TailSplitPlan plan_group_split(int64_t units, int group, int sms);
 
 // The position of key unit blk (of per_head units of 128 keys in its head, launched in the order
@@ -71,19 +71,22 @@ constexpr int ordered_add_position(int blk, int per_head, int t, int tile_rows, 
 }
 
 // The same under a general mask (grouped heads, Nq != Nk, windows: the key sweeps' bands,
-// attention_sweeps.cuh KeyBand). Key block b's band of query tiles starts at tile
-// max(0, 128·b - c) / tile_rows with c = Nk - Nq + right, right the mask's right bound (0 causal;
-// right_bounded false: no bound, every band starts at tile 0), and the bands grow with b at both
-// ends, so the units adding to tile t are blk up to the last b whose band starts at or before t.
+// attention_sweeps.cuh KeyBand). Without a right bound (right_bounded false) every band reaches
+// the first query tile and the blocks launch from the last: the position is per_head - 1 - blk.
+// With one (causal, window_right), the longest band is block 0's and the blocks launch from it:
+// the adders of tile t are the blocks from the first whose band holds t, in order blk = 0, 1, ....
+// Without a left bound (wl < 0) every band reaches the last tile, so that first block is 0; with
+// one, block b's last key 128·b + 127 must reach back to tile t's first query t·tile_rows:
+// b >= (t·tile_rows + shift - wl) / 128, shift = Nk - Nq. Blocks that no query sees hold tile 0
+// only (a band of one masked tile).
 #if defined(__CUDACC__)
 __host__ __device__
 #endif
-constexpr int band_add_position(int blk, int per_head, int t, int tile_rows, bool right_bounded, int c) {
+constexpr int band_add_position(int blk, int per_head, int t, int tile_rows, bool right_bounded, int wl, int shift) {
   if (!right_bounded) return per_head - 1 - blk;
-  const int num = (t + 1) * tile_rows + c - 1;  // the last b has 128·b <= num
-  const int last = num >= 0 ? num / 128 : -1;
-  const int hi = last < per_head - 1 ? last : per_head - 1;
-  return (hi > blk ? hi : blk) - blk;
+  if (wl < 0 || t == 0) return blk;
+  const int x = t * tile_rows + shift - wl;
+  return blk - (x > 0 ? x / 128 : 0);
 }
 
 // n / d for 0 <= n < 2^31 by a multiply-high and a shift (the key sweeps' steps into query head

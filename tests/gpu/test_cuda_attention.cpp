@@ -813,7 +813,8 @@ TEST(CudaAttention, OrderedAddPositions) {
 // of query tiles is formed here from the mask's definition (query i sees key j when
 // i' - window_left <= j <= i' + right, i' = i + Nk - Nq; a band that no query reaches is the one
 // tile where its first query would be, as key_band makes it); for every tile, the blocks whose
-// band holds it take the positions 0, 1, ... in launch order.
+// band holds it take the positions 0, 1, ... in launch order (from block 0 under a right bound,
+// from the last block otherwise).
 TEST(CudaAttention, BandAddPositions) {
   using kernels::cuda::band_add_position;
   struct Mask {
@@ -823,7 +824,8 @@ TEST(CudaAttention, BandAddPositions) {
   const std::vector<Mask> masks = {
       {300, 300, -1, -1, false}, {300, 300, -1, -1, true},  {200, 1000, -1, -1, true}, {1000, 200, -1, -1, true},
       {700, 700, 300, -1, true}, {500, 900, 40, 10, false}, {640, 640, 0, 0, false},   {900, 500, -1, 30, false},
-      {129, 1000, 5, -1, true},  {1000, 129, 0, 0, false}};
+      {129, 1000, 5, -1, true},  {1000, 129, 0, 0, false}, {300, 1500, 100, -1, true}, {200, 2000, 40, 0, false},
+      {1000, 300, 64, -1, true}};
   for (const Mask& m : masks)
     for (int tile_rows : {32, 64}) {
       const int right = m.causal ? 0 : m.wr;  // -1: none
@@ -849,9 +851,10 @@ TEST(CudaAttention, BandAddPositions) {
       int checked = 0;
       for (int t = 0; t < tiles; ++t) {
         int next = 0;
-        for (int blk = per_head - 1; blk >= 0; --blk) {  // launch order within the head
+        for (int k = 0; k < per_head; ++k) {  // launch order within the head (KeyBand)
+          const int blk = right >= 0 ? k : per_head - 1 - k;
           if (t < first[blk] || t >= end[blk]) continue;
-          EXPECT_EQ(band_add_position(blk, per_head, t, tile_rows, right >= 0, shift + std::max(right, 0)), next)
+          EXPECT_EQ(band_add_position(blk, per_head, t, tile_rows, right >= 0, m.wl, shift), next)
               << "Nq=" << m.nq << " Nk=" << m.nk << " wl=" << m.wl << " wr=" << m.wr << " causal=" << m.causal
               << " tile_rows=" << tile_rows << " t=" << t << " blk=" << blk;
           ++next;
