@@ -293,19 +293,20 @@ SweepMaps make_sweep_maps(const Params<T>& p, int d, int query_rows, int key_row
 struct KeyBand {
   int q_begin, nb, steps;
   int64_t qh0;  // the group's first query head
-  DivBy by_nb;
   int lo, hi;
   bool longest_first;
-  int g0, gp;  // longest first: the piece's members
-  DivBy by_gp;
+  // step s: r = s - base, q = r / by.d, rem = r - q·by.d; head-major (by.d = nb, base = q_begin):
+  // member q, tile q_begin + rem; longest first (by.d = gp, base = lo): member m0 + rem, tile
+  // t0 - q (m0 = g0, t0 = q_begin + nb - 1)
+  int base, m0, t0;
+  DivBy by;
   __device__ int member(int s) const {
-    if (!longest_first) return static_cast<int>(by_nb.div(static_cast<uint32_t>(s - q_begin)));
-    const int r = s - lo;
-    return g0 + r - static_cast<int>(by_gp.div(static_cast<uint32_t>(r))) * gp;
+    const int r = s - base, q = static_cast<int>(by.div(static_cast<uint32_t>(r)));
+    return longest_first ? m0 + r - q * static_cast<int>(by.d) : q;
   }
   __device__ int tile(int s) const {
-    if (!longest_first) return s - member(s) * nb;
-    return q_begin + nb - 1 - static_cast<int>(by_gp.div(static_cast<uint32_t>(s - lo)));
+    const int r = s - base, q = static_cast<int>(by.div(static_cast<uint32_t>(r)));
+    return longest_first ? t0 - q : q_begin + r - q * static_cast<int>(by.d);
   }
   __device__ int64_t query_head(int s) const { return qh0 + member(s); }
 };
@@ -313,8 +314,8 @@ template <int kBN, typename T>
 __device__ __forceinline__ KeyBand key_band(const Params<T>& p, int64_t bh_kv, int j0) {
   const int lo = p.query_lo(j0), hi = p.query_hi(min(j0 + 128, p.Nk) - 1);
   const int q_begin = lo / kBN, nb = hi > lo ? cdiv(hi, kBN) - q_begin : 1;
-  return {q_begin, nb, p.group * nb, p.first_query_head(bh_kv), DivBy(static_cast<uint32_t>(nb)),
-          q_begin, q_begin + p.group * nb, p.right() >= 0, 0, p.group, DivBy(static_cast<uint32_t>(p.group))};
+  return {q_begin, nb, p.group * nb, p.first_query_head(bh_kv), q_begin, q_begin + p.group * nb, false,
+          q_begin, 0, q_begin, DivBy(static_cast<uint32_t>(nb))};
 }
 
 // Warp-specialised key sweep: blocks of 128 key rows [j0, j0 + 128); warpgroup 0 produces,
@@ -586,24 +587,32 @@ __device__ __forceinline__ void ordered_add_end(bool ordered, int c) {
 // The arrival at kOrderReady for step t + 1 comes after the wait at kOrderAdded for step t, so the
 // consumer has passed step t's kOrderReady phase by then (a named barrier must not be arrived at
 // twice in one phase).
-// Each step's counter and position are formed once (the warp's path is the additions' critical path).
+// Each step's counter and position are formed once, while the previous step's additions run (the
+// warp's round per step is the additions' critical path).
 template <bool kEarly, typename Counter, typename Position, typename Consumer>
 __device__ __forceinline__ void order_additions(Counter&& counter, Position&& position, int lo, int hi,
                                                 Consumer&& consumer, int lane) {
+  if (lo >= hi) return;
   if constexpr (!kEarly) {
+    int* ctr = counter(lo);
+    int pos = position(lo);
     for (int t = lo; t < hi; ++t) {
       const int c = consumer(t);
-      int* const ctr = counter(t);
-      if (lane == 0) spin_until_at_least<32>(ctr, position(t));
+      if (lane == 0) spin_until_at_least<32>(ctr, pos);
       __syncwarp();
       named_bar_arrive(kOrderReady + c, 160);
+      // step t + 1's counter and position, formed while step t's additions run
+      const bool next = t + 1 < hi;
+      int* const ctr_next = next ? counter(t + 1) : ctr;
+      const int pos_next = next ? position(t + 1) : 0;
       named_bar_sync(kOrderAdded + c, 160);
       if (lane == 0) release_increment(ctr);
       __syncwarp();
+      ctr = ctr_next;
+      pos = pos_next;
     }
     return;
   }
-  if (lo >= hi) return;
   int* ctr = counter(lo);
   if (lane == 0) spin_until_at_least<32>(ctr, position(lo));
   __syncwarp();
@@ -612,11 +621,12 @@ __device__ __forceinline__ void order_additions(Counter&& counter, Position&& po
   for (int t = lo; t < hi; ++t) {
     const bool next = t + 1 < hi;
     int* const ctr_next = next ? counter(t + 1) : ctr;
+    const int pos_next = next ? position(t + 1) : 0;
     if (lane == 0 && next) seen = load_acquire(ctr_next);
     named_bar_sync(kOrderAdded + consumer(t), 160);
     if (next) {
       if (lane == 0) {
-        const int pos = position(t + 1);
+        const int pos = pos_next;
         if (seen < pos) spin_until_at_least<32>(ctr_next, pos);
       }
       __syncwarp();
@@ -736,12 +746,15 @@ __device__ __forceinline__ KeyBand key_unit(const Params<T>& p, const TailSplit&
   }
   if (p.right() >= 0) unit.blk = per_head - 1 - unit.blk;  // longest first
   KeyBand band = key_band<kBN>(p, unit.bh, unit.blk * 128);
-  if (band.longest_first) {
-    band.gp = p.group / pieces;
-    band.g0 = piece * band.gp;
-    band.by_gp = DivBy(static_cast<uint32_t>(band.gp));
-    band.lo = band.q_begin + band.g0 * band.nb;
-    band.hi = band.lo + band.gp * band.nb;
+  if (p.right() >= 0) {  // longest first: the piece's gp members from m0
+    const int gp = p.group / pieces;
+    band.longest_first = true;
+    band.m0 = piece * gp;
+    band.lo = band.q_begin + band.m0 * band.nb;
+    band.hi = band.lo + gp * band.nb;
+    band.base = band.lo;
+    band.t0 = band.q_begin + band.nb - 1;
+    band.by = DivBy(static_cast<uint32_t>(gp));
   } else {
     band.lo = band.q_begin + static_cast<int>(int64_t{piece} * band.steps / pieces);
     band.hi = band.q_begin + static_cast<int>(int64_t{piece + 1} * band.steps / pieces);
