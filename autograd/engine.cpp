@@ -242,7 +242,8 @@ void send_to_inputs(const char* what, Node* node, const TensorList& in_grads, co
 // Runs the backward. With `inputs` non-empty, returns the gradients arriving at them and runs
 // no AccumulateGrad; otherwise accumulates into every reachable leaf's .grad().
 TensorList run_backward(const char* what, const TensorList& outputs, const TensorList& grad_outputs,
-                        const TensorList& inputs, bool keep_graph, bool create_graph, bool allow_unused) {
+                        const TensorList& inputs, bool keep_graph, bool create_graph, bool allow_unused,
+                        const std::function<void(size_t, const Tensor&)>& on_gradient = {}) {
   // 1. What to differentiate, and with respect to what.
   const Roots roots = check_outputs(what, outputs, grad_outputs);
   const Captures captures = check_inputs(what, inputs);
@@ -279,6 +280,7 @@ TensorList run_backward(const char* what, const TensorList& outputs, const Tenso
         if (c.node == node) {
           result[c.input_index] = buf[c.nr];
           reached[c.input_index] = 1;
+          if (on_gradient && result[c.input_index].defined()) on_gradient(c.input_index, result[c.input_index]);
         }
     if (!plan.exec[idx]) continue;
 
@@ -295,6 +297,9 @@ TensorList run_backward(const char* what, const TensorList& outputs, const Tenso
              ") was not used to compute the outputs; pass allow_unused=true if that is intended");
     result[i] = Tensor();
   }
+  if (on_gradient)
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (!result[i].defined()) on_gradient(i, result[i]);
   return result;
 }
 
@@ -315,7 +320,7 @@ TensorList grad(const TensorList& outputs, const TensorList& inputs, const Tenso
                 const GradOptions& o) {
   GG_CHECK(!inputs.empty(), ValueError, "gg::grad: no inputs given");
   bool keep = o.retain_graph < 0 ? o.create_graph : o.retain_graph != 0;
-  return run_backward("grad", outputs, grad_outputs, inputs, keep, o.create_graph, o.allow_unused);
+  return run_backward("grad", outputs, grad_outputs, inputs, keep, o.create_graph, o.allow_unused, o.on_gradient);
 }
 
 Tensor grad(const Tensor& output, const Tensor& input, const Tensor& grad_output, const GradOptions& o) {

@@ -1,5 +1,7 @@
 // Reverse-mode differentiation over the tape.
 #pragma once
+#include <cstddef>
+#include <functional>
 #include <initializer_list>
 
 #include "core/tensor.h"
@@ -10,6 +12,11 @@ struct GradOptions {
   bool create_graph = false;  // record the backward so it can be differentiated again
   int retain_graph = -1;      // keep saved tensors for another pass; -1: same as create_graph
   bool allow_unused = false;  // an input the outputs do not depend on gets an undefined tensor
+  // Called once per input, in the pass, as soon as that input's gradient is complete (with the
+  // input's index and the gradient grad will return for it; undefined for an unused input, once
+  // the pass has ended): work on early gradients can start while the backward goes on, as
+  // dist::grad_all_reduce starts its all-reduces. Not called for Tensor::backward.
+  std::function<void(size_t input, const Tensor& gradient)> on_gradient = nullptr;
 };
 
 // Gradients of sum_i <grad_outputs[i], outputs[i]> with respect to each input.

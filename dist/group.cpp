@@ -98,6 +98,30 @@ Tensor Group::all_reduce(const Tensor& x) {
   return reshape(all_reduce_flat(reshape(contiguous(x), {x.numel()})), x.shape());
 }
 
+namespace {
+// A sum that is complete already (start_all_reduce_flat's default).
+class DoneSum final : public Group::Pending {
+ public:
+  explicit DoneSum(Tensor sum) : sum_(std::move(sum)) {}
+  Tensor wait() override { return sum_; }
+
+ private:
+  Tensor sum_;
+};
+}  // namespace
+
+std::unique_ptr<Group::Pending> Group::start_all_reduce_flat(const Tensor& x) {
+  return std::make_unique<DoneSum>(all_reduce_flat(x));
+}
+
+std::unique_ptr<Group::Pending> Group::start_all_reduce(const Tensor& x) {
+  NoGradGuard ng;
+  check_reducible("dist::start_all_reduce", x);
+  GG_CHECK(x.dim() == 1 && x.is_contiguous(), ShapeError,
+           "gg::dist::start_all_reduce: x must be one-dimensional and contiguous, got shape ", shape_str(x.shape()));
+  return start_all_reduce_flat(x);
+}
+
 Tensor Group::all_reduce_mean(const Tensor& x) {
   GG_CHECK(!x.defined() || is_floating(x.dtype()), DTypeError,
            "gg::dist::all_reduce_mean: x must be a floating tensor, got ", dtype_name(x.dtype()));

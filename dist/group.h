@@ -60,6 +60,19 @@ class Group : public std::enable_shared_from_this<Group> {
   // Returns once every rank has called it.
   virtual void barrier() = 0;
 
+  // An all-reduce that may still be running when start_all_reduce returns: NcclGroup issues it
+  // on a stream of its own, after the work already issued on the library's stream, so that work
+  // issued afterwards overlaps it; wait() returns the sum and orders the library's later work
+  // after it. ThreadGroup sums before returning. x: one-dimensional, contiguous, as all_reduce
+  // takes. Unlike the methods above it exchanges no shapes (so that it does not wait for the
+  // device): the ranks must have agreed on them before (dist::grad_all_reduce does).
+  class Pending {
+   public:
+    virtual ~Pending() = default;
+    virtual Tensor wait() = 0;
+  };
+  std::unique_ptr<Pending> start_all_reduce(const Tensor& x);
+
  protected:
   Group() = default;
 
@@ -72,6 +85,8 @@ class Group : public std::enable_shared_from_this<Group> {
   virtual void send_flat(const Tensor& x, int peer) = 0;
   virtual Tensor recv_flat(const Tensor& like, int peer) = 0;
   virtual Tensor sendrecv_flat(const Tensor& x, int dst, int src) = 0;
+  // Default: all_reduce_flat, complete on return.
+  virtual std::unique_ptr<Pending> start_all_reduce_flat(const Tensor& x);
 
  private:
   // Every rank's [dtype, ndim, sizes...]: checks that the ranks agree (`dim` may differ when

@@ -119,11 +119,43 @@ ncclDataType_t nccl_type(const char* op, DType t) {
                    dtype_name(t));
 }
 
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw DistError(std::string("gg::dist::NcclGroup: ") + what + ": " + cudaGetErrorString(e));
+}
+
+// A started all-reduce (start_all_reduce_flat): `done` is recorded on the communication stream
+// after it; wait() makes the library's stream wait for that event. Holding x keeps its memory
+// from being reused by work on the library's stream before the reduction has read it.
+class NcclSum final : public Group::Pending {
+ public:
+  NcclSum(Tensor x, Tensor out, cudaEvent_t done, cudaStream_t compute)
+      : x_(std::move(x)), out_(std::move(out)), done_(done), compute_(compute) {}
+  ~NcclSum() override {
+    if (done_ != nullptr) {
+      cudaStreamWaitEvent(compute_, done_, 0);  // never leave x to be reused under the reduction
+      cudaEventDestroy(done_);
+    }
+  }
+  Tensor wait() override {
+    check_cuda(cudaStreamWaitEvent(compute_, done_, 0), "cudaStreamWaitEvent");
+    check_cuda(cudaEventDestroy(done_), "cudaEventDestroy");
+    done_ = nullptr;
+    x_ = Tensor();
+    return out_;
+  }
+
+ private:
+  Tensor x_, out_;
+  cudaEvent_t done_;
+  cudaStream_t compute_;
+};
+
 }  // namespace
 
 struct NcclGroup::Impl {
   int rank = 0, world = 1, local_rank = 0;
   ncclComm_t comm = nullptr;
+  cudaStream_t comm_stream = nullptr;  // start_all_reduce_flat's, made on first use
 
   cudaStream_t stream() const {
     kernels::cuda::set_device(local_rank);
@@ -162,6 +194,10 @@ NcclGroup::NcclGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 NcclGroup::~NcclGroup() {
   if (impl_ && impl_->comm) {
     cudaStreamSynchronize(impl_->stream());
+    if (impl_->comm_stream != nullptr) {
+      cudaStreamSynchronize(impl_->comm_stream);
+      cudaStreamDestroy(impl_->comm_stream);
+    }
     ncclCommDestroy(impl_->comm);
   }
 }
@@ -185,6 +221,25 @@ Tensor NcclGroup::all_reduce_flat(const Tensor& x) {
                            nccl_type("all_reduce", x.dtype()), ncclSum, impl_->comm, impl_->stream()),
              impl_->comm, "ncclAllReduce");
   return out;
+}
+
+std::unique_ptr<Group::Pending> NcclGroup::start_all_reduce_flat(const Tensor& x) {
+  impl_->check_tensor("start_all_reduce", x);
+  const cudaStream_t compute = impl_->stream();
+  if (impl_->comm_stream == nullptr)
+    check_cuda(cudaStreamCreateWithFlags(&impl_->comm_stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  Tensor out = empty(x.shape(), x.dtype(), x.device());  // on the library's stream, before the event
+  cudaEvent_t ready = nullptr, done = nullptr;
+  check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  check_cuda(cudaEventRecord(ready, compute), "cudaEventRecord");
+  check_cuda(cudaStreamWaitEvent(impl_->comm_stream, ready, 0), "cudaStreamWaitEvent");
+  check_cuda(cudaEventDestroy(ready), "cudaEventDestroy");
+  check_nccl(ncclAllReduce(x.raw_data(), out.raw_data(), static_cast<size_t>(x.numel()),
+                           nccl_type("start_all_reduce", x.dtype()), ncclSum, impl_->comm, impl_->comm_stream),
+             impl_->comm, "ncclAllReduce");
+  check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  check_cuda(cudaEventRecord(done, impl_->comm_stream), "cudaEventRecord");
+  return std::make_unique<NcclSum>(x, out, done, compute);
 }
 
 Tensor NcclGroup::all_gather_flat(const Tensor& x) {
@@ -264,6 +319,9 @@ Tensor NcclGroup::broadcast_flat(const Tensor& x, int) { return x; }
 void NcclGroup::send_flat(const Tensor&, int) {}
 Tensor NcclGroup::recv_flat(const Tensor& like, int) { return like; }
 Tensor NcclGroup::sendrecv_flat(const Tensor& x, int, int) { return x; }
+std::unique_ptr<Group::Pending> NcclGroup::start_all_reduce_flat(const Tensor& x) {
+  return Group::start_all_reduce_flat(x);
+}
 
 #endif
 

@@ -1,4 +1,5 @@
-// NcclGroup: one process per GPU, collectives through NCCL on the library's CUDA stream.
+// NcclGroup: one process per GPU, collectives through NCCL on the library's CUDA stream (and
+// start_all_reduce on a stream of its own, ordered against the library's by events).
 //
 // Start one process per GPU with scripts/launch.sh (or torchrun, mpirun with the variables
 // below). Each process calls NcclGroup::create(), which reads
@@ -59,6 +60,7 @@ class NcclGroup final : public Group {
   void send_flat(const Tensor& x, int peer) override;
   Tensor recv_flat(const Tensor& like, int peer) override;
   Tensor sendrecv_flat(const Tensor& x, int dst, int src) override;
+  std::unique_ptr<Pending> start_all_reduce_flat(const Tensor& x) override;
 
  private:
   std::unique_ptr<Impl> impl_;

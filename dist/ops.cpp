@@ -8,6 +8,7 @@
 #include <numeric>
 #include <utility>
 
+#include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 
@@ -131,6 +132,122 @@ TensorList average_gradients(Group& group, const TensorList& grads) {
   TensorList out = all_reduce_coalesced(group, grads);
   NoGradGuard ng;
   for (Tensor& t : out) t = t * (1.0 / group.size());
+  return out;
+}
+
+namespace {
+
+// grad_all_reduce's buckets: members (input indices, in the order they are packed), and the
+// all-reduce of each once it has started.
+struct Buckets {
+  struct Bucket {
+    std::vector<size_t> members;
+    int64_t numel = 0;
+    int missing = 0;  // members whose gradient is not complete yet
+    std::unique_ptr<Group::Pending> sum;
+  };
+  std::vector<Bucket> list;
+  std::vector<size_t> of;  // input -> bucket
+  TensorList grads;        // the complete gradients, until packed
+  size_t next = 0;         // the first bucket not started
+
+  Buckets(const TensorList& inputs, int64_t bucket_bytes) : of(inputs.size()), grads(inputs.size()) {
+    for (size_t k = inputs.size(); k-- > 0;) {
+      const Tensor& x = inputs[k];
+      bool fits = !list.empty();
+      if (fits) {
+        const Tensor& first = inputs[list.back().members[0]];
+        fits = first.dtype() == x.dtype() && first.device() == x.device() &&
+               (list.back().numel + x.numel()) * static_cast<int64_t>(dtype_size(x.dtype())) <= bucket_bytes;
+      }
+      if (!fits) list.emplace_back();
+      list.back().members.push_back(k);
+      list.back().numel += x.numel();
+      ++list.back().missing;
+      of[k] = list.size() - 1;
+    }
+  }
+  // Every bucket as [dtype, numel], for comparing the ranks' plans.
+  std::vector<int64_t> plan(const TensorList& inputs) const {
+    std::vector<int64_t> p;
+    for (const Bucket& b : list) {
+      p.push_back(static_cast<int64_t>(inputs[b.members[0]].dtype()));
+      p.push_back(b.numel);
+    }
+    return p;
+  }
+  // Starts the buckets from `next` on whose gradients are all complete, in order.
+  void start_ready(Group& group, const TensorList& inputs) {
+    NoGradGuard ng;
+    for (; next < list.size() && list[next].missing == 0; ++next) {
+      Bucket& b = list[next];
+      if (b.numel == 0) continue;
+      TensorList flat;
+      for (size_t k : b.members) {
+        const Tensor& g = grads[k];
+        flat.push_back(g.defined() ? reshape(contiguous(g), {g.numel()})
+                                   : zeros({inputs[k].numel()}, inputs[k].dtype(), inputs[k].device()));
+        grads[k] = Tensor();
+      }
+      b.sum = group.start_all_reduce(flat.size() == 1 ? contiguous(flat[0]) : cat(flat, 0));
+    }
+  }
+};
+
+}  // namespace
+
+TensorList grad_all_reduce(Group& group, const TensorList& outputs, const TensorList& inputs,
+                           const TensorList& grad_outputs, const GradOptions& options, bool average,
+                           int64_t bucket_bytes) {
+  GG_CHECK(!options.create_graph, ValueError, "gg::dist::grad_all_reduce: options.create_graph must be false (the "
+           "sums are not recorded on the tape; dist::all_reduce is the differentiable sum)");
+  GG_CHECK(bucket_bytes > 0, ValueError, "gg::dist::grad_all_reduce: bucket_bytes must be positive, got ",
+           bucket_bytes);
+  GG_CHECK(!inputs.empty(), ValueError, "gg::dist::grad_all_reduce: no inputs given");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    GG_CHECK(inputs[i].defined(), ValueError, "gg::dist::grad_all_reduce: input ", i, " is undefined");
+    GG_CHECK(is_floating(inputs[i].dtype()), DTypeError, "gg::dist::grad_all_reduce: input ", i,
+             " must be a floating tensor, got ", dtype_name(inputs[i].dtype()));
+  }
+  Buckets buckets(inputs, bucket_bytes);
+  {  // every rank's buckets, compared before the backward (a mismatch would hang or mix sums)
+    NoGradGuard ng;
+    const std::vector<int64_t> mine = buckets.plan(inputs);
+    std::vector<int64_t> sizes;
+    const Tensor all = group.all_gather(
+        from_indices(mine, {static_cast<int64_t>(mine.size())}, inputs[buckets.list[0].members[0]].device()), 0,
+        &sizes);
+    const std::vector<int64_t> v = all.to_vector<int64_t>();
+    int64_t at = 0;
+    for (size_t r = 0; r < sizes.size(); ++r) {
+      const std::vector<int64_t> theirs(v.begin() + at, v.begin() + at + sizes[r]);
+      at += sizes[r];
+      GG_CHECK(theirs == mine, DistError, "gg::dist::grad_all_reduce: the ranks' inputs differ (rank ",
+               group.rank(), " has ", mine.size() / 2, " buckets of [dtype, elements] ", shape_str(mine), ", rank ",
+               r, " has ", theirs.size() / 2, ": ", shape_str(theirs), ")");
+    }
+  }
+  GradOptions o = options;
+  o.on_gradient = [&](size_t k, const Tensor& g) {
+    buckets.grads[k] = g;
+    --buckets.list[buckets.of[k]].missing;
+    buckets.start_ready(group, inputs);
+    if (options.on_gradient) options.on_gradient(k, g);
+  };
+  gg::grad(outputs, inputs, grad_outputs, o);
+  TensorList out(inputs.size());
+  NoGradGuard ng;
+  for (Buckets::Bucket& b : buckets.list) {
+    const Tensor summed = b.numel == 0 ? Tensor() : b.sum->wait();
+    int64_t off = 0;
+    for (size_t k : b.members) {
+      const Tensor& x = inputs[k];
+      Tensor t = b.numel == 0 ? zeros(x.shape(), x.dtype(), x.device())
+                              : reshape(slice(summed, 0, off, off + x.numel()), x.shape());
+      out[k] = average ? t * (1.0 / group.size()) : t;
+      off += x.numel();
+    }
+  }
   return out;
 }
 

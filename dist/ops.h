@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "autograd/engine.h"
 #include "core/tensor.h"
 #include "dist/group.h"
 #include "ops/ops.h"
@@ -46,6 +47,21 @@ TensorList all_reduce_coalesced(Group& group, const TensorList& xs);
 // losses are weighted shares of a global loss (uneven shards), scale each loss by its share
 // and use all_reduce_coalesced instead.
 TensorList average_gradients(Group& group, const TensorList& grads);
+// gg::grad(outputs, inputs, grad_outputs, options), then the sum over ranks of each gradient
+// (divided by the rank count with average), the sums started while the backward runs: the
+// inputs are cut into buckets of at most bucket_bytes (one dtype and device each; in reverse
+// order, as a backward reaches the last parameters first, each input in one bucket), and a
+// bucket's all-reduce starts (Group::start_all_reduce) as soon as its gradients and those of the
+// buckets before it are complete. On NcclGroup that all-reduce runs on its own stream beside the
+// rest of the backward. The result equals grad followed by all_reduce_coalesced (or
+// average_gradients), bitwise on ThreadGroup. The ranks' buckets are compared once, before the
+// backward (DistError on every rank where they differ). With options.allow_unused an unused
+// input counts as zeros (an input no rank uses gets zeros). Not recorded on the tape:
+// options.create_graph must be false (dist::all_reduce is the differentiable sum).
+// options.on_gradient, if set, is called too.
+TensorList grad_all_reduce(Group& group, const TensorList& outputs, const TensorList& inputs,
+                           const TensorList& grad_outputs = {}, const GradOptions& options = {}, bool average = true,
+                           int64_t bucket_bytes = int64_t{25} << 20);
 
 // ---------------------------------------------------------------- sequence parallel
 // How a sequence of N rows is cut among P ranks.

@@ -261,5 +261,31 @@ TEST(Autograd, GradCallFormsOfLibtorch) {
   EXPECT_NEAR(grad(gw, x).item(), -3.0 * 2 * xv, 1e-15);
 }
 
+// GradOptions::on_gradient: once per input, with the gradient grad returns; an input's call
+// comes as soon as its gradient is complete (c's, which only the last op uses, before a's and
+// b's, which need the backward of the ops before it), an unused input's (undefined) at the end.
+TEST(Autograd, OnGradientCallsEachInputOnceWhenComplete) {
+  const Tensor a = from_vector({1.5, -0.5}, {2}, DType::f64).requires_grad_(true);
+  const Tensor b = from_vector({0.25, 2.0}, {2}, DType::f64).requires_grad_(true);
+  const Tensor c = from_vector({3.0, 1.0}, {2}, DType::f64).requires_grad_(true);
+  const Tensor unused = from_vector({1.0}, {1}, DType::f64).requires_grad_(true);
+  const Tensor y = sum(exp(a * b) * c);
+  std::vector<std::pair<size_t, bool>> calls;
+  TensorList seen(4);
+  GradOptions o;
+  o.allow_unused = true;
+  o.on_gradient = [&](size_t k, const Tensor& g) {
+    calls.emplace_back(k, g.defined());
+    seen[k] = g;
+  };
+  const TensorList got = grad({y}, {a, b, unused, c}, {}, o);
+  ASSERT_EQ(calls.size(), 4u);
+  EXPECT_EQ(calls[0], std::make_pair(size_t{3}, true));
+  EXPECT_EQ(calls[3], std::make_pair(size_t{2}, false));
+  EXPECT_TRUE((calls[1].first == 0 && calls[2].first == 1) || (calls[1].first == 1 && calls[2].first == 0));
+  for (size_t k : {0, 1, 3}) EXPECT_EQ(seen[k].to_vector<double>(), got[k].to_vector<double>()) << k;
+  EXPECT_FALSE(got[2].defined());
+}
+
 }  // namespace
 }  // namespace gg::test

@@ -242,8 +242,10 @@ TrainResult train(const Config& cfg, const maml::Net& net, bool maml_objective, 
         loss = gg::mse_loss(net(params, all.x), all.y);
       }
       if (P > 1) loss = loss * (static_cast<double>(t1 - t0) / kMetaBatch);  // this rank's share of the mean
-      gg::TensorList grads = gg::grad({loss}, adam.params());
-      if (group) grads = gg::dist::all_reduce_coalesced(*group, grads);
+      // across ranks: the sum of the shares' gradients, each bucket's all-reduce started as soon
+      // as the backward has completed it
+      const gg::TensorList grads = group ? gg::dist::grad_all_reduce(*group, {loss}, adam.params(), {}, {}, false)
+                                         : gg::grad({loss}, adam.params());
       adam.step(grads);
       if (it % log_every == 0 || it == cfg.iterations) {
         last_loss = group ? group->all_reduce(loss.detach()).item() : loss.item();

@@ -197,8 +197,10 @@ TrainResult train(const Config& cfg, Model& model, Order order, examples::Metric
         }
       gg::Tensor loss = ttt::meta_loss(m, data, cfg.inner, order);
       if (P > 1) loss = loss * (static_cast<double>(b1 - b0) / static_cast<double>(cfg.batch));  // share of the mean
-      gg::TensorList grads = gg::grad({loss}, adam.params());
-      if (group) grads = gg::dist::all_reduce_coalesced(*group, grads);
+      // across ranks: the sum of the shares' gradients, each bucket's all-reduce started as soon
+      // as the backward has completed it
+      gg::TensorList grads = group ? gg::dist::grad_all_reduce(*group, {loss}, adam.params(), {}, {}, false)
+                                   : gg::grad({loss}, adam.params());
       const double grad_norm = gg::optim::clip_grad_norm(grads, cfg.clip);
       adam.lr = lr;
       adam.step(grads);

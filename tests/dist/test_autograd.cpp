@@ -162,5 +162,160 @@ TEST(DataParallel, AverageGradientsIsTheMeanOverRanksInOneCall) {
   EXPECT_THROW(dist::run_threads(1, [](Group& g) { dist::average_gradients(g, {Tensor()}); }), ValueError);
 }
 
+// grad_all_reduce's model: a chain of three layers over a rank's own rows (f64, an f32 layer in
+// the middle), so that a backward reaches the parameters from the last to the first. `inner`:
+// the loss after one inner gradient step taken with create_graph (a meta-gradient, as MAML's).
+TensorList net_params() {
+  manual_seed(21);
+  TensorList p = {randn({5, 8}, DType::f64) * 0.5, randn({8}, DType::f64) * 0.1, randn({8, 8}, DType::f32) * 0.4,
+                  randn({8}, DType::f32) * 0.1, randn({8, 3}, DType::f64) * 0.5};
+  for (Tensor& t : p) t.requires_grad_(true);
+  return p;
+}
+Tensor net_loss(const TensorList& p, const Tensor& X) {
+  const Tensor h = tanh(matmul(X, p[0]) + p[1]);
+  const Tensor h2 = to(tanh(matmul(to(h, DType::f32), p[2]) + p[3]), DType::f64);
+  return sum(sin(matmul(h2, p[4])));
+}
+Tensor meta_loss(const TensorList& p, const Tensor& X) {
+  const TensorList g = grad({net_loss(p, X)}, p, {}, {true});
+  TensorList fast;
+  for (size_t i = 0; i < p.size(); ++i) fast.push_back(p[i] - g[i] * 0.1);
+  return net_loss(fast, X * 0.5);
+}
+
+// The overlapped sums equal grad followed by the one-call sums, bitwise (ThreadGroup sums in
+// rank order either way): 1-3 ranks with their own rows, one bucket per parameter, a few, one
+// per dtype; averaged and summed; first-order and meta-gradients.
+TEST(DataParallel, GradAllReduceEqualsGradThenAllReduce) {
+  for (int P : {1, 2, 3})
+    for (int64_t bucket : {int64_t{1}, int64_t{300}, int64_t{25} << 20})
+      for (bool average : {true, false})
+        for (bool meta : {false, true}) {
+          std::vector<TensorList> got(static_cast<size_t>(P)), want(static_cast<size_t>(P));
+          dist::run_threads(P, [&](Group& g) {
+            const TensorList p = net_params();
+            manual_seed(100 + g.rank());
+            const Tensor X = randn({3 + g.rank(), 5}, DType::f64);
+            auto loss = [&] { return meta ? meta_loss(p, X) : net_loss(p, X); };
+            const size_t r = static_cast<size_t>(g.rank());
+            got[r] = dist::grad_all_reduce(g, {loss()}, p, {}, {}, average, bucket);
+            const TensorList plain = grad({loss()}, p);
+            want[r] = average ? dist::average_gradients(g, plain) : dist::all_reduce_coalesced(g, plain);
+          });
+          for (size_t r = 0; r < got.size(); ++r)
+            for (size_t i = 0; i < want[r].size(); ++i) {
+              const std::string what = "P=" + std::to_string(P) + " bucket=" + std::to_string(bucket) +
+                                       " average=" + std::to_string(average) + " meta=" + std::to_string(meta) +
+                                       " rank " + std::to_string(r) + " parameter " + std::to_string(i);
+              EXPECT_EQ(got[r][i].dtype(), want[r][i].dtype()) << what;
+              EXPECT_EQ(got[r][i].shape(), want[r][i].shape()) << what;
+              EXPECT_EQ(test::values(got[r][i]), test::values(want[r][i])) << what;
+            }
+        }
+}
+
+// A world of one that logs each started all-reduce (its length), to see when the sums start.
+class LoggingGroup final : public dist::Group {
+ public:
+  explicit LoggingGroup(std::vector<std::string>* log) : log_(log) {}
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void barrier() override {}
+
+ protected:
+  Tensor all_reduce_flat(const Tensor& x) override { return clone(x); }
+  Tensor all_gather_flat(const Tensor& x) override { return clone(x); }
+  Tensor reduce_scatter_flat(const Tensor& x) override { return clone(x); }
+  Tensor broadcast_flat(const Tensor& x, int) override { return clone(x); }
+  void send_flat(const Tensor&, int) override {}
+  Tensor recv_flat(const Tensor& like, int) override { return clone(like); }
+  Tensor sendrecv_flat(const Tensor& x, int, int) override { return clone(x); }
+  std::unique_ptr<Pending> start_all_reduce_flat(const Tensor& x) override {
+    log_->push_back("sum " + std::to_string(x.numel()));
+    return Group::start_all_reduce_flat(x);
+  }
+
+ private:
+  std::vector<std::string>* log_;
+};
+
+// Each bucket's all-reduce starts as soon as its gradients are complete, before the backward
+// reaches the parameters before them: with one bucket per parameter the log alternates
+// (options.on_gradient, chained, logs each gradient after grad_all_reduce has seen it); with
+// buckets of up to 384 bytes the f32 pair (b2, W2: 72 elements) starts once W2's gradient is
+// there, and so does the f64 pair (b1, W1: 48) once W1's is.
+TEST(DataParallel, GradAllReduceStartsBucketsDuringTheBackward) {
+  const TensorList p = net_params();
+  manual_seed(7);
+  const Tensor X = randn({4, 5}, DType::f64);
+  std::vector<std::string> log;
+  auto group = std::make_shared<LoggingGroup>(&log);
+  GradOptions o;
+  o.on_gradient = [&](size_t k, const Tensor&) { log.push_back("grad " + std::to_string(k)); };
+  const TensorList one = dist::grad_all_reduce(*group, {net_loss(p, X)}, p, {}, o, false, 1);
+  EXPECT_EQ(log, (std::vector<std::string>{"sum 24", "grad 4", "sum 8", "grad 3", "sum 64", "grad 2", "sum 8",
+                                           "grad 1", "sum 40", "grad 0"}));
+  log.clear();
+  const TensorList two = dist::grad_all_reduce(*group, {net_loss(p, X)}, p, {}, o, false, 48 * 8);
+  EXPECT_EQ(log, (std::vector<std::string>{"sum 24", "grad 4", "grad 3", "sum 72", "grad 2", "grad 1", "sum 48",
+                                           "grad 0"}));
+  const TensorList plain = grad({net_loss(p, X)}, p);
+  for (size_t i = 0; i < p.size(); ++i) {
+    EXPECT_EQ(test::values(one[i]), test::values(plain[i])) << i;
+    EXPECT_EQ(test::values(two[i]), test::values(plain[i])) << i;
+  }
+}
+
+// Unused inputs (allow_unused) count as zeros: one rank's sum is the other's gradient, and an
+// input no rank uses gets zeros. Ranks whose inputs differ get a DistError on every rank;
+// create_graph and a non-positive bucket size a ValueError.
+TEST(DataParallel, GradAllReduceUnusedInputsAndErrors) {
+  std::vector<TensorList> got(2), own(2);
+  dist::run_threads(2, [&](Group& g) {
+    const TensorList p = net_params();
+    Tensor spare = randn({2}, DType::f64).requires_grad_(true);  // used by no rank
+    manual_seed(30 + g.rank());
+    const Tensor X = randn({3, 5}, DType::f64);
+    // rank 0 leaves out the last layer's weights (its loss stops at the middle layer)
+    const Tensor loss = g.rank() == 0 ? sum(tanh(matmul(tanh(matmul(X, p[0]) + p[1]), to(p[2], DType::f64))))
+                                      : net_loss(p, X);
+    GradOptions o;
+    o.allow_unused = true;
+    const size_t r = static_cast<size_t>(g.rank());
+    GradOptions keep = o;
+    keep.retain_graph = 1;
+    own[r] = grad({loss}, {p[0], p[4], spare}, {}, keep);
+    got[r] = dist::grad_all_reduce(g, {loss}, {p[0], p[4], spare}, {}, o, false, 1);
+  });
+  for (size_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(test::values(got[r][0]), test::values(own[0][0] + own[1][0]));
+    EXPECT_FALSE(own[0][1].defined());
+    EXPECT_EQ(test::values(got[r][1]), test::values(own[1][1]));
+    EXPECT_EQ(test::values(got[r][2]), std::vector<double>(2, 0.0));
+  }
+  EXPECT_THROW(dist::run_threads(2,
+                                 [](Group& g) {
+                                   const Tensor a = randn({3}, DType::f64).requires_grad_(true);
+                                   const Tensor b = randn({g.rank() + 1}, DType::f64).requires_grad_(true);
+                                   dist::grad_all_reduce(g, {sum(a) + sum(b)}, {a, b});
+                                 }),
+               dist::DistError);
+  EXPECT_THROW(dist::run_threads(1,
+                                 [](Group& g) {
+                                   const Tensor a = randn({3}, DType::f64).requires_grad_(true);
+                                   GradOptions o;
+                                   o.create_graph = true;
+                                   dist::grad_all_reduce(g, {sum(a * a)}, {a}, {}, o);
+                                 }),
+               ValueError);
+  EXPECT_THROW(dist::run_threads(1,
+                                 [](Group& g) {
+                                   const Tensor a = randn({3}, DType::f64).requires_grad_(true);
+                                   dist::grad_all_reduce(g, {sum(a * a)}, {a}, {}, {}, true, 0);
+                                 }),
+               ValueError);
+}
+
 }  // namespace
 }  // namespace gg

@@ -63,6 +63,27 @@ TEST(NcclGroup, SequenceParallelAttentionOfOneRankIsTheFusedOp) {
   }
 }
 
+// grad_all_reduce at world size 1: the sums start on the group's own stream while the backward
+// goes on (buckets of 64 KiB over a chain of 256 x 256 layers), and equal the gradients exactly.
+TEST(NcclGroup, GradAllReduceOfOneRankIsTheGradient) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  auto g = world_of_one();
+  manual_seed(8);
+  TensorList w;
+  for (int i = 0; i < 6; ++i) w.push_back((randn({256, 256}) * 0.06).cuda().requires_grad_());
+  const Tensor x = randn({512, 256}).cuda();
+  auto loss = [&] {
+    Tensor h = x;
+    for (const Tensor& wi : w) h = tanh(matmul(h, wi));
+    return sum(h * h);
+  };
+  const TensorList want = grad({loss()}, w);
+  for (bool average : {true, false}) {
+    const TensorList got = dist::grad_all_reduce(*g, {loss()}, w, {}, {}, average, 64 << 10);
+    for (size_t i = 0; i < w.size(); ++i) EXPECT_EQ(host(got[i]), host(want[i])) << "layer " << i;
+  }
+}
+
 // Under scripts/launch.sh (WORLD_SIZE set), every rank checks an all_reduce of its rank number.
 TEST(NcclGroup, LaunchedRanksSumTheirRanks) {
   GG_REQUIRE_GPU_OR_SKIP();
@@ -74,6 +95,10 @@ TEST(NcclGroup, LaunchedRanksSumTheirRanks) {
   const double n = g->size();
   EXPECT_EQ(host(g->all_reduce(r)), std::vector<double>(4, n * (n - 1) / 2));
   EXPECT_EQ(g->all_gather(r, 0).size(0), 4 * g->size());
+  // the overlapped gradient sum: rank r's gradient is r + 1 everywhere
+  const Tensor x = ones({4}, DType::f32, g->device()).requires_grad_();
+  const TensorList s = dist::grad_all_reduce(*g, {sum(x * (g->rank() + 1.0))}, {x}, {}, {}, false);
+  EXPECT_EQ(host(s[0]), std::vector<double>(4, n * (n + 1) / 2));
 }
 #else
 TEST(NcclGroup, BuiltWithoutNccl) {
