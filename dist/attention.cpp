@@ -127,8 +127,11 @@ struct Part {
 // sees its own key, so some part covers it, m and L are finite and no -inf - (-inf) arises;
 // a padded row contributes exp(-inf) = 0 at every order. The sums run in L's dtype (f32 for
 // bf16 and f16). One part covering the chunk is the chunk's output as it is.
-Tensor merge(const std::vector<Part>& parts, int64_t n) {
-  if (parts.size() == 1 && parts[0].r0 == 0 && parts[0].r1 == n) return parts[0].O;
+struct Merged {
+  Tensor O, L;
+};
+Merged merge(const std::vector<Part>& parts, int64_t n) {
+  if (parts.size() == 1 && parts[0].r0 == 0 && parts[0].r1 == n) return {parts[0].O, parts[0].L};
   const DType out_dtype = parts.at(0).O.dtype(), acc = parts[0].L.dtype();
   const double inf = std::numeric_limits<double>::infinity();
   TensorList Ls, Os;
@@ -147,7 +150,7 @@ Tensor merge(const std::vector<Part>& parts, int64_t n) {
   const Tensor L = m + log(s);
   Tensor O = unsqueeze(exp(Ls[0] - L), 3) * Os[0];
   for (size_t j = 1; j < Os.size(); ++j) O = O + unsqueeze(exp(Ls[j] - L), 3) * Os[j];
-  return O.dtype() == out_dtype ? O : to(O, out_dtype);
+  return {O.dtype() == out_dtype ? O : to(O, out_dtype), L};
 }
 
 // Zeros shaped like x, recorded as a function of x: its backward is again zeros_after(x), so at
@@ -176,12 +179,15 @@ Tensor tie(const Tensor& y, const Tensor& x) {
 // order 2 the ranks' backward graphs hold several chains of shifts in each direction, and a
 // rank whose pairs differ from its neighbours' (causal: rank 0 skips every received block) can
 // interleave them in another order: measured, a causal ring of 3 ranks hangs in its third pass.
-Tensor guard(const Tensor& x) {
-  GG_CHECK(detail::current_backward_level() < 3, AutogradError,
+// base: the backward level the ring was recorded at (0 in a forward; 1 when the ring's own
+// backward recomputes it, attention_ring_lean), so that the order counts from the user's forward.
+Tensor guard(const Tensor& x, int base) {
+  GG_CHECK(detail::current_backward_level() - base < 3, AutogradError,
            "gg::dist::attention: the ring schedule is differentiable to order 2 (a third backward pass through ",
            "its shifts can interleave them differently on different ranks); use dist::Schedule::all_gather");
   Tensor y = x.detach();
-  record("dist_ring_guard", {x}, {y}, {}, [](const BackwardArgs& a) -> TensorList { return {guard(a.grads[0])}; });
+  record("dist_ring_guard", {x}, {y}, {},
+         [base](const BackwardArgs& a) -> TensorList { return {guard(a.grads[0], base)}; });
   return y;
 }
 
@@ -257,22 +263,31 @@ Tensor attention_all_gather(Group& group, const Tensor& q, const Tensor& k, cons
 // tie also ties the output's cotangent to the block, so that a function of dQ alone still
 // reaches the chain in the next backward. Measured: without tie, with 0 · sum(block) in its
 // place, or with the cotangent left untied, RingDeadlock (tests/dist) hangs.
+// The stacked (K, V) rows of this rank, (2, B, Hkv, longest, d): padded with zero rows to the
+// longest rank's (sendrecv moves equal shapes).
+Tensor own_block(const Tensor& k, const Tensor& v, int64_t longest) {
+  Tensor block = stack({k, v}, 0);
+  if (k.size(2) == longest) return block;
+  Shape s = block.shape();
+  s[3] = longest - k.size(2);
+  return cat({block, zeros(s, block.dtype(), block.device())}, 3);
+}
+
+bool should_record_ring(const Tensor& q, const Tensor& k, const Tensor& v) {
+  return GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
+}
+
 Tensor attention_ring(Group& group, const Tensor& q, const Tensor& k, const Tensor& v,
                       const AttentionOptions& options, Sharding sharding, const std::vector<int64_t>& sizes,
-                      const std::vector<int64_t>& zz) {
+                      const std::vector<int64_t>& zz, Tensor* L_out = nullptr) {
   const int64_t P = group.size(), rank = group.rank();
-  const int64_t longest = *std::max_element(sizes.begin(), sizes.end());
-  Tensor block = stack({k, v}, 0);  // (2, B, Hkv, rows, d)
-  if (k.size(2) < longest) {
-    Shape s = block.shape();
-    s[3] = longest - k.size(2);
-    block = cat({block, zeros(s, block.dtype(), block.device())}, 3);
-  }
+  const int base = detail::current_backward_level();
+  Tensor block = own_block(k, v, *std::max_element(sizes.begin(), sizes.end()));  // (2, B, Hkv, rows, d)
   const std::vector<Chunk> qcs = chunks_of(rank, sharding, sizes, zz);
   std::vector<std::vector<Part>> parts(qcs.size());
   const int next = static_cast<int>((rank + 1) % P), prev = static_cast<int>((rank + P - 1) % P);
   for (int64_t t = 0; t < P; ++t) {
-    if (t > 0) block = guard(sendrecv(group, guard(block), next, prev));
+    if (t > 0) block = guard(sendrecv(group, guard(block, base), next, prev), base);
     const Tensor K = squeeze(slice(block, 0, 0, 1), 0), V = squeeze(slice(block, 0, 1, 2), 0);
     for (const Chunk& kc : chunks_of((rank + P - t) % P, sharding, sizes, zz))
       for (size_t i = 0; i < qcs.size(); ++i)
@@ -281,11 +296,94 @@ Tensor attention_ring(Group& group, const Tensor& q, const Tensor& k, const Tens
           parts[i].push_back({f.O, f.L, p->q0 - qcs[i].start, p->q1 - qcs[i].start});
         }
   }
-  TensorList outs;
+  TensorList outs, Ls;
   for (size_t i = 0; i < qcs.size(); ++i)
-    if (qcs[i].rows > 0) outs.push_back(merge(parts[i], qcs[i].rows));
+    if (qcs[i].rows > 0) {
+      const Merged m = merge(parts[i], qcs[i].rows);
+      outs.push_back(m.O);
+      Ls.push_back(m.L);
+    }
+  if (L_out) *L_out = Ls.size() == 1 ? Ls[0] : cat(Ls, 2);
   const Tensor out = outs.size() == 1 ? outs[0] : cat(outs, 2);
   return P > 1 ? tie(out, block) : out;
+}
+
+// The first-order backward of the ring at O(n·d) memory per rank: the blocks go around the
+// ring once more, each with the gradient of its keys and values (dK, dV) travelling with it,
+// and each (query chunk, key chunk) pair adds attention_backward's parts, taken with the
+// chunk's merged O and L (with them, a pair's P = exp(S - L) and D = rowsum(dO∘O) are the
+// whole sequence's, so the parts sum to the exact gradients). A last shift takes every block's
+// dK, dV home. Every rank runs all P shifts whatever its pairs.
+TensorList ring_backward(Group& group, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O,
+                         const Tensor& L, const Tensor& dO, const AttentionOptions& options, Sharding sharding,
+                         const std::vector<int64_t>& sizes, const std::vector<int64_t>& zz) {
+  NoGradGuard ng;
+  const int64_t P = group.size(), rank = group.rank(), n = q.size(2);
+  const int64_t longest = *std::max_element(sizes.begin(), sizes.end());
+  Tensor block = own_block(k, v, longest);
+  Tensor dblock = zeros(block.shape(), block.dtype(), block.device()), dq = zeros(q.shape(), q.dtype(), q.device());
+  const std::vector<Chunk> qcs = chunks_of(rank, sharding, sizes, zz);
+  const int next = static_cast<int>((rank + 1) % P), prev = static_cast<int>((rank + P - 1) % P);
+  for (int64_t t = 0; t < P; ++t) {
+    if (t > 0) {
+      const Tensor both = group.sendrecv(cat({block, dblock}, 0), next, prev);
+      block = slice(both, 0, 0, 2);
+      dblock = slice(both, 0, 2, 4);
+    }
+    const Tensor K = squeeze(slice(block, 0, 0, 1), 0), V = squeeze(slice(block, 0, 1, 2), 0);
+    for (const Chunk& kc : chunks_of((rank + P - t) % P, sharding, sizes, zz))
+      for (const Chunk& qc : qcs)
+        if (const std::optional<Pair> p = narrow(qc, kc, options)) {
+          const int64_t qa = qc.local + (p->q0 - qc.start), rows = p->q1 - p->q0;
+          const int64_t ka = kc.local + (p->a - kc.start), keys = p->b - p->a;
+          auto rows_of = [&](const Tensor& x) { return slice(x, 2, qa, qa + rows); };
+          const TensorList g = attention_backward(rows_of(q), slice(K, 2, ka, ka + keys), slice(V, 2, ka, ka + keys),
+                                                  rows_of(O), contiguous(rows_of(L)), rows_of(dO), p->local);
+          dq = dq + pad_rows(g[0], qa, n - qa - rows, 0.0);
+          dblock = dblock + stack({pad_rows(g[1], ka, longest - ka - keys, 0.0),
+                                   pad_rows(g[2], ka, longest - ka - keys, 0.0)}, 0);
+        }
+  }
+  if (P > 1) dblock = group.sendrecv(dblock, next, prev);
+  const Tensor dk = slice(squeeze(slice(dblock, 0, 0, 1), 0), 2, 0, k.size(2));
+  const Tensor dv = slice(squeeze(slice(dblock, 0, 1, 2), 0), 2, 0, k.size(2));
+  return {dq, dk, dv};
+}
+
+// The ring as one recorded node that keeps only this rank's q, k, v, O and L: the forward runs
+// off the tape (each received block is freed once used), the first-order backward is
+// ring_backward, and a create_graph backward recomputes the ring on the tape and differentiates
+// it (so the second order holds O(N·d) per rank, as before, while the first holds O(n·d)).
+Tensor attention_ring_lean(Group& group, const Tensor& q, const Tensor& k, const Tensor& v,
+                           const AttentionOptions& options, Sharding sharding, const std::vector<int64_t>& sizes,
+                           const std::vector<int64_t>& zz) {
+  Tensor out, L;
+  {
+    NoGradGuard ng;
+    out = attention_ring(group, q, k, v, options, sharding, sizes, zz, &L);
+  }
+  if (!should_record_ring(q, k, v)) return out;
+  std::weak_ptr<Group> w = group.weak_from_this();
+  GG_CHECK(!w.expired(), ValueError, "gg::dist::attention: the group must be owned by a std::shared_ptr (as "
+           "run_threads and NcclGroup::create make it)");
+  Tensor y = out.detach();
+  record("dist_ring_attention", {q, k, v}, {y}, {q, k, v, y, L},
+         [w, options, sharding, sizes, zz](const BackwardArgs& a) -> TensorList {
+           const std::shared_ptr<Group> g = w.lock();
+           GG_CHECK(g != nullptr, DistError, "gg::dist::attention: differentiating a ring whose group no longer exists");
+           const Tensor &q = a.saved[0], &k = a.saved[1], &v = a.saved[2];
+           if (!GradMode::is_enabled())
+             return ring_backward(*g, q, k, v, a.saved[3], a.saved[4], a.grads[0], options, sharding, sizes, zz);
+           GradOptions o;
+           o.create_graph = true;
+           o.allow_unused = true;
+           const Tensor again = attention_ring(*g, q, k, v, options, sharding, sizes, zz);
+           TensorList grads = grad({again}, {q, k, v}, {a.grads[0]}, o);
+           for (size_t i = 0; i < grads.size(); ++i)
+             if (!grads[i].defined()) grads[i] = zeros_like(a.saved[i]);
+           return grads;
+         });
+  return y;
 }
 
 }  // namespace
@@ -337,7 +435,7 @@ Tensor attention(Group& group, const Tensor& q, const Tensor& k, const Tensor& v
       GG_CHECK(sizes[static_cast<size_t>(r)] == zz[static_cast<size_t>(r)] + zz[static_cast<size_t>(2 * P - 1 - r)],
                ShapeError, "gg::", op, ": the shards are not zig-zag shards of ", N, " rows over ", P,
                " ranks: rows per rank ", shape_str(sizes), ", zig-zag chunks ", shape_str(zz));
-  return schedule == Schedule::ring ? attention_ring(group, q, k, v, options, sharding, sizes, zz)
+  return schedule == Schedule::ring ? attention_ring_lean(group, q, k, v, options, sharding, sizes, zz)
                                     : attention_all_gather(group, q, k, v, options, sharding, sizes, zz);
 }
 

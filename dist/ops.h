@@ -86,8 +86,10 @@ Tensor zigzag_unshard(const Tensor& gathered, int64_t world_size, int64_t dim);
 //     log-sum-exps, in differentiable ops.
 // Orders 1 and 2 run the fused kernels in both. all_gather differentiates to any order (3 and up
 // through the composite); the ring stops at order 2: a third backward pass through it raises an
-// AutogradError on every rank (dist/attention.cpp, guard). Both hold O(N·d) per rank for the
-// backward (the ring's tape keeps every block it received).
+// AutogradError on every rank (dist/attention.cpp, guard). Between the forward and a first-order
+// backward the ring keeps O(n·d) per rank (its q, k, v, O and L; the backward sends the blocks
+// around again), the all-gather O(N·d) (the gathered K and V); a create_graph backward of the
+// ring recomputes it on the tape, O(N·d).
 enum class Schedule { all_gather, ring };
 
 // Sequence-parallel gg::attention. q (B, Hq, n, d), k and v (B, Hkv, n, d) are this rank's

@@ -89,12 +89,15 @@ inline void expect_matches_one_rank(int P, dist::Sharding sharding, int64_t N, D
     const TensorList g2 = second_order(penalty(g1, A, C), full);
 
     std::vector<Tensor> out(static_cast<size_t>(P));
-    std::vector<TensorList> first(static_cast<size_t>(P)), second(static_cast<size_t>(P));
+    std::vector<TensorList> first(static_cast<size_t>(P)), second(static_cast<size_t>(P)), plain(static_cast<size_t>(P));
     dist::run_threads(P, [&](dist::Group& g) {
       const int r = g.rank();
       const TensorList leaves = {test::leaf(rows_of(Q, r, P, sharding)), test::leaf(rows_of(K, r, P, sharding)),
                                  test::leaf(rows_of(V, r, P, sharding))};
       const Tensor o = dist::attention(g, leaves[0], leaves[1], leaves[2], mc.options, sharding, schedule);
+      GradOptions keep;  // a plain first-order pass (the ring's own backward), the graph kept
+      keep.retain_graph = 1;
+      plain[static_cast<size_t>(r)] = grad({o}, leaves, {rows_of(dO, r, P, sharding)}, keep);
       const TensorList gr = grad({o}, leaves, {rows_of(dO, r, P, sharding)}, {true});
       out[static_cast<size_t>(r)] = o.detach();
       first[static_cast<size_t>(r)] = gr;
@@ -104,11 +107,13 @@ inline void expect_matches_one_rank(int P, dist::Sharding sharding, int64_t N, D
 
     EXPECT_LT(test::relative_gap(unshard(out, P, sharding), O), 1e-12) << "output";
     for (size_t i = 0; i < 3; ++i) {
-      TensorList f, s;
+      TensorList f, s, f0;
       for (int r = 0; r < P; ++r) {
         f.push_back(first[static_cast<size_t>(r)][i]);
         s.push_back(second[static_cast<size_t>(r)][i]);
+        f0.push_back(plain[static_cast<size_t>(r)][i]);
       }
+      EXPECT_LT(test::relative_gap(unshard(f0, P, sharding), g1[i]), 1e-12) << "first order (plain), input " << i;
       EXPECT_LT(test::relative_gap(unshard(f, P, sharding), g1[i]), 1e-12) << "first order, input " << i;
       EXPECT_LT(test::relative_gap(unshard(s, P, sharding), g2[i]), 1e-12) << "second order, input " << i;
     }
