@@ -273,10 +273,6 @@ Tensor own_block(const Tensor& k, const Tensor& v, int64_t longest) {
   return cat({block, zeros(s, block.dtype(), block.device())}, 3);
 }
 
-bool should_record_ring(const Tensor& q, const Tensor& k, const Tensor& v) {
-  return GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
-}
-
 Tensor attention_ring(Group& group, const Tensor& q, const Tensor& k, const Tensor& v,
                       const AttentionOptions& options, Sharding sharding, const std::vector<int64_t>& sizes,
                       const std::vector<int64_t>& zz, Tensor* L_out = nullptr) {
@@ -362,7 +358,8 @@ Tensor attention_ring_lean(Group& group, const Tensor& q, const Tensor& k, const
     NoGradGuard ng;
     out = attention_ring(group, q, k, v, options, sharding, sizes, zz, &L);
   }
-  if (!should_record_ring(q, k, v)) return out;
+  const Tensor qkv[] = {q, k, v};
+  if (!detail::should_record({qkv, 3})) return out;
   std::weak_ptr<Group> w = group.weak_from_this();
   GG_CHECK(!w.expired(), ValueError, "gg::dist::attention: the group must be owned by a std::shared_ptr (as "
            "run_threads and NcclGroup::create make it)");

@@ -24,6 +24,26 @@ std::weak_ptr<Group> handle(Group& group, const char* op) {
   return w;
 }
 
+// The tensors `members` of xs, flattened into one buffer in that order (one tensor: itself,
+// flattened); an undefined entry counts as zeros shaped like like[i].
+Tensor pack(const TensorList& xs, const TensorList& like, const std::vector<size_t>& members) {
+  TensorList flat;
+  for (size_t i : members) {
+    const Tensor& x = xs[i];
+    flat.push_back(x.defined() ? reshape(contiguous(x), {x.numel()})
+                               : zeros({like[i].numel()}, like[i].dtype(), like[i].device()));
+  }
+  return flat.size() == 1 ? contiguous(flat[0]) : cat(flat, 0);
+}
+// The inverse: out[i] for each member, shaped like like[i], cut from `flat` in order.
+void unpack(const Tensor& flat, const TensorList& like, const std::vector<size_t>& members, TensorList& out) {
+  int64_t off = 0;
+  for (size_t i : members) {
+    out[i] = reshape(slice(flat, 0, off, off + like[i].numel()), like[i].shape());
+    off += like[i].numel();
+  }
+}
+
 std::shared_ptr<Group> lock(const std::weak_ptr<Group>& w, const char* op) {
   std::shared_ptr<Group> g = w.lock();
   GG_CHECK(g != nullptr, DistError, "gg::", op, ": differentiating a collective whose group no longer exists");
@@ -113,14 +133,7 @@ TensorList all_reduce_coalesced(Group& group, const TensorList& xs) {
   }
   TensorList out(xs.size());
   for (size_t k = 0; k < keys.size(); ++k) {
-    TensorList flat;
-    for (size_t i : members[k]) flat.push_back(reshape(contiguous(xs[i]), {xs[i].numel()}));
-    const Tensor summed = group.all_reduce(flat.size() == 1 ? flat[0] : cat(flat, 0));
-    int64_t off = 0;
-    for (size_t i : members[k]) {
-      out[i] = reshape(slice(summed, 0, off, off + xs[i].numel()), xs[i].shape());
-      off += xs[i].numel();
-    }
+    unpack(group.all_reduce(pack(xs, xs, members[k])), xs, members[k], out);
   }
   return out;
 }
@@ -182,14 +195,8 @@ struct Buckets {
     for (; next < list.size() && list[next].missing == 0; ++next) {
       Bucket& b = list[next];
       if (b.numel == 0) continue;
-      TensorList flat;
-      for (size_t k : b.members) {
-        const Tensor& g = grads[k];
-        flat.push_back(g.defined() ? reshape(contiguous(g), {g.numel()})
-                                   : zeros({inputs[k].numel()}, inputs[k].dtype(), inputs[k].device()));
-        grads[k] = Tensor();
-      }
-      b.sum = group.start_all_reduce(flat.size() == 1 ? contiguous(flat[0]) : cat(flat, 0));
+      b.sum = group.start_all_reduce(pack(grads, inputs, b.members));
+      for (size_t k : b.members) grads[k] = Tensor();
     }
   }
 };
@@ -238,15 +245,12 @@ TensorList grad_all_reduce(Group& group, const TensorList& outputs, const Tensor
   TensorList out(inputs.size());
   NoGradGuard ng;
   for (Buckets::Bucket& b : buckets.list) {
-    const Tensor summed = b.numel == 0 ? Tensor() : b.sum->wait();
-    int64_t off = 0;
-    for (size_t k : b.members) {
-      const Tensor& x = inputs[k];
-      Tensor t = b.numel == 0 ? zeros(x.shape(), x.dtype(), x.device())
-                              : reshape(slice(summed, 0, off, off + x.numel()), x.shape());
-      out[k] = average ? t * (1.0 / group.size()) : t;
-      off += x.numel();
-    }
+    if (b.numel == 0)
+      for (size_t k : b.members) out[k] = zeros_like(inputs[k]);
+    else
+      unpack(b.sum->wait(), inputs, b.members, out);
+    if (average)
+      for (size_t k : b.members) out[k] = out[k] * (1.0 / group.size());
   }
   return out;
 }
