@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dkd
   float* sL = reinterpret_cast<float*>(sdO + 2 * Cfg::kTileElems);  // [2][kBN]
   float* sD = sL + 2 * kBN;                                         // [2][kBN]
 
-  // ---- prologue: own key rows, first query tile
+  // ---- prologue: own key rows (the pipeline adds the first query tile)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const Sm80KeyBlock<kOpts, kBM, kBN, Params<T>> blk(p, warp);
   const int nk = blk.nk, j0 = blk.j0, jw = blk.jw;
@@ -193,66 +193,46 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dkd
   };
   load_rows_async<T, kD, kBM>(sK, p.K + head * kD, j0, nk);
   load_rows_async<T, kD, kBM>(sV, p.V + head * kD, j0, nk);
-  if (blk.steps > 0) load_tile(0, 0);
-  cp_async_commit();
 
   float dK[kD / 8][4], dV[kD / 8][4];
   zero(dK);
   zero(dV);
 
-  // ---- main loop over query tiles [i0, i0 + kBN)
-  for (int t = 0; t < blk.steps; ++t) {
-    const int stage = t % 2;
-    if (t + 1 < blk.steps) {
-      load_tile(t + 1, 1 - stage);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+  // ---- main loop over query tiles [i0, i0 + kBN), in sub-tiles of 16 queries
+  sm80_pipeline(0, blk.steps, load_tile, [&](int t, int stage) {
     const int i0 = blk.tile(t) * kBN;
     const T* sQs = sQ + stage * Cfg::kTileElems;
     const T* sdOs = sdO + stage * Cfg::kTileElems;
     const float* sLs = sL + stage * kBN;
     const float* sDs = sD + stage * kBN;
+    if (jw >= nk) return;
+    sm80_sub_tiles<kBN>(blk, p, i0, [&](int q, int) {
+      // Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (16 keys x 16 queries)
+      float st[2][4], dpt[2][4];
+      zero(st);
+      zero(dpt);
+      mma_scores<T, kD>(st, sK + 16 * warp * kStride, sQs + 16 * q * kStride, lane);
+      mma_scores<T, kD>(dpt, sV + 16 * warp * kStride, sdOs + 16 * q * kStride, lane);
 
-    if (jw < nk) {
-#pragma unroll 1
-      for (int q = 0; q < kBN / 16; ++q) {
-        const int is = i0 + 16 * q;  // sub-tile queries [is, is + 16)
-        const int sub = blk.sub_tile(p, is);
-        if (sub < 0) break;  // and every later sub-tile
-        if (sub == 0) continue;
-
-        // Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (16 keys x 16 queries)
-        float st[2][4], dpt[2][4];
-        zero(st);
-        zero(dpt);
-        mma_scores<T, kD>(st, sK + 16 * warp * kStride, sQs + 16 * q * kStride, lane);
-        mma_scores<T, kD>(dpt, sV + 16 * warp * kStride, sdOs + 16 * q * kStride, lane);
-
-        // Pᵀ = exp(Sᵀ - L) (0 where masked), dSᵀ = Pᵀ∘(dPᵀ - D), in place
+      // Pᵀ = exp(Sᵀ - L) (0 where masked), dSᵀ = Pᵀ∘(dPᵀ - D), in place
 #pragma unroll
-        for (int n = 0; n < 2; ++n)
+      for (int n = 0; n < 2; ++n)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int li = 16 * q + frag_col(lane, n, e);  // query within the tile
-            const int key = jw + frag_row(lane, e);
-            const float P = blk.sees(p, i0 + li, key) ? exp2f(st[n][e] * sl2 - sLs[li] * kLog2e) : 0.f;
-            st[n][e] = P;
-            dpt[n][e] = P * (dpt[n][e] - sDs[li]);
-          }
+        for (int e = 0; e < 4; ++e) {
+          const int li = 16 * q + frag_col(lane, n, e);  // query within the tile
+          const int key = jw + frag_row(lane, e);
+          const float P = blk.sees(p, i0 + li, key) ? exp2f(st[n][e] * sl2 - sLs[li] * kLog2e) : 0.f;
+          st[n][e] = P;
+          dpt[n][e] = P * (dpt[n][e] - sDs[li]);
+        }
 
-        uint32_t a[4];
-        to_a_frag<T>(a, st);
-        mma_accumulate<T, kD, kD>(dV, a, sdOs + 16 * q * kStride, lane);  // dV += Pᵀ·dO
-        to_a_frag<T>(a, dpt);
-        mma_accumulate<T, kD, kD>(dK, a, sQs + 16 * q * kStride, lane);   // dK += dSᵀ·Q
-      }
-    }
-    __syncthreads();
-  }
+      uint32_t a[4];
+      to_a_frag<T>(a, st);
+      mma_accumulate<T, kD, kD>(dV, a, sdOs + 16 * q * kStride, lane);  // dV += Pᵀ·dO
+      to_a_frag<T>(a, dpt);
+      mma_accumulate<T, kD, kD>(dK, a, sQs + 16 * q * kStride, lane);   // dK += dSᵀ·Q
+    });
+  });
 
   // ---- epilogue: dK = s·Σ dSᵀ·Q, dV
   const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
@@ -272,79 +252,55 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dq_
   T* sK = sdO + Cfg::kOwnElems;            // other [2][kBN][kStride]
   T* sV = sK + 2 * Cfg::kTileElems;        // other [2][kBN][kStride]
 
-  // ---- prologue: own query rows and their L, D; first key tile
+  // ---- prologue: own query rows and their L, D
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const Sm80QueryBlock<kOpts, kBM, kBN, Params<T>> blk(p, warp);
-  const int i0 = blk.i0, iw = blk.iw, nk = blk.nk, kb_begin = blk.begin, kb_end = blk.end;
+  const int i0 = blk.i0, iw = blk.iw, nk = blk.nk;
   const int64_t head = blk.head;
   const T* Kh = p.K + blk.khead * kD;
   const T* Vh = p.V + blk.khead * kD;
   const float sl2 = p.scale * kLog2e;
   float L2[2], D[2];  // L·log2e and D of own rows g, g + 8
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = iw + frag_row(lane, 2 * h);
-    L2[h] = row < p.N ? p.L[head + row] * kLog2e : 0.f;
-    D[h] = row < p.N ? p.D[head + row] : 0.f;
-  }
+  row_scalars(p, head, iw, lane, L2, D);
 
   load_rows_async<T, kD, kBM>(sQ, p.Q + head * kD, i0, p.N);
   load_rows_async<T, kD, kBM>(sdO, p.dO + head * kD, i0, p.N);
-  load_rows_async<T, kD, kBN>(sK, Kh, kb_begin * kBN, nk);
-  load_rows_async<T, kD, kBN>(sV, Vh, kb_begin * kBN, nk);
-  cp_async_commit();
+  auto load_tile = [&](int kb, int stage) {
+    load_rows_async<T, kD, kBN>(sK + stage * Cfg::kTileElems, Kh, kb * kBN, nk);
+    load_rows_async<T, kD, kBN>(sV + stage * Cfg::kTileElems, Vh, kb * kBN, nk);
+  };
 
   float dQ[kD / 8][4];
   zero(dQ);
 
-  // ---- main loop over key tiles [j0, j0 + kBN)
-  for (int kb = kb_begin; kb < kb_end; ++kb) {
-    const int stage = (kb - kb_begin) % 2;
-    if (kb + 1 < kb_end) {
-      load_rows_async<T, kD, kBN>(sK + (1 - stage) * Cfg::kTileElems, Kh, (kb + 1) * kBN, nk);
-      load_rows_async<T, kD, kBN>(sV + (1 - stage) * Cfg::kTileElems, Vh, (kb + 1) * kBN, nk);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
-    const int j0 = kb * kBN;
+  // ---- main loop over key tiles [j0, j0 + kBN), in sub-tiles of keys [js, js + 16)
+  sm80_pipeline(blk.begin, blk.end, load_tile, [&](int kb, int stage) {
     const T* sKs = sK + stage * Cfg::kTileElems;
     const T* sVs = sV + stage * Cfg::kTileElems;
+    if (iw >= p.N) return;
+    sm80_sub_tiles<kBN>(blk, p, kb * kBN, [&](int q, int js) {
+      // S = Q·Kᵀ, dP = dO·Vᵀ (16 queries x 16 keys)
+      float s[2][4], dp[2][4];
+      zero(s);
+      zero(dp);
+      mma_scores<T, kD>(s, sQ + 16 * warp * kStride, sKs + 16 * q * kStride, lane);
+      mma_scores<T, kD>(dp, sdO + 16 * warp * kStride, sVs + 16 * q * kStride, lane);
 
-    if (iw < p.N) {
-#pragma unroll 1
-      for (int q = 0; q < kBN / 16; ++q) {
-        const int js = j0 + 16 * q;  // sub-tile keys [js, js + 16)
-        const int sub = blk.sub_tile(p, js);
-        if (sub < 0) break;  // and every later sub-tile
-        if (sub == 0) continue;
-
-        // S = Q·Kᵀ, dP = dO·Vᵀ (16 queries x 16 keys)
-        float s[2][4], dp[2][4];
-        zero(s);
-        zero(dp);
-        mma_scores<T, kD>(s, sQ + 16 * warp * kStride, sKs + 16 * q * kStride, lane);
-        mma_scores<T, kD>(dp, sdO + 16 * warp * kStride, sVs + 16 * q * kStride, lane);
-
-        // dS = P∘(dP - D), P = exp(S - L), 0 where masked
+      // dS = P∘(dP - D), P = exp(S - L), 0 where masked
 #pragma unroll
-        for (int n = 0; n < 2; ++n)
+      for (int n = 0; n < 2; ++n)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = js + frag_col(lane, n, e), row = iw + frag_row(lane, e);
-            const float P = blk.sees(p, row, key) ? exp2f(s[n][e] * sl2 - L2[e / 2]) : 0.f;
-            dp[n][e] = P * (dp[n][e] - D[e / 2]);
-          }
+        for (int e = 0; e < 4; ++e) {
+          const int key = js + frag_col(lane, n, e), row = iw + frag_row(lane, e);
+          const float P = blk.sees(p, row, key) ? exp2f(s[n][e] * sl2 - L2[e / 2]) : 0.f;
+          dp[n][e] = P * (dp[n][e] - D[e / 2]);
+        }
 
-        uint32_t a[4];
-        to_a_frag<T>(a, dp);
-        mma_accumulate<T, kD, kD>(dQ, a, sKs + 16 * q * kStride, lane);  // dQ += dS·K
-      }
-    }
-    __syncthreads();
-  }
+      uint32_t a[4];
+      to_a_frag<T>(a, dp);
+      mma_accumulate<T, kD, kD>(dQ, a, sKs + 16 * q * kStride, lane);  // dQ += dS·K
+    });
+  });
 
   // ---- epilogue: dQ = s·Σ dS·K
   const float scale[2] = {p.scale, p.scale};

@@ -335,7 +335,7 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
   const bool has_G = has_Qt || has_Kt, has_H = has_Vt;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const Sm80QueryBlock<kOpts, kBM, kBN, Params<T>> blk(p, warp);
-  const int i0 = blk.i0, iw = blk.iw, nk = blk.nk, kb_begin = blk.begin, kb_end = blk.end;
+  const int i0 = blk.i0, iw = blk.iw, nk = blk.nk;
   const int c0 = blockIdx.y * kCols;
   const int64_t head = blk.head;
   const int64_t hd = head * kD;
@@ -346,12 +346,7 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
   const T* Vth = has_Vt ? p.Vt + kd : nullptr;
   const float sl2 = p.scale * kLog2e;
   float L2[2], D[2];  // L·log2e and D of own rows g, g + 8
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = iw + frag_row(lane, 2 * h);
-    L2[h] = row < p.N ? p.L[head + row] * kLog2e : 0.f;
-    D[h] = row < p.N ? p.D[head + row] : 0.f;
-  }
+  row_scalars(p, head, iw, lane, L2, D);
 
   auto load_tile = [&](int kb, int stage) {
     load_rows_async<T, kD, kBN>(sK + stage * Cfg::kTileElems, Kh, kb * kBN, nk);
@@ -362,8 +357,6 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
   load_rows_async<T, kD, kBM>(sQ, p.Q + hd, i0, p.N);
   load_rows_async<T, kD, kBM>(sdO, p.dO + hd, i0, p.N);
   load_rows_async<T, kD, kBM>(sQt, has_Qt ? p.Qt + hd : nullptr, i0, p.N);
-  load_tile(kb_begin, 0);
-  cp_async_commit();
 
   float XA[kCols / 8][4], X2[kCols / 8][4], X3[kCols / 8][4], Y[kCols / 8][4];
   zero(XA);
@@ -375,79 +368,61 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
   const T* sdOw = sdO + 16 * warp * kStride;
   const T* sQtw = sQt + 16 * warp * kStride;
 
-  // ---- main loop over key tiles [j0, j0 + kBN)
-  for (int kb = kb_begin; kb < kb_end; ++kb) {
-    const int stage = (kb - kb_begin) % 2;
-    if (kb + 1 < kb_end) {
-      load_tile(kb + 1, 1 - stage);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
-    const int j0 = kb * kBN;
+  // ---- main loop over key tiles [j0, j0 + kBN), in sub-tiles of keys [js, js + 16)
+  sm80_pipeline(blk.begin, blk.end, load_tile, [&](int kb, int stage) {
     const T* sKs = sK + stage * Cfg::kTileElems;
     const T* sVs = sV + stage * Cfg::kTileElems;
     const T* sKts = sKt + stage * Cfg::kTileElems;
     const T* sVts = sVt + stage * Cfg::kTileElems;
+    if (iw >= p.N) return;
+    sm80_sub_tiles<kBN>(blk, p, kb * kBN, [&](int q, int js) {
+      const int sub = 16 * q * kStride;
 
-    if (iw < p.N) {
-#pragma unroll 1
-      for (int q = 0; q < kBN / 16; ++q) {
-        const int js = j0 + 16 * q;  // sub-tile keys [js, js + 16)
-        const int seen = blk.sub_tile(p, js);
-        if (seen < 0) break;  // and every later sub-tile
-        if (seen == 0) continue;
-        const int sub = 16 * q * kStride;
+      // score tiles (16 queries x 16 keys): S, dP, G (unscaled), H
+      float S[2][4], dP[2][4], G[2][4], Hs[2][4], dS[2][4];
+      zero(S);
+      zero(dP);
+      zero(G);
+      zero(Hs);
+      mma_scores<T, kD>(S, sQw, sKs + sub, lane);
+      if (has_G) mma_scores<T, kD>(dP, sdOw, sVs + sub, lane);
+      if (has_Qt) mma_scores<T, kD>(G, sQtw, sKs + sub, lane);
+      if (has_Kt) mma_scores<T, kD>(G, sQw, sKts + sub, lane);
+      if (has_H) mma_scores<T, kD>(Hs, sdOw, sVts + sub, lane);
 
-        // score tiles (16 queries x 16 keys): S, dP, G (unscaled), H
-        float S[2][4], dP[2][4], G[2][4], Hs[2][4], dS[2][4];
-        zero(S);
-        zero(dP);
-        zero(G);
-        zero(Hs);
-        mma_scores<T, kD>(S, sQw, sKs + sub, lane);
-        if (has_G) mma_scores<T, kD>(dP, sdOw, sVs + sub, lane);
-        if (has_Qt) mma_scores<T, kD>(G, sQtw, sKs + sub, lane);
-        if (has_Kt) mma_scores<T, kD>(G, sQw, sKts + sub, lane);
-        if (has_H) mma_scores<T, kD>(Hs, sdOw, sVts + sub, lane);
-
-        // coefficient tiles, in place: S <- P, dP <- P∘dP, G <- P∘G, Hs <- C1; and dS
+      // coefficient tiles, in place: S <- P, dP <- P∘dP, G <- P∘G, Hs <- C1; and dS
 #pragma unroll
-        for (int n = 0; n < 2; ++n)
+      for (int n = 0; n < 2; ++n)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int h = e / 2;
-            const int key = js + frag_col(lane, n, e), row = iw + frag_row(lane, e);
-            const float P = blk.sees(p, row, key) ? exp2f(S[n][e] * sl2 - L2[h]) : 0.f;
-            split_pass1_entry(P, p.scale, D[h], S[n][e], dP[n][e], G[n][e], Hs[n][e], dS[n][e], e_part[h], f_part[h]);
-          }
+        for (int e = 0; e < 4; ++e) {
+          const int h = e / 2;
+          const int key = js + frag_col(lane, n, e), row = iw + frag_row(lane, e);
+          const float P = blk.sees(p, row, key) ? exp2f(S[n][e] * sl2 - L2[h]) : 0.f;
+          split_pass1_entry(P, p.scale, D[h], S[n][e], dP[n][e], G[n][e], Hs[n][e], dS[n][e], e_part[h], f_part[h]);
+        }
 
-        // output products on columns [c0, c0 + kCols) of the key rows. XA, X2, X3 and the
-        // (P∘G)·V part of Y cancel in the epilogue (exactly, for a row that sees one key), so
-        // their coefficient tiles go in as hi + lo pairs: ~2^-16 instead of 2^-8 relative.
-        const T* sKc = sKs + sub + c0;
-        uint32_t a[4], lo[4];
-        to_a_frag_split<T>(a, lo, Hs);
-        mma_accumulate_split<T, kD, kCols>(XA, a, lo, sKc, lane);             // XA += C1·K
-        to_a_frag_split<T>(a, lo, S);
-        mma_accumulate_split<T, kD, kCols>(X3, a, lo, sKc, lane);             // X3 += P·K
-        if (has_Vt) mma_accumulate<T, kD, kCols>(Y, a, sVts + sub + c0, lane);  // Y += P·Vt
-        if (has_G) {
-          to_a_frag_split<T>(a, lo, dP);
-          mma_accumulate_split<T, kD, kCols>(X2, a, lo, sKc, lane);           // X2 += (P∘dP)·K
-          to_a_frag_split<T>(a, lo, G);
-          mma_accumulate_split<T, kD, kCols>(Y, a, lo, sVs + sub + c0, lane);  // Y += (P∘G)·V
-        }
-        if (has_Kt) {
-          to_a_frag<T>(a, dS);
-          mma_accumulate<T, kD, kCols>(XA, a, sKts + sub + c0, lane);        // XA += dS·Kt
-        }
+      // output products on columns [c0, c0 + kCols) of the key rows. XA, X2, X3 and the
+      // (P∘G)·V part of Y cancel in the epilogue (exactly, for a row that sees one key), so
+      // their coefficient tiles go in as hi + lo pairs: ~2^-16 instead of 2^-8 relative.
+      const T* sKc = sKs + sub + c0;
+      uint32_t a[4], lo[4];
+      to_a_frag_split<T>(a, lo, Hs);
+      mma_accumulate_split<T, kD, kCols>(XA, a, lo, sKc, lane);             // XA += C1·K
+      to_a_frag_split<T>(a, lo, S);
+      mma_accumulate_split<T, kD, kCols>(X3, a, lo, sKc, lane);             // X3 += P·K
+      if (has_Vt) mma_accumulate<T, kD, kCols>(Y, a, sVts + sub + c0, lane);  // Y += P·Vt
+      if (has_G) {
+        to_a_frag_split<T>(a, lo, dP);
+        mma_accumulate_split<T, kD, kCols>(X2, a, lo, sKc, lane);           // X2 += (P∘dP)·K
+        to_a_frag_split<T>(a, lo, G);
+        mma_accumulate_split<T, kD, kCols>(Y, a, lo, sVs + sub + c0, lane);  // Y += (P∘G)·V
       }
-    }
-    __syncthreads();
-  }
+      if (has_Kt) {
+        to_a_frag<T>(a, dS);
+        mma_accumulate<T, kD, kCols>(XA, a, sKts + sub + c0, lane);        // XA += dS·Kt
+      }
+    });
+  });
 
   bob_pass1_epilogue<T, kD, kCols>(p, XA, X2, X3, Y, e_part, f_part, D, head, iw, c0, lane);
 }
@@ -495,8 +470,6 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
   load_rows_async<T, kD, kBM>(sV, has_G ? p.V + hd : nullptr, j0, nk);
   load_rows_async<T, kD, kBM>(sKt, has_Kt ? p.Kt + hd : nullptr, j0, nk);
   load_rows_async<T, kD, kBM>(sVt, has_Vt ? p.Vt + hd : nullptr, j0, nk);
-  if (blk.steps > 0) load_tile(0, 0);
-  cp_async_commit();
 
   float gK[kD / 8][4], gV[kD / 8][4];
   zero(gK);
@@ -506,17 +479,8 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
   const T* sKtw = sKt + 16 * warp * kStride;
   const T* sVtw = sVt + 16 * warp * kStride;
 
-  // ---- main loop over query tiles [i0, i0 + kBN)
-  for (int t = 0; t < blk.steps; ++t) {
-    const int stage = t % 2;
-    if (t + 1 < blk.steps) {
-      load_tile(t + 1, 1 - stage);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+  // ---- main loop over query tiles [i0, i0 + kBN), in sub-tiles of queries [is, is + 16)
+  sm80_pipeline(0, blk.steps, load_tile, [&](int t, int stage) {
     const int i0 = blk.tile(t) * kBN;
     const T* sQs = sQ + stage * Cfg::kTileElems;
     const T* sdOs = sdO + stage * Cfg::kTileElems;
@@ -525,54 +489,46 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
     const float* sDs = sD + stage * kBN;
     const float* sEs = sE + stage * kBN;
     const float* sFs = sF + stage * kBN;
+    if (jw >= nk) return;
+    sm80_sub_tiles<kBN>(blk, p, i0, [&](int q, int) {
+      const int sub = 16 * q * kStride;
 
-    if (jw < nk) {
-#pragma unroll 1
-      for (int q = 0; q < kBN / 16; ++q) {
-        const int is = i0 + 16 * q;  // sub-tile queries [is, is + 16)
-        const int seen = blk.sub_tile(p, is);
-        if (seen < 0) break;  // and every later sub-tile
-        if (seen == 0) continue;
-        const int sub = 16 * q * kStride;
+      // score tiles, transposed (16 keys x 16 queries): Sᵀ, dPᵀ, Gᵀ (unscaled), Hᵀ
+      float S[2][4], dP[2][4], G[2][4], Hs[2][4];
+      zero(S);
+      zero(dP);
+      zero(G);
+      zero(Hs);
+      mma_scores<T, kD>(S, sKw, sQs + sub, lane);
+      if (has_G) mma_scores<T, kD>(dP, sVw, sdOs + sub, lane);
+      if (has_Qt) mma_scores<T, kD>(G, sKw, sQts + sub, lane);
+      if (has_Kt) mma_scores<T, kD>(G, sKtw, sQs + sub, lane);
+      if (has_H) mma_scores<T, kD>(Hs, sVtw, sdOs + sub, lane);
 
-        // score tiles, transposed (16 keys x 16 queries): Sᵀ, dPᵀ, Gᵀ (unscaled), Hᵀ
-        float S[2][4], dP[2][4], G[2][4], Hs[2][4];
-        zero(S);
-        zero(dP);
-        zero(G);
-        zero(Hs);
-        mma_scores<T, kD>(S, sKw, sQs + sub, lane);
-        if (has_G) mma_scores<T, kD>(dP, sVw, sdOs + sub, lane);
-        if (has_Qt) mma_scores<T, kD>(G, sKw, sQts + sub, lane);
-        if (has_Kt) mma_scores<T, kD>(G, sKtw, sQs + sub, lane);
-        if (has_H) mma_scores<T, kD>(Hs, sVtw, sdOs + sub, lane);
-
-        // coefficient tiles, in place: S <- S̄ᵀ, dP <- dSᵀ, G <- dP̄ᵀ
+      // coefficient tiles, in place: S <- S̄ᵀ, dP <- dSᵀ, G <- dP̄ᵀ
 #pragma unroll
-        for (int n = 0; n < 2; ++n)
+      for (int n = 0; n < 2; ++n)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int li = 16 * q + frag_col(lane, n, e);  // query within the tile
-            const int key = jw + frag_row(lane, e);
-            const float P = blk.sees(p, i0 + li, key) ? exp2f(S[n][e] * sl2 - sLs[li] * kLog2e) : 0.f;
-            coef_entry(P, p.scale, sDs[li], sEs[li], sFs[li], S[n][e], dP[n][e], G[n][e], Hs[n][e]);
-          }
+        for (int e = 0; e < 4; ++e) {
+          const int li = 16 * q + frag_col(lane, n, e);  // query within the tile
+          const int key = jw + frag_row(lane, e);
+          const float P = blk.sees(p, i0 + li, key) ? exp2f(S[n][e] * sl2 - sLs[li] * kLog2e) : 0.f;
+          coef_entry(P, p.scale, sDs[li], sEs[li], sFs[li], S[n][e], dP[n][e], G[n][e], Hs[n][e]);
+        }
 
-        uint32_t a[4];
-        to_a_frag<T>(a, S);
-        mma_accumulate<T, kD, kD>(gK, a, sQs + sub, lane);     // gK += S̄ᵀ·Q
-        if (has_Qt) {
-          to_a_frag<T>(a, dP);
-          mma_accumulate<T, kD, kD>(gK, a, sQts + sub, lane);  // gK += dSᵀ·Qt
-        }
-        if (has_G) {
-          to_a_frag<T>(a, G);
-          mma_accumulate<T, kD, kD>(gV, a, sdOs + sub, lane);  // gV += dP̄ᵀ·dO
-        }
+      uint32_t a[4];
+      to_a_frag<T>(a, S);
+      mma_accumulate<T, kD, kD>(gK, a, sQs + sub, lane);     // gK += S̄ᵀ·Q
+      if (has_Qt) {
+        to_a_frag<T>(a, dP);
+        mma_accumulate<T, kD, kD>(gK, a, sQts + sub, lane);  // gK += dSᵀ·Qt
       }
-    }
-    __syncthreads();
-  }
+      if (has_G) {
+        to_a_frag<T>(a, G);
+        mma_accumulate<T, kD, kD>(gV, a, sdOs + sub, lane);  // gV += dP̄ᵀ·dO
+      }
+    });
+  });
 
   // ---- epilogue: grad_K = s·(S̄ᵀ·Q + dSᵀ·Qt), grad_V
   const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};

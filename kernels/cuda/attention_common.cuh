@@ -791,6 +791,41 @@ struct Sm80KeyBlock {
   }
 };
 
+// The main loop of every sm_80 kernel: the other side's tiles begin..end-1, double-buffered by
+// cp.async. load(t, stage) issues tile t's copies into stage (the caller has issued its own rows'
+// copies: they land with the first tile). body(t, stage) runs once tile t has landed and every
+// warp sees it; a stage is refilled only after every warp has left body.
+template <typename Load, typename Body>
+__device__ __forceinline__ void sm80_pipeline(int begin, int end, Load&& load, Body&& body) {
+  if (begin < end) load(begin, 0);
+  cp_async_commit();
+  for (int t = begin; t < end; ++t) {
+    const int stage = (t - begin) % 2;
+    if (t + 1 < end) {  // prefetch the next tile into the other stage
+      load(t + 1, 1 - stage);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    body(t, stage);
+    __syncthreads();
+  }
+}
+
+// f(q, r) for the 16-row sub-tiles q (rows [r, r + 16), r = r0 + 16·q) of a kBN-row tile that the
+// warp's rows see (blk.sub_tile: the first that no row sees, nor any later one, ends the tile).
+template <int kBN, typename Block, typename P, typename F>
+__device__ __forceinline__ void sm80_sub_tiles(const Block& blk, const P& p, int r0, F&& f) {
+#pragma unroll 1
+  for (int q = 0; q < kBN / 16; ++q) {
+    const int seen = blk.sub_tile(p, r0 + 16 * q);
+    if (seen < 0) break;
+    if (seen > 0) f(q, r0 + 16 * q);
+  }
+}
+
 // ---------------------------------------------------------------- tile loads
 
 // Rows [r0, r0 + kRows) of a head's (N, kD) matrix into s[kRows][kStride], by cp.async; rows at or

@@ -156,17 +156,17 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_fwd_tc_
   // ---- prologue: query rows [i0, i0 + kBM); this warp's rows [iw, iw + 16)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const Sm80QueryBlock<kOpts, kBM, kBN, Params<T>> blk(p, warp);  // key tiles [begin, end)
-  const int i0 = blk.i0, iw = blk.iw, iw_last = blk.iw_last, nk = blk.nk, kb_begin = blk.begin, kb_end = blk.end;
+  const int i0 = blk.i0, iw = blk.iw, iw_last = blk.iw_last, nk = blk.nk;
   const int64_t head = blk.head;
-  const T* Qh = p.Q + head * kD;
   const T* Kh = p.K + blk.khead * kD;
   const T* Vh = p.V + blk.khead * kD;
   const float sl2 = p.scale * kLog2e;  // S in log2 units
 
-  load_rows_async<T, kD, kBM>(sQ, Qh, i0, p.N);
-  load_rows_async<T, kD, kBN>(sK, Kh, kb_begin * kBN, nk);
-  load_rows_async<T, kD, kBN>(sV, Vh, kb_begin * kBN, nk);
-  cp_async_commit();
+  load_rows_async<T, kD, kBM>(sQ, p.Q + head * kD, i0, p.N);
+  auto load_tile = [&](int kb, int stage) {
+    load_rows_async<T, kD, kBN>(sK + stage * Cfg::kTileElems, Kh, kb * kBN, nk);
+    load_rows_async<T, kD, kBN>(sV + stage * Cfg::kTileElems, Vh, kb * kBN, nk);
+  };
 
   float m[2] = {-INFINITY, -INFINITY};  // running max (log2 units) of rows g and g + 8
   float l[2] = {0.f, 0.f};              // this thread's part of the running row sums
@@ -174,89 +174,77 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_fwd_tc_
   zero(acc);
 
   // ---- main loop over key tiles [j0, j0 + kBN)
-  for (int kb = kb_begin; kb < kb_end; ++kb) {
-    const int stage = (kb - kb_begin) % 2;
-    if (kb + 1 < kb_end) {  // prefetch the next tile into the other stage
-      load_rows_async<T, kD, kBN>(sK + (1 - stage) * Cfg::kTileElems, Kh, (kb + 1) * kBN, nk);
-      load_rows_async<T, kD, kBN>(sV + (1 - stage) * Cfg::kTileElems, Vh, (kb + 1) * kBN, nk);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();  // this stage (and Q) visible to all warps
+  sm80_pipeline(blk.begin, blk.end, load_tile, [&](int kb, int stage) {
     const int j0 = kb * kBN;
     const T* sKs = sK + stage * Cfg::kTileElems;
     const T* sVs = sV + stage * Cfg::kTileElems;
 
     const bool warp_sees = kOpts ? iw < p.N && j0 < p.key_hi(iw_last) && j0 + kBN > p.key_lo(iw)
                                  : iw < p.N && !(p.causal && j0 > iw + 15);
-    if (warp_sees) {  // some key of the tile is visible to the warp
-      // S = Q·Kᵀ: 16 x kBN per warp, as kBN/16 sub-tiles
-      float s[kBN / 16][2][4];
+    if (!warp_sees) return;  // no key of the tile is visible to the warp
+    // S = Q·Kᵀ: 16 x kBN per warp, as kBN/16 sub-tiles
+    float s[kBN / 16][2][4];
 #pragma unroll
-      for (int q = 0; q < kBN / 16; ++q) {
-        zero(s[q]);
-        mma_scores<T, kD>(s[q], sQ + 16 * warp * kStride, sKs + 16 * q * kStride, lane);
-      }
+    for (int q = 0; q < kBN / 16; ++q) {
+      zero(s[q]);
+      mma_scores<T, kD>(s[q], sQ + 16 * warp * kStride, sKs + 16 * q * kStride, lane);
+    }
 
-      // scale to log2 units; mask keys past N and (causal) after the row
-      const bool need_mask = kOpts ? j0 + kBN > p.key_hi(iw) || j0 < p.key_lo(iw_last)
-                                   : j0 + kBN > p.N || (p.causal && j0 + kBN - 1 > iw);
+    // scale to log2 units; mask keys past N and (causal) after the row
+    const bool need_mask = kOpts ? j0 + kBN > p.key_hi(iw) || j0 < p.key_lo(iw_last)
+                                 : j0 + kBN > p.N || (p.causal && j0 + kBN - 1 > iw);
+#pragma unroll
+    for (int q = 0; q < kBN / 16; ++q)
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float v = s[q][n][e] * sl2;
+          if (need_mask) {
+            const int key = j0 + 16 * q + frag_col(lane, n, e), row = iw + frag_row(lane, e);
+            if (!blk.sees(p, row, key)) v = -INFINITY;
+          }
+          s[q][n][e] = v;
+        }
+
+    // online softmax, per own row h (rows g and g + 8)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int q = 0; q < kBN / 16; ++q)
+#pragma unroll
+        for (int n = 0; n < 2; ++n) mx = fmaxf(mx, fmaxf(s[q][n][2 * h], s[q][n][2 * h + 1]));
+      const float m_new = fmaxf(m[h], quad_max(mx));
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      const float alpha = exp2f(m[h] - m_use);
+      m[h] = m_new;
+      float row_sum = 0.f;
 #pragma unroll
       for (int q = 0; q < kBN / 16; ++q)
 #pragma unroll
         for (int n = 0; n < 2; ++n)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float v = s[q][n][e] * sl2;
-            if (need_mask) {
-              const int key = j0 + 16 * q + frag_col(lane, n, e), row = iw + frag_row(lane, e);
-              if (!blk.sees(p, row, key)) v = -INFINITY;
-            }
-            s[q][n][e] = v;
+          for (int e = 2 * h; e < 2 * h + 2; ++e) {
+            s[q][n][e] = exp2f(s[q][n][e] - m_use);
+            row_sum += s[q][n][e];
           }
-
-      // online softmax, per own row h (rows g and g + 8)
+      l[h] = l[h] * alpha + row_sum;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int q = 0; q < kBN / 16; ++q)
-#pragma unroll
-          for (int n = 0; n < 2; ++n) mx = fmaxf(mx, fmaxf(s[q][n][2 * h], s[q][n][2 * h + 1]));
-        const float m_new = fmaxf(m[h], quad_max(mx));
-        const float m_use = m_new == -INFINITY ? 0.f : m_new;
-        const float alpha = exp2f(m[h] - m_use);
-        m[h] = m_new;
-        float row_sum = 0.f;
-#pragma unroll
-        for (int q = 0; q < kBN / 16; ++q)
-#pragma unroll
-          for (int n = 0; n < 2; ++n)
-#pragma unroll
-            for (int e = 2 * h; e < 2 * h + 2; ++e) {
-              s[q][n][e] = exp2f(s[q][n][e] - m_use);
-              row_sum += s[q][n][e];
-            }
-        l[h] = l[h] * alpha + row_sum;
-#pragma unroll
-        for (int j = 0; j < kD / 8; ++j) {
-          acc[j][2 * h] *= alpha;
-          acc[j][2 * h + 1] *= alpha;
-        }
-      }
-
-      // O += P·V
-#pragma unroll
-      for (int q = 0; q < kBN / 16; ++q) {
-        uint32_t a[4];
-        to_a_frag<T>(a, s[q]);
-        mma_accumulate<T, kD, kD>(acc, a, sVs + 16 * q * kStride, lane);
+      for (int j = 0; j < kD / 8; ++j) {
+        acc[j][2 * h] *= alpha;
+        acc[j][2 * h + 1] *= alpha;
       }
     }
-    __syncthreads();  // all warps are done with this stage before it is refilled
-  }
+
+    // O += P·V
+#pragma unroll
+    for (int q = 0; q < kBN / 16; ++q) {
+      uint32_t a[4];
+      to_a_frag<T>(a, s[q]);
+      mma_accumulate<T, kD, kD>(acc, a, sVs + 16 * q * kStride, lane);
+    }
+  });
 
   fwd_epilogue<T, kD, kOpts>(p, acc, m, l, head, iw, lane);  // O = acc / l, L = (m + log2 l)·ln 2
 }
