@@ -12,6 +12,7 @@
 //              first-order graph already built (create_graph)
 //   chain_ms   forward + backward(create_graph) + BoB from scratch
 //   first_chain_ms  the very first chain at this size (includes any one-time set-up)
+//   chain_runs_ms   every timed chain behind chain_ms, in the order they ran
 //   chain_peak_GiB  peak tensor memory of the chain above the inputs (gg::cuda::memory_stats)
 //   reps       timed repeats behind each median
 //   *_TFLOPs   effective rates: forward 4·P·d, backward 10·P·d, BoB 32·P·d, chain 46·P·d per
@@ -64,7 +65,8 @@ namespace {
 
 constexpr double kGiB = double(1 << 30);
 
-double median_ms(const std::function<void()>& f, int warm, int reps) {
+// The median of reps timed runs after warm untimed ones; all: every run's time, in order.
+double median_ms(const std::function<void()>& f, int warm, int reps, std::vector<double>* all = nullptr) {
   for (int i = 0; i < warm; ++i) f();
   cudaDeviceSynchronize();
   std::vector<double> t;
@@ -84,6 +86,7 @@ double median_ms(const std::function<void()>& f, int warm, int reps) {
     cudaEventDestroy(a);
     cudaEventDestroy(b);
   }
+  if (all) *all = t;
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }
@@ -268,7 +271,11 @@ int main(int argc, char** argv) {
         double fwdbwd = median_ms([&] { grad({attention(q, k, v, opt)}, {q, k, v}, {dO}); }, 2, reps);
         cuda::reset_peak_memory_stats(0);
         const int64_t base2 = cuda::memory_stats(0).current_bytes;
-        double ch = median_ms(chain, 1, reps);
+        // Three untimed chains first: in one process the second and third chains of a size ran
+        // slower than the later ones (windowed 256K on the H200: 119-123 ms against 114), so
+        // that one warm-up left a median of three inside that transient.
+        std::vector<double> chains;
+        double ch = median_ms(chain, 3, reps, &chains);
         double peak = double(cuda::memory_stats(0).peak_bytes - base2) / kGiB;
         Tensor inner = first_order();
         double bob = median_ms([&] { grad({inner}, {q, k, v, dO}, {}, {false, /*retain_graph=*/1}); }, 1, reps);
@@ -276,11 +283,17 @@ int main(int argc, char** argv) {
                       "{\"impl\":\"gradgrad\",\"fwd_kernel\":\"%s\",\"deterministic\":%s,%s,\"reps\":%d,"
                       "\"fwd_ms\":%.4f,\"fwdbwd_ms\":%.4f,\"bob_ms\":%.4f,\"chain_ms\":%.4f,\"first_chain_ms\":%.2f,"
                       "\"chain_peak_GiB\":%.3f,\"fwd_TFLOPs\":%.1f,\"bwd_TFLOPs\":%.1f,\"bob_TFLOPs\":%.1f,"
-                      "\"chain_TFLOPs\":%.1f}",
+                      "\"chain_TFLOPs\":%.1f",
                       kernel, attention_deterministic() ? "true" : "false", config.c_str(), reps, fwd, fwdbwd, bob,
                       ch, first_ms, peak, 4 * work / fwd / 1e9, 10 * work / (fwdbwd - fwd) / 1e9,
                       32 * work / bob / 1e9, 46 * work / ch / 1e9);
         row = buf;
+        row += ",\"chain_runs_ms\":[";
+        for (size_t i = 0; i < chains.size(); ++i) {
+          std::snprintf(buf, sizeof buf, "%s%.3f", i ? "," : "", chains[i]);
+          row += buf;
+        }
+        row += "]}";
       }
     } catch (const std::exception& e) {
       row = "{\"impl\":\"gradgrad\"," + mode + config + ",\"error\":\"" +
