@@ -282,8 +282,13 @@ Tensor attention_ring(Group& group, const Tensor& q, const Tensor& k, const Tens
   const std::vector<Chunk> qcs = chunks_of(rank, sharding, sizes, zz);
   std::vector<std::vector<Part>> parts(qcs.size());
   const int next = static_cast<int>((rank + 1) % P), prev = static_cast<int>((rank + P - 1) % P);
+  // Off the tape the next block's transfer is started before this one's pairs run (overlapped
+  // on NcclGroup); on the tape each shift is a recorded sendrecv between guards.
+  const bool taped = GradMode::is_enabled();
+  std::unique_ptr<Group::Pending> incoming;
   for (int64_t t = 0; t < P; ++t) {
-    if (t > 0) block = guard(sendrecv(group, guard(block, base), next, prev), base);
+    if (t > 0) block = taped ? guard(sendrecv(group, guard(block, base), next, prev), base) : incoming->wait();
+    if (!taped && t + 1 < P) incoming = group.start_sendrecv(block, next, prev);
     const Tensor K = squeeze(slice(block, 0, 0, 1), 0), V = squeeze(slice(block, 0, 1, 2), 0);
     for (const Chunk& kc : chunks_of((rank + P - t) % P, sharding, sizes, zz))
       for (size_t i = 0; i < qcs.size(); ++i)
@@ -305,27 +310,27 @@ Tensor attention_ring(Group& group, const Tensor& q, const Tensor& k, const Tens
 }
 
 // The first-order backward of the ring at O(n·d) memory per rank: the blocks go around the
-// ring once more, each with the gradient of its keys and values (dK, dV) travelling with it,
-// and each (query chunk, key chunk) pair adds attention_backward's parts, taken with the
-// chunk's merged O and L (with them, a pair's P = exp(S - L) and D = rowsum(dO∘O) are the
-// whole sequence's, so the parts sum to the exact gradients). A last shift takes every block's
-// dK, dV home. Every rank runs all P shifts whatever its pairs.
+// ring once more, and behind each its gradient (dK, dV): each (query chunk, key chunk) pair adds
+// attention_backward's parts, taken with the chunk's merged O and L (with them, a pair's
+// P = exp(S - L) and D = rowsum(dO∘O) are the whole sequence's, so the parts sum to the exact
+// gradients). Both transfers run while the pairs compute: block t + 1 is started before step t's
+// pairs, and the gradient of block t, received while they run, is added to this rank's part and
+// sent on after them; the last of those shifts takes every block's dK, dV home. Every rank runs
+// all of them, in the same order, whatever its pairs.
 TensorList ring_backward(Group& group, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O,
                          const Tensor& L, const Tensor& dO, const AttentionOptions& options, Sharding sharding,
                          const std::vector<int64_t>& sizes, const std::vector<int64_t>& zz) {
   NoGradGuard ng;
   const int64_t P = group.size(), rank = group.rank(), n = q.size(2);
   const int64_t longest = *std::max_element(sizes.begin(), sizes.end());
-  Tensor block = own_block(k, v, longest);
-  Tensor dblock = zeros(block.shape(), block.dtype(), block.device()), dq = zeros(q.shape(), q.dtype(), q.device());
+  Tensor block = own_block(k, v, longest), dblock, dq = zeros(q.shape(), q.dtype(), q.device());
   const std::vector<Chunk> qcs = chunks_of(rank, sharding, sizes, zz);
   const int next = static_cast<int>((rank + 1) % P), prev = static_cast<int>((rank + P - 1) % P);
+  std::unique_ptr<Group::Pending> incoming, gradient;  // block t + 1; the gradient of block t
   for (int64_t t = 0; t < P; ++t) {
-    if (t > 0) {
-      const Tensor both = group.sendrecv(cat({block, dblock}, 0), next, prev);
-      block = slice(both, 0, 0, 2);
-      dblock = slice(both, 0, 2, 4);
-    }
+    if (t > 0) block = incoming->wait();
+    if (t + 1 < P) incoming = group.start_sendrecv(block, next, prev);
+    Tensor part = zeros(block.shape(), block.dtype(), block.device());  // this rank's dK, dV of the block
     const Tensor K = squeeze(slice(block, 0, 0, 1), 0), V = squeeze(slice(block, 0, 1, 2), 0);
     for (const Chunk& kc : chunks_of((rank + P - t) % P, sharding, sizes, zz))
       for (const Chunk& qc : qcs)
@@ -336,11 +341,16 @@ TensorList ring_backward(Group& group, const Tensor& q, const Tensor& k, const T
           const TensorList g = attention_backward(rows_of(q), slice(K, 2, ka, ka + keys), slice(V, 2, ka, ka + keys),
                                                   rows_of(O), contiguous(rows_of(L)), rows_of(dO), p->local);
           dq = dq + pad_rows(g[0], qa, n - qa - rows, 0.0);
-          dblock = dblock + stack({pad_rows(g[1], ka, longest - ka - keys, 0.0),
-                                   pad_rows(g[2], ka, longest - ka - keys, 0.0)}, 0);
+          part = part + stack({pad_rows(g[1], ka, longest - ka - keys, 0.0),
+                               pad_rows(g[2], ka, longest - ka - keys, 0.0)}, 0);
         }
+    if (t > 0) part = gradient->wait() + part;  // the ranks before this one added theirs
+    if (P > 1)
+      gradient = group.start_sendrecv(part, next, prev);
+    else
+      dblock = part;
   }
-  if (P > 1) dblock = group.sendrecv(dblock, next, prev);
+  if (P > 1) dblock = gradient->wait();
   const Tensor dk = slice(squeeze(slice(dblock, 0, 0, 1), 0), 2, 0, k.size(2));
   const Tensor dv = slice(squeeze(slice(dblock, 0, 1, 2), 0), 2, 0, k.size(2));
   return {dq, dk, dv};

@@ -99,19 +99,34 @@ Tensor Group::all_reduce(const Tensor& x) {
 }
 
 namespace {
-// A sum that is complete already (start_all_reduce_flat's default).
-class DoneSum final : public Group::Pending {
+// A result that is complete already (the start_*_flat defaults).
+class Done final : public Group::Pending {
  public:
-  explicit DoneSum(Tensor sum) : sum_(std::move(sum)) {}
-  Tensor wait() override { return sum_; }
+  explicit Done(Tensor result) : result_(std::move(result)) {}
+  Tensor wait() override { return result_; }
 
  private:
-  Tensor sum_;
+  Tensor result_;
+};
+
+// Another Pending's result, reshaped.
+class Reshaped final : public Group::Pending {
+ public:
+  Reshaped(std::unique_ptr<Group::Pending> flat, Shape shape) : flat_(std::move(flat)), shape_(std::move(shape)) {}
+  Tensor wait() override { return reshape(flat_->wait(), shape_); }
+
+ private:
+  std::unique_ptr<Group::Pending> flat_;
+  Shape shape_;
 };
 }  // namespace
 
 std::unique_ptr<Group::Pending> Group::start_all_reduce_flat(const Tensor& x) {
-  return std::make_unique<DoneSum>(all_reduce_flat(x));
+  return std::make_unique<Done>(all_reduce_flat(x));
+}
+
+std::unique_ptr<Group::Pending> Group::start_sendrecv_flat(const Tensor& x, int dst, int src) {
+  return std::make_unique<Done>(sendrecv_flat(x, dst, src));
 }
 
 std::unique_ptr<Group::Pending> Group::start_all_reduce(const Tensor& x) {
@@ -228,6 +243,14 @@ Tensor Group::recv(const Tensor& like, int peer) {
   GG_CHECK(like.defined(), ValueError, "gg::dist::recv: like is an undefined tensor");
   check_peer("dist::recv", peer, "peer");
   return reshape(recv_flat(reshape(contiguous(like), {like.numel()}), peer), like.shape());
+}
+
+std::unique_ptr<Group::Pending> Group::start_sendrecv(const Tensor& x, int dst, int src) {
+  NoGradGuard ng;
+  GG_CHECK(x.defined(), ValueError, "gg::dist::start_sendrecv: x is an undefined tensor");
+  check_peer("dist::start_sendrecv", dst, "dst");
+  check_peer("dist::start_sendrecv", src, "src");
+  return std::make_unique<Reshaped>(start_sendrecv_flat(reshape(contiguous(x), {x.numel()}), dst, src), x.shape());
 }
 
 Tensor Group::sendrecv(const Tensor& x, int dst, int src) {

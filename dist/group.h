@@ -60,18 +60,21 @@ class Group : public std::enable_shared_from_this<Group> {
   // Returns once every rank has called it.
   virtual void barrier() = 0;
 
-  // An all-reduce that may still be running when start_all_reduce returns: NcclGroup issues it
+  // Communication that may still be running when a start_* method returns: NcclGroup issues it
   // on a stream of its own, after the work already issued on the library's stream, so that work
-  // issued afterwards overlaps it; wait() returns the sum and orders the library's later work
-  // after it. ThreadGroup sums before returning. x: one-dimensional, contiguous, as all_reduce
-  // takes. Unlike the methods above it exchanges no shapes (so that it does not wait for the
-  // device): the ranks must have agreed on them before (dist::grad_all_reduce does).
+  // issued afterwards overlaps it; wait() returns the result and orders the library's later work
+  // after it. ThreadGroup completes it before returning. Unlike the methods above, the start_*
+  // methods exchange no shapes (so that they do not wait for the device): the ranks must have
+  // agreed on them before (dist::grad_all_reduce and the ring schedule do).
   class Pending {
    public:
     virtual ~Pending() = default;
     virtual Tensor wait() = 0;
   };
+  // all_reduce of x, one-dimensional and contiguous.
   std::unique_ptr<Pending> start_all_reduce(const Tensor& x);
+  // sendrecv of x: a ring shift that runs while the caller computes on what it already holds.
+  std::unique_ptr<Pending> start_sendrecv(const Tensor& x, int dst, int src);
 
  protected:
   Group() = default;
@@ -85,8 +88,9 @@ class Group : public std::enable_shared_from_this<Group> {
   virtual void send_flat(const Tensor& x, int peer) = 0;
   virtual Tensor recv_flat(const Tensor& like, int peer) = 0;
   virtual Tensor sendrecv_flat(const Tensor& x, int dst, int src) = 0;
-  // Default: all_reduce_flat, complete on return.
+  // Defaults: all_reduce_flat and sendrecv_flat, complete on return.
   virtual std::unique_ptr<Pending> start_all_reduce_flat(const Tensor& x);
+  virtual std::unique_ptr<Pending> start_sendrecv_flat(const Tensor& x, int dst, int src);
 
  private:
   // Every rank's [dtype, ndim, sizes...]: checks that the ranks agree (`dim` may differ when

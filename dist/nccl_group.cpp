@@ -123,16 +123,17 @@ void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw DistError(std::string("gg::dist::NcclGroup: ") + what + ": " + cudaGetErrorString(e));
 }
 
-// A started all-reduce (start_all_reduce_flat): `done` is recorded on the communication stream
-// after it; wait() makes the library's stream wait for that event. Holding x keeps its memory
-// from being reused by work on the library's stream before the reduction has read it.
-class NcclSum final : public Group::Pending {
+// Started communication (start_all_reduce_flat, start_sendrecv_flat): `done` is recorded on the
+// communication stream after it; wait() makes the library's stream wait for that event. Holding
+// x keeps its memory from being reused by work on the library's stream before the communication
+// has read it.
+class NcclPending final : public Group::Pending {
  public:
-  NcclSum(Tensor x, Tensor out, cudaEvent_t done, cudaStream_t compute)
+  NcclPending(Tensor x, Tensor out, cudaEvent_t done, cudaStream_t compute)
       : x_(std::move(x)), out_(std::move(out)), done_(done), compute_(compute) {}
-  ~NcclSum() override {
+  ~NcclPending() override {
     if (done_ != nullptr) {
-      cudaStreamWaitEvent(compute_, done_, 0);  // never leave x to be reused under the reduction
+      cudaStreamWaitEvent(compute_, done_, 0);  // never leave x to be reused under the transfer
       cudaEventDestroy(done_);
     }
   }
@@ -155,7 +156,26 @@ class NcclSum final : public Group::Pending {
 struct NcclGroup::Impl {
   int rank = 0, world = 1, local_rank = 0;
   ncclComm_t comm = nullptr;
-  cudaStream_t comm_stream = nullptr;  // start_all_reduce_flat's, made on first use
+  cudaStream_t comm_stream = nullptr;  // the start_*_flat methods', made on first use
+
+  // Makes the communication stream wait for the work issued so far on the library's.
+  cudaStream_t begin_started() {
+    if (comm_stream == nullptr)
+      check_cuda(cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    cudaEvent_t ready = nullptr;
+    check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    check_cuda(cudaEventRecord(ready, stream()), "cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(comm_stream, ready, 0), "cudaStreamWaitEvent");
+    check_cuda(cudaEventDestroy(ready), "cudaEventDestroy");
+    return comm_stream;
+  }
+  // The Pending of what was issued on the communication stream since begin_started.
+  std::unique_ptr<Group::Pending> end_started(const Tensor& x, const Tensor& out) {
+    cudaEvent_t done = nullptr;
+    check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    check_cuda(cudaEventRecord(done, comm_stream), "cudaEventRecord");
+    return std::make_unique<NcclPending>(x, out, done, stream());
+  }
 
   cudaStream_t stream() const {
     kernels::cuda::set_device(local_rank);
@@ -225,21 +245,12 @@ Tensor NcclGroup::all_reduce_flat(const Tensor& x) {
 
 std::unique_ptr<Group::Pending> NcclGroup::start_all_reduce_flat(const Tensor& x) {
   impl_->check_tensor("start_all_reduce", x);
-  const cudaStream_t compute = impl_->stream();
-  if (impl_->comm_stream == nullptr)
-    check_cuda(cudaStreamCreateWithFlags(&impl_->comm_stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   Tensor out = empty(x.shape(), x.dtype(), x.device());  // on the library's stream, before the event
-  cudaEvent_t ready = nullptr, done = nullptr;
-  check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-  check_cuda(cudaEventRecord(ready, compute), "cudaEventRecord");
-  check_cuda(cudaStreamWaitEvent(impl_->comm_stream, ready, 0), "cudaStreamWaitEvent");
-  check_cuda(cudaEventDestroy(ready), "cudaEventDestroy");
+  const cudaStream_t comm = impl_->begin_started();
   check_nccl(ncclAllReduce(x.raw_data(), out.raw_data(), static_cast<size_t>(x.numel()),
-                           nccl_type("start_all_reduce", x.dtype()), ncclSum, impl_->comm, impl_->comm_stream),
+                           nccl_type("start_all_reduce", x.dtype()), ncclSum, impl_->comm, comm),
              impl_->comm, "ncclAllReduce");
-  check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-  check_cuda(cudaEventRecord(done, impl_->comm_stream), "cudaEventRecord");
-  return std::make_unique<NcclSum>(x, out, done, compute);
+  return impl_->end_started(x, out);
 }
 
 Tensor NcclGroup::all_gather_flat(const Tensor& x) {
@@ -298,6 +309,19 @@ Tensor NcclGroup::sendrecv_flat(const Tensor& x, int dst, int src) {
   return out;
 }
 
+std::unique_ptr<Group::Pending> NcclGroup::start_sendrecv_flat(const Tensor& x, int dst, int src) {
+  impl_->check_tensor("start_sendrecv", x);
+  Tensor out = empty(x.shape(), x.dtype(), x.device());  // on the library's stream, before the event
+  const ncclDataType_t t = nccl_type("start_sendrecv", x.dtype());
+  const size_t n = static_cast<size_t>(x.numel());
+  const cudaStream_t comm = impl_->begin_started();
+  check_nccl(ncclGroupStart(), impl_->comm, "ncclGroupStart");
+  check_nccl(ncclSend(x.raw_data(), n, t, dst, impl_->comm, comm), impl_->comm, "ncclSend");
+  check_nccl(ncclRecv(out.raw_data(), n, t, src, impl_->comm, comm), impl_->comm, "ncclRecv");
+  check_nccl(ncclGroupEnd(), impl_->comm, "ncclGroupEnd");
+  return impl_->end_started(x, out);
+}
+
 #else  // no NCCL in this build
 
 struct NcclGroup::Impl {};
@@ -321,6 +345,9 @@ Tensor NcclGroup::recv_flat(const Tensor& like, int) { return like; }
 Tensor NcclGroup::sendrecv_flat(const Tensor& x, int, int) { return x; }
 std::unique_ptr<Group::Pending> NcclGroup::start_all_reduce_flat(const Tensor& x) {
   return Group::start_all_reduce_flat(x);
+}
+std::unique_ptr<Group::Pending> NcclGroup::start_sendrecv_flat(const Tensor& x, int dst, int src) {
+  return Group::start_sendrecv_flat(x, dst, src);
 }
 
 #endif

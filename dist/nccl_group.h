@@ -1,5 +1,6 @@
 // NcclGroup: one process per GPU, collectives through NCCL on the library's CUDA stream (and
-// start_all_reduce on a stream of its own, ordered against the library's by events).
+// start_all_reduce, start_sendrecv on a stream of their own, ordered against the library's by
+// events).
 //
 // Start one process per GPU with scripts/launch.sh (or torchrun, mpirun with the variables
 // below). Each process calls NcclGroup::create(), which reads
@@ -61,6 +62,7 @@ class NcclGroup final : public Group {
   Tensor recv_flat(const Tensor& like, int peer) override;
   Tensor sendrecv_flat(const Tensor& x, int dst, int src) override;
   std::unique_ptr<Pending> start_all_reduce_flat(const Tensor& x) override;
+  std::unique_ptr<Pending> start_sendrecv_flat(const Tensor& x, int dst, int src) override;
 
  private:
   std::unique_ptr<Impl> impl_;

@@ -91,7 +91,7 @@ TEST_P(Collectives, BroadcastSendRecvAndBarrier) {
   const TensorList xs = rank_inputs(P, {6}, 4);
   const int root = P - 1;
   std::vector<std::vector<double>> bcast(static_cast<size_t>(P)), ring(static_cast<size_t>(P)),
-      shifted(static_cast<size_t>(P));
+      shifted(static_cast<size_t>(P)), started(static_cast<size_t>(P));
   std::atomic<int> before{0};
   std::vector<int> seen(static_cast<size_t>(P));
   dist::run_threads(P, [&](Group& g) {
@@ -105,6 +105,12 @@ TEST_P(Collectives, BroadcastSendRecvAndBarrier) {
       g.send(xs[static_cast<size_t>(r)], next);
       ring[static_cast<size_t>(r)] = values(g.recv(xs[static_cast<size_t>(r)], prev));
       shifted[static_cast<size_t>(r)] = values(g.sendrecv(xs[static_cast<size_t>(r)] * 2.0, next, prev));
+      const auto pending = g.start_sendrecv(reshape(xs[static_cast<size_t>(r)] * 3.0, {2, 3}), next, prev);
+      const Tensor got = pending->wait();
+      EXPECT_EQ(got.shape(), (Shape{2, 3}));
+      started[static_cast<size_t>(r)] = values(got);
+    } else {
+      EXPECT_THROW(g.start_sendrecv(xs[0], 0, 0), ValueError);  // no other rank to shift to
     }
   });
   for (int r = 0; r < P; ++r) {
@@ -114,6 +120,7 @@ TEST_P(Collectives, BroadcastSendRecvAndBarrier) {
       const size_t prev = static_cast<size_t>((r + P - 1) % P);
       EXPECT_EQ(ring[static_cast<size_t>(r)], values(xs[prev])) << "rank " << r;
       EXPECT_EQ(shifted[static_cast<size_t>(r)], values(xs[prev] * 2.0)) << "rank " << r;
+      EXPECT_EQ(started[static_cast<size_t>(r)], values(xs[prev] * 3.0)) << "rank " << r;
     }
   }
 }

@@ -99,6 +99,14 @@ TEST(NcclGroup, LaunchedRanksSumTheirRanks) {
   const Tensor x = ones({4}, DType::f32, g->device()).requires_grad_();
   const TensorList s = dist::grad_all_reduce(*g, {sum(x * (g->rank() + 1.0))}, {x}, {}, {}, false);
   EXPECT_EQ(host(s[0]), std::vector<double>(4, n * (n + 1) / 2));
+  // a started ring shift, with work on the library's stream issued while it runs
+  if (g->size() > 1) {
+    const int next = (g->rank() + 1) % g->size(), prev = (g->rank() + g->size() - 1) % g->size();
+    const auto shift = g->start_sendrecv(r * 2.0, next, prev);
+    const Tensor busy = matmul(ones({256, 256}, DType::f32, g->device()), ones({256, 256}, DType::f32, g->device()));
+    EXPECT_EQ(host(shift->wait()), std::vector<double>(4, 2.0 * prev));
+    EXPECT_EQ(host(sum(busy)), std::vector<double>{256.0 * 256 * 256});
+  }
 }
 #else
 TEST(NcclGroup, BuiltWithoutNccl) {
