@@ -8,7 +8,7 @@
 # forever); the exit status is then non-zero and the failed ranks are named on stderr.
 #
 #   scripts/launch.sh 2 build/tests/dist/gg_dist_gpu_tests
-#   scripts/launch.sh 8 build/examples/maml_sine/maml_sine --device cuda
+#   scripts/launch.sh 8 build/examples/maml_sine/maml_sine --device cuda --nccl
 set -uo pipefail
 
 if [[ $# -lt 2 || ! $1 =~ ^[1-9][0-9]*$ ]]; then

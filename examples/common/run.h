@@ -6,10 +6,25 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <system_error>
 
 namespace examples {
+
+// --nccl: this process is one rank of an NcclGroup, started by scripts/launch.sh (RANK,
+// WORLD_SIZE, LOCAL_RANK, GG_DIST_INIT_FILE). Sets the device to the rank's GPU, world_size to
+// the group's size, and the output folder of rank r > 0 to OUT/rank<r>; returns the group.
+inline std::shared_ptr<gg::dist::Group> join_nccl(gg::Device& device, int& world_size, std::string& out_dir) {
+  const std::shared_ptr<gg::dist::NcclGroup> group = gg::dist::NcclGroup::create();
+  device = group->device();
+  world_size = group->size();
+  if (group->rank() > 0) {
+    out_dir += "/rank" + std::to_string(group->rank());
+    std::filesystem::create_directories(out_dir);
+  }
+  return group;
+}
 
 // `run` takes no arguments and returns the exit code. `device` is set to cuda:0 for "cuda".
 template <typename Run>

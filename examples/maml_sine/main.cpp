@@ -58,7 +58,9 @@ struct Config {
   bool full = false, first_order = false, smoke = false, cuda_graph = false;
   std::string out_dir = "maml_sine_out";
   int64_t eval_tasks = kEvalTasks;
-  int world_size = 1;  // data-parallel ranks (threads) sharing each meta-batch
+  int world_size = 1;  // data-parallel ranks sharing each meta-batch (threads, or processes with --nccl)
+  bool nccl = false;
+  std::shared_ptr<gg::dist::Group> process_group;  // --nccl: this process's rank
   maml::InnerGrad mode() const { return first_order ? maml::InnerGrad::first_order : maml::InnerGrad::second_order; }
 };
 
@@ -205,12 +207,14 @@ TrainResult train_maml_cuda_graph(const Config& cfg, const maml::Net& net, examp
 // global meta-batch (the same seed), keeps its share of the tasks, scales its loss by that
 // share, and the gradients are summed over ranks in one all_reduce per step; each rank's Adam
 // then makes the same update, so the parameters stay identical. Rank 0 trains `net` itself.
+// With --nccl this process is one rank (cfg.process_group) and trains its own `net`.
 TrainResult train(const Config& cfg, const maml::Net& net, bool maml_objective, examples::Metrics& metrics) {
   if (maml_objective && cfg.cuda_graph) return train_maml_cuda_graph(cfg, net, metrics);
   const char* phase = maml_objective ? "maml" : "pretrain";
   const int P = cfg.world_size;
+  gg::dist::Group* const process_group = cfg.process_group.get();
   std::vector<Params> rank_params{net.named_parameters()};
-  for (int r = 1; r < P; ++r) {  // the other ranks start from copies
+  for (int r = 1; r < P && !process_group; ++r) {  // the other thread ranks start from copies
     Params copy;
     for (const auto& [name, t] : rank_params[0]) copy.emplace_back(name, gg::clone(t.detach()).requires_grad_());
     rank_params.push_back(copy);
@@ -221,8 +225,9 @@ TrainResult train(const Config& cfg, const maml::Net& net, bool maml_objective, 
   TrainResult result;
   auto rank_loop = [&](gg::dist::Group* group) {
     const int r = group ? group->rank() : 0;
+    const bool logs = r == 0 || process_group;  // with --nccl every process writes its own output
     maml::SineTaskSampler sampler(cfg.seed * 2 + (maml_objective ? 0 : 1));
-    const Params& params = rank_params[static_cast<size_t>(r)];
+    const Params& params = rank_params[process_group ? 0 : static_cast<size_t>(r)];
     gg::optim::Adam adam(gg::nn::values(params), {kMetaLr});
     const int64_t t0 = kMetaBatch * r / P, t1 = kMetaBatch * (r + 1) / P;  // this rank's tasks
     double last_loss = NAN;
@@ -249,9 +254,9 @@ TrainResult train(const Config& cfg, const maml::Net& net, bool maml_objective, 
       adam.step(grads);
       if (it % log_every == 0 || it == cfg.iterations) {
         last_loss = group ? group->all_reduce(loss.detach()).item() : loss.item();
-        if (r == 0) metrics.train(phase, it, last_loss, seconds_since(start));
+        if (logs) metrics.train(phase, it, last_loss, seconds_since(start));
         if (!std::isfinite(last_loss)) {
-          if (r == 0) {
+          if (logs) {
             bar.finish();
             std::fprintf(stderr, "error: %s loss is %f at iteration %d\n", phase, last_loss, it);
             result.finite = false;
@@ -259,10 +264,18 @@ TrainResult train(const Config& cfg, const maml::Net& net, bool maml_objective, 
           return;
         }
       }
-      if (r == 0) bar.update(it, last_loss);
+      if (logs) bar.update(it, last_loss);
     }
   };
-  if (P == 1) {
+  if (process_group) {
+    rank_loop(process_group);
+    // Every rank made the same updates: check against rank 0's parameters.
+    for (const auto& [name, t] : rank_params[0])
+      if (max_abs_diff(process_group->broadcast(t.detach(), 0), t) != 0.0) {
+        std::fprintf(stderr, "error: rank %d's %s differs from rank 0's\n", process_group->rank(), name.c_str());
+        result.finite = false;
+      }
+  } else if (P == 1) {
     rank_loop(nullptr);
   } else {
     gg::dist::run_threads(P, [&](gg::dist::Group& g) { rank_loop(&g); });
@@ -383,9 +396,13 @@ int run(const Config& cfg) {
               static_cast<long long>(kMetaBatch), static_cast<long long>(kShotsTrain),
               static_cast<long long>(kShotsTrain),
               kInnerLr, kMetaLr);
-  if (cfg.world_size > 1) {
+  if (cfg.process_group) {
+    std::printf("  data parallel: rank %d of %d processes (NCCL), each with its share of every meta-batch\n",
+                cfg.process_group->rank(), cfg.world_size);
+  } else if (cfg.world_size > 1) {
     if (!cfg.device.is_cpu()) {
-      std::fprintf(stderr, "error: --world-size runs its ranks as threads on the CPU; use --device cpu\n");
+      std::fprintf(stderr, "error: --world-size runs its ranks as threads on the CPU; use --device cpu (or "
+                           "--nccl under scripts/launch.sh for one process per GPU)\n");
       return 2;
     }
     std::printf("  data parallel: %d ranks (threads), each with its share of every meta-batch\n", cfg.world_size);
@@ -398,7 +415,7 @@ int run(const Config& cfg) {
   examples::Metrics metrics(cfg.out_dir, "maml_sine",
                             {{"device", cfg.device.str()}, {"seed", cfg.seed}, {"iterations", cfg.iterations},
                              {"first_order", cfg.first_order}, {"cuda_graph", cfg.cuda_graph}, {"smoke", cfg.smoke},
-                             {"eval_tasks", cfg.eval_tasks}, {"world_size", cfg.world_size},
+                             {"eval_tasks", cfg.eval_tasks}, {"world_size", cfg.world_size}, {"nccl", cfg.nccl},
                              {"model", "MLP 1-40-40-1 ReLU"}, {"meta_batch", kMetaBatch}, {"shots", kShotsTrain},
                              {"inner_lr", kInnerLr}, {"outer_optimizer", "Adam"}, {"lr", kMetaLr}});
 
@@ -470,6 +487,11 @@ int main(int argc, char** argv) {
                              "with --device cuda: capture the meta-gradient in a CUDA graph once and replay it each "
                              "iteration");
   graph->excludes(world);
+  auto* nccl = app.add_flag("--nccl", cfg.nccl,
+                            "with --device cuda, under scripts/launch.sh N: this process is one of N data-parallel "
+                            "ranks over NCCL (RANK, WORLD_SIZE, LOCAL_RANK; rank r > 0 writes to OUT/rank<r>)");
+  nccl->excludes(world);
+  nccl->excludes(graph);
   app.add_option("--out", cfg.out_dir, "output directory (metrics.jsonl, plot)")->capture_default_str();
   full->excludes(iters);
   full->excludes(smoke);
@@ -484,5 +506,19 @@ int main(int argc, char** argv) {
     if (iters->count() == 0) cfg.iterations = kSmokeIterations;
     cfg.eval_tasks = kSmokeEvalTasks;
   }
-  return examples::prepare_and_run(cfg.device_name, cfg.device, cfg.out_dir, [&] { return run(cfg); });
+  if (cfg.nccl && cfg.device_name != "cuda") {
+    std::fprintf(stderr, "error: --nccl needs --device cuda\n");
+    return 2;
+  }
+  return examples::prepare_and_run(cfg.device_name, cfg.device, cfg.out_dir, [&] {
+    if (cfg.nccl) {
+      cfg.process_group = examples::join_nccl(cfg.device, cfg.world_size, cfg.out_dir);
+      if (cfg.world_size > kMetaBatch) {
+        std::fprintf(stderr, "error: WORLD_SIZE (%d) must not exceed the meta-batch (%lld tasks)\n", cfg.world_size,
+                     static_cast<long long>(kMetaBatch));
+        return 2;
+      }
+    }
+    return run(cfg);
+  });
 }

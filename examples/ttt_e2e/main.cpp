@@ -58,7 +58,9 @@ struct Config {
   std::string out_dir = "ttt_e2e_out";
   ttt::ModelConfig model;
   int64_t seq_len = 128, batch = 16;
-  int world_size = 1;  // data-parallel ranks (threads) sharing each batch
+  int world_size = 1;  // data-parallel ranks sharing each batch (threads, or processes with --nccl)
+  bool nccl = false;
+  std::shared_ptr<gg::dist::Group> process_group;  // --nccl: this process's rank
   ttt::InnerLoop inner{1.0, 1};
   double lr = 3e-3, clip = 1.0;
   int64_t eval_seqs = 512, val_seqs = 128;
@@ -161,12 +163,14 @@ struct TrainResult {
 // --world-size N runs N data-parallel ranks (gg::dist::run_threads): every rank draws the same
 // global batch, keeps its share of the sequences, scales its loss by that share, and the
 // gradients are summed over ranks in one all_reduce per step before clipping; every rank's
-// Adam then makes the same update. Rank 0 trains `model` itself.
+// Adam then makes the same update. Rank 0 trains `model` itself. With --nccl this process is one
+// rank (cfg.process_group) and trains its own `model`.
 TrainResult train(const Config& cfg, Model& model, Order order, examples::Metrics& metrics) {
   const char* phase = order == Order::none ? "ordinary" : "meta";
   const int P = cfg.world_size;
+  gg::dist::Group* const process_group = cfg.process_group.get();
   std::vector<Model> rank_models{model};
-  for (int r = 1; r < P; ++r) {  // the other ranks start from copies
+  for (int r = 1; r < P && !process_group; ++r) {  // the other thread ranks start from copies
     gg::TensorList copy;
     for (const gg::Tensor& t : model.parameters()) copy.push_back(gg::clone(t.detach()).requires_grad_());
     rank_models.push_back(model.with_parameters(copy));
@@ -178,7 +182,8 @@ TrainResult train(const Config& cfg, Model& model, Order order, examples::Metric
   TrainResult result;
   auto rank_loop = [&](gg::dist::Group* group) {
     const int r = group ? group->rank() : 0;
-    const Model& m = rank_models[static_cast<size_t>(r)];
+    const bool logs = r == 0 || process_group;  // with --nccl every process writes its own output
+    const Model& m = rank_models[process_group ? 0 : static_cast<size_t>(r)];
     ttt::MarkovSampler sampler(cfg.seed * 1000003 + 1, cfg.model.vocab);
     gg::optim::Adam adam(m.parameters(), {cfg.lr});
     const int64_t b0 = cfg.batch * r / P, b1 = cfg.batch * (r + 1) / P;  // this rank's sequences
@@ -206,7 +211,7 @@ TrainResult train(const Config& cfg, Model& model, Order order, examples::Metric
       adam.step(grads);
       last_loss = group ? group->all_reduce(loss.detach()).item() : loss.item();
       if (!std::isfinite(last_loss) || !std::isfinite(grad_norm)) {
-        if (r == 0) {
+        if (logs) {
           bar.finish();
           std::fprintf(stderr, "error: %s loss %f, gradient norm %f at iteration %d\n", phase, last_loss, grad_norm,
                        it);
@@ -214,12 +219,21 @@ TrainResult train(const Config& cfg, Model& model, Order order, examples::Metric
         }
         return;
       }
-      if (r == 0 && (it % log_every == 0 || it == cfg.iterations))
+      if (logs && (it % log_every == 0 || it == cfg.iterations))
         metrics.train(phase, it, last_loss, seconds_since(start), {{"grad_norm", grad_norm}, {"lr", lr}});
-      if (r == 0) bar.update(it, last_loss);
+      if (logs) bar.update(it, last_loss);
     }
   };
-  if (P == 1) {
+  if (process_group) {
+    rank_loop(process_group);
+    // Every rank made the same updates: check against rank 0's parameters.
+    const gg::TensorList p = model.parameters();
+    for (size_t i = 0; i < p.size(); ++i)
+      if (gg::max(gg::abs(process_group->broadcast(p[i].detach(), 0) - p[i])).item() != 0.0) {
+        std::fprintf(stderr, "error: rank %d's parameter %zu differs from rank 0's\n", process_group->rank(), i);
+        result.finite = false;
+      }
+  } else if (P == 1) {
     rank_loop(nullptr);
   } else {
     gg::dist::run_threads(P, [&](gg::dist::Group& g) { rank_loop(&g); });
@@ -320,9 +334,13 @@ int run(const Config& cfg) {
               cfg.inner.steps, cfg.inner.lr, static_cast<long long>(mc.ttt_blocks));
   std::printf("  outer: batch %lld sequences, Adam %g (warm-up, cosine), clip %g\n", static_cast<long long>(cfg.batch),
               cfg.lr, cfg.clip);
-  if (cfg.world_size > 1) {
+  if (cfg.process_group) {
+    std::printf("  data parallel: rank %d of %d processes (NCCL), each with its share of every batch\n",
+                cfg.process_group->rank(), cfg.world_size);
+  } else if (cfg.world_size > 1) {
     if (!cfg.device.is_cpu()) {
-      std::fprintf(stderr, "error: --world-size runs its ranks as threads on the CPU; use --device cpu\n");
+      std::fprintf(stderr, "error: --world-size runs its ranks as threads on the CPU; use --device cpu (or "
+                           "--nccl under scripts/launch.sh for one process per GPU)\n");
       return 2;
     }
     std::printf("  data parallel: %d ranks (threads), each with its share of every batch\n", cfg.world_size);
@@ -334,7 +352,7 @@ int run(const Config& cfg) {
       {{"device", cfg.device.str()}, {"seed", cfg.seed}, {"iterations", cfg.iterations}, {"smoke", cfg.smoke},
        {"seq_len", cfg.seq_len}, {"batch", cfg.batch}, {"inner_lr", cfg.inner.lr}, {"inner_steps", cfg.inner.steps},
        {"outer_optimizer", "Adam"}, {"lr", cfg.lr}, {"clip", cfg.clip}, {"eval_seqs", cfg.eval_seqs},
-       {"val_seqs", cfg.val_seqs}, {"world_size", cfg.world_size},
+       {"val_seqs", cfg.val_seqs}, {"world_size", cfg.world_size}, {"nccl", cfg.nccl},
        {"model", {{"vocab", mc.vocab}, {"d_model", mc.d_model}, {"heads", mc.heads}, {"blocks", mc.blocks},
                   {"mlp_hidden", mc.mlp_hidden}, {"chunk", mc.chunk}, {"tied", mc.tied}, {"ttt_blocks", mc.ttt_blocks}}}});
   json check1, check2;
@@ -470,10 +488,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--vocab", cfg.model.vocab, "tokens in the Markov chains")->check(CLI::Range(4, 1024))->capture_default_str();
   app.add_option("--batch", cfg.batch, "sequences per outer step")->check(CLI::Range(1, 4096))->capture_default_str();
-  app.add_option("--world-size", cfg.world_size,
-                 "data-parallel ranks on the CPU (threads), each with its share of every batch")
-      ->check(CLI::Range(1, 4096))
-      ->capture_default_str();
+  auto* world = app.add_option("--world-size", cfg.world_size,
+                                "data-parallel ranks on the CPU (threads), each with its share of every batch")
+                    ->check(CLI::Range(1, 4096))
+                    ->capture_default_str();
+  app.add_flag("--nccl", cfg.nccl,
+               "with --device cuda, under scripts/launch.sh N: this process is one of N data-parallel ranks over "
+               "NCCL (RANK, WORLD_SIZE, LOCAL_RANK; rank r > 0 writes to OUT/rank<r>)")
+      ->excludes(world);
   app.add_option("--lr", cfg.lr, "outer Adam learning rate (peak)")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_flag("--tied", cfg.model.tied, "tie the output head to the token embedding");
   app.add_option("--eval-seqs", cfg.eval_seqs, "held-out test sequences")->check(CLI::Range(2, 100000))->capture_default_str();
@@ -495,5 +517,19 @@ int main(int argc, char** argv) {
                  static_cast<long long>(cfg.seq_len), static_cast<long long>(cfg.model.chunk));
     return 2;
   }
-  return examples::prepare_and_run(cfg.device_name, cfg.device, cfg.out_dir, [&] { return run(cfg); });
+  if (cfg.nccl && cfg.device_name != "cuda") {
+    std::fprintf(stderr, "error: --nccl needs --device cuda\n");
+    return 2;
+  }
+  return examples::prepare_and_run(cfg.device_name, cfg.device, cfg.out_dir, [&] {
+    if (cfg.nccl) {
+      cfg.process_group = examples::join_nccl(cfg.device, cfg.world_size, cfg.out_dir);
+      if (cfg.world_size > cfg.batch) {
+        std::fprintf(stderr, "error: WORLD_SIZE (%d) must not exceed the batch (%lld sequences)\n", cfg.world_size,
+                     static_cast<long long>(cfg.batch));
+        return 2;
+      }
+    }
+    return run(cfg);
+  });
 }
