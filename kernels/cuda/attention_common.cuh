@@ -899,19 +899,6 @@ __device__ __forceinline__ uint64_t make_desc_sw128(const void* s) {
   return ((addr & 0x3FFFF) >> 4) | (uint64_t(1024 >> 4) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
 }
 
-// Rows [r0, r0 + kRows) of a head's (N, kD) matrix into s in the swizzled layout, by cp.async
-// (kThreads threads, consecutive threads along a row); rows at or past N are zero-filled.
-template <typename T, int kD, int kRows, int kThreads>
-__device__ __forceinline__ void load_rows_swz_async(T* s, const T* g, int r0, int N) {
-  constexpr int kVecs = kD * static_cast<int>(sizeof(T)) / 16;  // 16-byte vectors per row
-  static_assert(kD % 64 == 0 && sizeof(T) == 2, "swizzled tiles: 2-byte elements, d a multiple of 64");
-  for (int v = threadIdx.x; v < kRows * kVecs; v += kThreads) {
-    const int r = v / kVecs, c = (v % kVecs) * 8;
-    const bool ok = r0 + r < N;
-    cp_async16(s + swz_offset<kRows>(r, c), g + static_cast<int64_t>(ok ? r0 + r : 0) * kD + c, ok);
-  }
-}
-
 // Makes this thread's completed cp.async writes visible to the async proxy (wgmma reads shared
 // memory through it); each writing thread runs it before the barrier that precedes the wgmma.
 __device__ __forceinline__ void fence_proxy_async() {
