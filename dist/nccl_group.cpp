@@ -34,13 +34,24 @@ int env_int(const char* name, int fallback) {
   return static_cast<int>(v);
 }
 
+// The first of `names` that is set, as env_int reads it, or `fallback` when none is.
+int env_int_first(std::initializer_list<const char*> names, int fallback) {
+  for (const char* name : names) {
+    const char* s = std::getenv(name);
+    if (s && *s) return env_int(name, fallback);
+  }
+  return fallback;
+}
+
 }  // namespace
 
+// torchrun's (and launch.sh's) names first, then Open MPI's mpirun, then MPICH's mpiexec.
 LaunchOptions resolve_launch_options(const LaunchOptions& given) {
   LaunchOptions o = given;
-  if (o.rank < 0) o.rank = env_int("RANK", -1);
-  if (o.world_size < 0) o.world_size = env_int("WORLD_SIZE", -1);
-  if (o.local_rank < 0) o.local_rank = env_int("LOCAL_RANK", o.rank);
+  if (o.rank < 0) o.rank = env_int_first({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}, -1);
+  if (o.world_size < 0) o.world_size = env_int_first({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, -1);
+  if (o.local_rank < 0)
+    o.local_rank = env_int_first({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}, o.rank);
   if (o.init_file.empty()) {
     const char* f = std::getenv("GG_DIST_INIT_FILE");
     if (f) o.init_file = f;

@@ -2,16 +2,19 @@
 // start_all_reduce, start_sendrecv on a stream of their own, ordered against the library's by
 // events).
 //
-// Start one process per GPU with scripts/launch.sh (or torchrun, mpirun with the variables
-// below). Each process calls NcclGroup::create(), which reads
-//   RANK, WORLD_SIZE   this process's rank and the number of processes
-//   LOCAL_RANK         the GPU it uses (cuda:LOCAL_RANK); default: RANK
+// Start one process per GPU with scripts/launch.sh, torchrun or mpirun. Each process calls
+// NcclGroup::create(), which reads
+//   RANK, WORLD_SIZE   this process's rank and the number of processes (unset: Open MPI's
+//                      OMPI_COMM_WORLD_RANK, _SIZE, or MPICH's PMI_RANK, PMI_SIZE)
+//   LOCAL_RANK         the GPU it uses (cuda:LOCAL_RANK; unset: OMPI_COMM_WORLD_LOCAL_RANK or
+//                      MPI_LOCALRANKID); default: the rank
 //   GG_DIST_INIT_FILE  a path on a file system every process sees: rank 0 writes NCCL's unique
 //                      id there (to a temporary name, then renamed, so readers never see half a
 //                      file), the others wait for it (GG_DIST_TIMEOUT_S, default 300 s). The
-//                      file must not exist before the run (launch.sh makes a fresh directory).
-// Fields set in NcclOptions take precedence over the variables. With WORLD_SIZE = 1 no init
-// file is needed.
+//                      file must not exist before the run (launch.sh makes a fresh directory;
+//                      mpirun passes it with -x GG_DIST_INIT_FILE=...).
+// Fields set in LaunchOptions take precedence over the variables. With a world size of 1 no
+// init file is needed.
 //
 // This header compiles everywhere; in a build without CUDA and NCCL (GG_HAS_NCCL undefined)
 // create() raises a DeviceError. Tensors given to an NcclGroup must be on its GPU.

@@ -255,6 +255,37 @@ TEST(Launch, OptionsComeFromTorchrunStyleVariables) {
   EXPECT_THROW(dist::resolve_launch_options({}), ValueError);
 }
 
+// Under mpirun (Open MPI) or mpiexec (MPICH) the launcher's own variables stand in for RANK,
+// WORLD_SIZE and LOCAL_RANK when those are unset; when set, torchrun's names win.
+TEST(Launch, OptionsComeFromMpiLaunchersVariables) {
+  const char* ompi[] = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"};
+  const char* mpich[] = {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"};
+  for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "GG_DIST_TIMEOUT_S"}) ::unsetenv(v);
+  ::setenv("GG_DIST_INIT_FILE", "/tmp/x", 1);
+  for (const auto* names : {ompi, mpich}) {
+    ::setenv(names[0], "5", 1);
+    ::setenv(names[1], "8", 1);
+    ::setenv(names[2], "1", 1);
+    const dist::LaunchOptions o = dist::resolve_launch_options({});
+    EXPECT_EQ(o.rank, 5) << names[0];
+    EXPECT_EQ(o.world_size, 8) << names[1];
+    EXPECT_EQ(o.local_rank, 1) << names[2];
+    ::unsetenv(names[2]);
+    EXPECT_EQ(dist::resolve_launch_options({}).local_rank, 5) << "the rank, with no local rank set";
+    ::setenv("RANK", "2", 1);
+    ::setenv("WORLD_SIZE", "4", 1);
+    const dist::LaunchOptions t = dist::resolve_launch_options({});
+    EXPECT_EQ(t.rank, 2);
+    EXPECT_EQ(t.world_size, 4);
+    ::unsetenv("RANK");
+    ::unsetenv("WORLD_SIZE");
+    ::setenv(names[0], "x5", 1);
+    EXPECT_THROW(dist::resolve_launch_options({}), ValueError) << "a malformed " << names[0];
+    for (int i = 0; i < 3; ++i) ::unsetenv(names[i]);
+  }
+  ::unsetenv("GG_DIST_INIT_FILE");
+}
+
 #ifndef GG_HAS_NCCL
 TEST(Launch, NcclGroupWithoutNcclIsADeviceError) {
   dist::LaunchOptions o;
