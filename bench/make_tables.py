@@ -2,9 +2,9 @@
 """Regenerates the GPU tables of docs/benchmarks.md from the results files in bench/results/.
 
 scripts/bench-gpu.sh writes one file per benchmark (cuda.jsonl, attention.jsonl, long.jsonl,
-options.jsonl): a first line {"bench": "meta", ...} with the card, the date, the commit and the
-command, then one JSON object per measurement. Where options.jsonl does not exist (not measured
-yet), its block says so. Each table of docs/benchmarks.md sits between two markers,
+options.jsonl, dist.jsonl): a first line {"bench": "meta", ...} with the card, the date, the commit and the
+command, then one JSON object per measurement. Where options.jsonl or dist.jsonl does not exist
+(not measured yet), its block says so. Each table of docs/benchmarks.md sits between two markers,
 
   <!-- make_tables: NAME -->
   ...
@@ -332,9 +332,37 @@ def options_summary(rows):
     return lines
 
 
-BLOCKS = {"cuda": cuda_block, "attention": attention_block, "long": long_block, "options": options_block}
+def dist_block(meta, rows):
+    """bench_dist's lines: the chain per N and number of ranks, and its speed-up over one rank."""
+    out = header(meta) + [""]
+    ok = [r for r in rows if r.get("bench") == "dist_attention"]
+    first = next((r for r in ok if "error" not in r), {})
+    out += [f"B = {first.get('B', '?')}, H = {first.get('H', '?')}, d = {first.get('d', '?')}, "
+            f"{first.get('dtype', '?')}, {'causal' if first.get('causal') else 'non-causal'}, "
+            f"{first.get('schedule', '?')} schedule, {first.get('sharding', '?')} sharding; "
+            + ("one process per GPU (NCCL)" if first.get("launch") == "nccl" else "ranks as threads in one process")
+            + ". Speed-up: the one-rank chain at the same N over this one.", ""]
+    one = {r["N"]: r["chain_ms"] for r in ok if r.get("ranks") == 1 and "chain_ms" in r}
+    body = []
+    for r in sorted(ok, key=lambda r: (r["N"], r.get("ranks", 0))):
+        if "error" in r:
+            body.append([f"{r['N']:,}", r.get("ranks", "?"), "error: " + r["error"][:80].replace("|", "/"), "—", "—",
+                         "—"])
+            continue
+        t = r["chain_ms"]
+        body.append([f"{r['N']:,}", r["ranks"], ms(t) if t < 1000 else f"{t / 1000:.3g} s",
+                     ratio(one.get(r["N"]), t) if r["N"] in one else "—", f"{r['peak_GiB']:.2f}",
+                     f"median of {r.get('reps', '?')}"])
+    out += table(["N", "GPUs", "chain", "speed-up", "peak GiB per GPU", "timed"], body)
+    return out
+
+
+BLOCKS = {"cuda": cuda_block, "attention": attention_block, "long": long_block, "options": options_block,
+          "dist": dist_block}
 # Blocks whose results file may not exist yet: the page then says so instead of a table.
-OPTIONAL = {"options": "Not measured yet: `scripts/bench-gpu.sh options` writes `bench/results/options.jsonl`."}
+OPTIONAL = {"options": "Not measured yet: `scripts/bench-gpu.sh options` writes `bench/results/options.jsonl`.",
+            "dist": "Not measured yet (one GPU so far): `scripts/bench-gpu.sh dist` on a machine with several GPUs "
+                    "writes `bench/results/dist.jsonl`."}
 
 
 def render(name):

@@ -4,7 +4,7 @@
 # in one run. Each benchmark overwrites its results file, whose first line records the card, the
 # driver, the date, the commit and the command:
 #
-#   scripts/bench-gpu.sh [cuda|attention|long|options|ab|all ...]  (default: all = cuda attention long)
+#   scripts/bench-gpu.sh [cuda|attention|long|options|dist|ab|all ...]  (default: all = cuda attention long)
 #
 #   cuda       bench_cuda (add/sum bandwidth, matmul against cuBLAS, an MLP double-backward step)
 #              and bench/mlp_torch.py                                  -> bench/results/cuda.jsonl
@@ -37,6 +37,11 @@
 #              replaces the sizes of (a), GG_BENCH_OPTIONS_WINDOW_N those of (b). Ends with a table
 #              of chain times and ratios to the references (bench/make_tables.py --summary).
 #              Not part of "all" (it runs for minutes on the generic kernels).
+#   dist       bench_dist under scripts/launch.sh, one process per GPU: the sequence-parallel chain
+#              (B = 1, H = 8, d = 64, bf16, causal, ring schedule, zig-zag) on one GPU and on all of
+#              them (GG_DIST_RANKS, e.g. "1 2 4 8") at N = 64K and 256K (median of 3) and 1M (one
+#              chain; GG_DIST_N, GG_DIST_LONG_N), then 4M on the most ranks  -> bench/results/dist.jsonl
+#              Not part of "all".
 #
 # Then: python3 bench/make_tables.py (docs/benchmarks.md) and python3 bench/plot_attention.py.
 # Logs go to $OUT (default ./gpu-logs). GG_GPU_BUILD names the build folder (default build-gpu).
@@ -63,6 +68,7 @@ targets=()
 want cuda && targets+=(bench_cuda)
 { want attention || want long || [[ "$what" == *" ab "* || "$what" == *" options "* ]]; } &&
   targets+=(bench_attention_gpu)
+[[ "$what" == *" dist "* ]] && targets+=(bench_dist)
 configure_and_build . "$BUILD" build "${targets[@]}"
 
 card="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
@@ -146,6 +152,29 @@ if [[ "$what" == *" options "* ]]; then
   options_run rect --n 4096,65536 --d 64 --causal
   options_run rect --n 4096 --nk 65536 --d 64 --causal
   python3 bench/make_tables.py --summary bench/results/options.jsonl || rc=1
+fi
+
+if [[ "$what" == *" dist "* ]]; then
+  gpus=$(nvidia-smi -L | grep -c '^GPU')
+  ranks="${GG_DIST_RANKS:-$( ((gpus > 1)) && echo "1 $gpus" || echo 1)}"
+  env_desc=""
+  for v in GG_DIST_RANKS GG_DIST_N GG_DIST_LONG_N; do [ -n "${!v+x}" ] && env_desc+="$v=\"${!v}\" "; done
+  start dist "${env_desc}scripts/bench-gpu.sh dist"
+  dist_run() {  # ranks, bench_dist arguments
+    local p=$1 t0=$SECONDS
+    shift
+    timeout 900 bash scripts/launch.sh "$p" "$BUILD/bench/bench_dist" --heads 8 --d 64 --dtype bf16 --causal "$@" \
+      >>bench/results/dist.jsonl 2>>"$OUT/bench_dist.err" || rc=1
+    echo "dist: $p GPU(s) $* ($((SECONDS - t0)) s)"
+  }
+  most=0
+  for p in $ranks; do
+    dist_run "$p" --n "${GG_DIST_N:-65536,262144}" --reps 3
+    dist_run "$p" --n "${GG_DIST_LONG_N:-1048576}" --reps 1 --warmup 0
+    ((p > most)) && most=$p
+  done
+  ((most > 1)) && dist_run "$most" --n 4194304 --reps 1 --warmup 0
+  python3 bench/make_tables.py --print dist || rc=1
 fi
 
 if [[ "$what" == *" ab "* ]]; then
