@@ -8,7 +8,8 @@
 # nlohmann-json3-dev): it copies their headers and CMake files into .deps/ (git-ignored), laid out
 # as an install prefix, and exits. Copy .deps/ along with the tree: this script configures with it
 # when .deps/ exists. Logs and metrics go to $OUT; a short table is printed last.
-# Usage: scripts/gpu-examples.sh [maml|attention|ttt|all ...]   (default all)
+# Usage: scripts/gpu-examples.sh [maml|attention|ttt|all|dist ...]   (default all; dist: maml_sine
+#        data-parallel over NCCL on 1, 2, 4, 8 GPUs (GG_DIST_RANKS), 25 tasks per GPU)
 #        scripts/gpu-examples.sh --carry-deps
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
@@ -44,6 +45,7 @@ if ! cmake -S . -B "$BUILD" -G Ninja -DGG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a
   tail -30 "$OUT/ex-configure.log" "$OUT/ex-build.log"; row "build" "FAILED"; cp "$OUT"/*.log "$FINAL/"; exit 1
 fi
 EX="$BUILD/examples"
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else printf "n/a" }'; }
 ms() {  # maml_sine prints "time per meta-iteration: X ms" last; the others "X ms per (outer) step"
   grep -oE "time per meta-iteration: [0-9.]+ ms" "$1" | tail -1 | grep . || grep -oE "[0-9.]+ ms per (outer step|step)" "$1" | tail -1
 }
@@ -51,7 +53,6 @@ ms() {  # maml_sine prints "time per meta-iteration: X ms" last; the others "X m
 if want maml; then
   num() { grep -oE "[0-9]+\.[0-9]+" <<<"$1" | head -1; }
   torch_ms() { grep -oE '"ms_per_iter": [0-9.]+' "$1" | grep -oE "[0-9.]+$"; }
-  ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else printf "n/a" }'; }
   for dev in ${GG_EXAMPLE_DEVICES:-cuda cpu}; do
     export OMP_NUM_THREADS=2
     for order in second first; do
@@ -89,6 +90,22 @@ if want attention; then
     timeout 300 "$M" --device cuda --long-context "$n" --out "$OUT/mattn" >"$OUT/maml_attention_long_$n.log" 2>&1
     row "maml_attention --long-context $n" "rc $?"
     grep -E "fused|composite" "$OUT/maml_attention_long_$n.log" | tail -4 | sed 's/^/    /' | tee -a "$summary"
+  done
+fi
+if [[ " $what " == *" dist "* ]]; then  # not part of "all": it wants several GPUs
+  # Data-parallel maml_sine, one process per GPU over NCCL, with 25 tasks per GPU (weak scaling):
+  # efficiency = the time per meta-iteration on one GPU over that on P.
+  gpus=$(nvidia-smi -L | grep -c '^GPU')
+  t1=""
+  for p in ${GG_DIST_RANKS:-1 2 4 8}; do
+    ((p > gpus)) && continue
+    timeout 600 bash scripts/launch.sh "$p" "$EX/maml_sine/maml_sine" --device cuda --nccl --iterations 2000 \
+      --meta-batch $((25 * p)) --out "$OUT/ms_dp$p" >"$OUT/maml_sine_dp$p.log" 2>&1
+    rc=$?
+    t="$(grep -oE "time per meta-iteration: [0-9.]+" "$OUT/maml_sine_dp$p.log" | grep -oE "[0-9.]+$" | sort -g | tail -1)"
+    [ "$p" = 1 ] && t1="$t"
+    row "maml_sine data parallel, $p GPU(s), $((25 * p)) tasks" \
+      "${t:-?} ms per meta-iteration, efficiency $(ratio "$t1" "$t") rc $rc"
   done
 fi
 if want ttt; then

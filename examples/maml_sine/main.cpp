@@ -2,7 +2,8 @@
 //
 //   A task is y = A·sin(x − φ), A ~ U[0.1, 5], φ ~ U[0, π], x ~ U[−5, 5]. A 1-40-40-1 ReLU
 //   network is meta-trained so that ONE plain SGD step (α = 0.01) on K = 10 points of a new
-//   task fits that task well. Meta-batches hold 25 tasks; the outer optimiser is Adam (1e-3).
+//   task fits that task well. Meta-batches hold 25 tasks (--meta-batch); the outer optimiser is
+//   Adam (1e-3).
 //
 //   Second-order MAML differentiates through the inner gradient step, i.e. through a
 //   backward pass: gg::grad(..., create_graph=true) records the inner backward on the tape so
@@ -41,7 +42,7 @@ using nlohmann::json;
 // ------------------------------------------------------------------------- settings
 constexpr double kInnerLr = 0.01;  // α, training and test time
 constexpr double kMetaLr = 1e-3;   // Adam
-constexpr int64_t kMetaBatch = 25, kShotsTrain = 10;
+constexpr int64_t kMetaBatch = 25, kShotsTrain = 10;  // the paper's meta-batch (--meta-batch)
 constexpr int kFullIterations = 70000;  // the paper's schedule
 constexpr int kDefaultIterations = 40000;  // 1-2 minutes on a 2-core CPU
 constexpr int kSmokeIterations = 50;
@@ -58,6 +59,7 @@ struct Config {
   bool full = false, first_order = false, smoke = false, cuda_graph = false;
   std::string out_dir = "maml_sine_out";
   int64_t eval_tasks = kEvalTasks;
+  int64_t meta_batch = kMetaBatch;  // tasks per meta-iteration, over all ranks
   int world_size = 1;  // data-parallel ranks sharing each meta-batch (threads, or processes with --nccl)
   bool nccl = false;
   std::shared_ptr<gg::dist::Group> process_group;  // --nccl: this process's rank
@@ -156,12 +158,13 @@ TrainResult train_maml_cuda_graph(const Config& cfg, const maml::Net& net, examp
   gg::optim::Adam adam(net.parameters(), {kMetaLr});
   maml::ProgressBar bar("maml", cfg.iterations);
   const int log_every = examples::log_every(cfg.iterations);
-  // Static input: support x, support y, query x, query y of the 25 tasks, (4, 25, 10, 1).
-  gg::Tensor batch = gg::zeros({4, kMetaBatch, kShotsTrain, 1}, gg::DType::f32, cfg.device);
-  auto part = [&](int64_t i) { return gg::reshape(gg::slice(batch, 0, i, i + 1), {kMetaBatch, kShotsTrain, 1}); };
+  // Static input: support x, support y, query x, query y of the tasks, (4, meta-batch, 10, 1).
+  const int64_t T = cfg.meta_batch;
+  gg::Tensor batch = gg::zeros({4, T, kShotsTrain, 1}, gg::DType::f32, cfg.device);
+  auto part = [&](int64_t i) { return gg::reshape(gg::slice(batch, 0, i, i + 1), {T, kShotsTrain, 1}); };
   const Points support{part(0), part(1)}, query{part(2), part(3)};
   auto next_tasks = [&] {  // sampled on the host in the eager loop's order, one copy to the GPU
-    const maml::SineTasks tasks = sampler.tasks(kMetaBatch);
+    const maml::SineTasks tasks = sampler.tasks(T);
     const Points s = sampler.points(tasks, kShotsTrain, gg::DType::f32, gg::Device::cpu());
     const Points q = sampler.points(tasks, kShotsTrain, gg::DType::f32, gg::Device::cpu());
     gg::copy_(batch, gg::stack({s.x, s.y, q.x, q.y}, 0).to(cfg.device));
@@ -229,12 +232,12 @@ TrainResult train(const Config& cfg, const maml::Net& net, bool maml_objective, 
     maml::SineTaskSampler sampler(cfg.seed * 2 + (maml_objective ? 0 : 1));
     const Params& params = rank_params[process_group ? 0 : static_cast<size_t>(r)];
     gg::optim::Adam adam(gg::nn::values(params), {kMetaLr});
-    const int64_t t0 = kMetaBatch * r / P, t1 = kMetaBatch * (r + 1) / P;  // this rank's tasks
+    const int64_t T = cfg.meta_batch, t0 = T * r / P, t1 = T * (r + 1) / P;  // this rank's tasks
     double last_loss = NAN;
     for (int it = 1; it <= cfg.iterations; ++it) {
-      const maml::SineTasks tasks = sampler.tasks(kMetaBatch);
-      Points support = sampler.points(tasks, kShotsTrain, gg::DType::f32, cfg.device);  // (25, 10, 1)
-      Points query = sampler.points(tasks, kShotsTrain, gg::DType::f32, cfg.device);    // (25, 10, 1)
+      const maml::SineTasks tasks = sampler.tasks(T);
+      Points support = sampler.points(tasks, kShotsTrain, gg::DType::f32, cfg.device);  // (T, 10, 1)
+      Points query = sampler.points(tasks, kShotsTrain, gg::DType::f32, cfg.device);    // (T, 10, 1)
       if (P > 1) {
         support = {gg::slice(support.x, 0, t0, t1), gg::slice(support.y, 0, t0, t1)};
         query = {gg::slice(query.x, 0, t0, t1), gg::slice(query.y, 0, t0, t1)};
@@ -246,7 +249,7 @@ TrainResult train(const Config& cfg, const maml::Net& net, bool maml_objective, 
         const Points all = maml::concat_points(support, query);
         loss = gg::mse_loss(net(params, all.x), all.y);
       }
-      if (P > 1) loss = loss * (static_cast<double>(t1 - t0) / kMetaBatch);  // this rank's share of the mean
+      if (P > 1) loss = loss * (static_cast<double>(t1 - t0) / T);  // this rank's share of the mean
       // across ranks: the sum of the shares' gradients, each bucket's all-reduce started as soon
       // as the backward has completed it
       const gg::TensorList grads = group ? gg::dist::grad_all_reduce(*group, {loss}, adam.params(), {}, {}, false)
@@ -393,7 +396,7 @@ int run(const Config& cfg) {
               cfg.cuda_graph ? ", meta-gradient replayed from a CUDA graph" : "");
   std::printf("  MLP 1-40-40-1 ReLU, MSE; meta-batch %lld tasks, K = %lld support + %lld query points, "
               "inner SGD α = %g, Adam %g\n",
-              static_cast<long long>(kMetaBatch), static_cast<long long>(kShotsTrain),
+              static_cast<long long>(cfg.meta_batch), static_cast<long long>(kShotsTrain),
               static_cast<long long>(kShotsTrain),
               kInnerLr, kMetaLr);
   if (cfg.process_group) {
@@ -416,7 +419,7 @@ int run(const Config& cfg) {
                             {{"device", cfg.device.str()}, {"seed", cfg.seed}, {"iterations", cfg.iterations},
                              {"first_order", cfg.first_order}, {"cuda_graph", cfg.cuda_graph}, {"smoke", cfg.smoke},
                              {"eval_tasks", cfg.eval_tasks}, {"world_size", cfg.world_size}, {"nccl", cfg.nccl},
-                             {"model", "MLP 1-40-40-1 ReLU"}, {"meta_batch", kMetaBatch}, {"shots", kShotsTrain},
+                             {"model", "MLP 1-40-40-1 ReLU"}, {"meta_batch", cfg.meta_batch}, {"shots", kShotsTrain},
                              {"inner_lr", kInnerLr}, {"outer_optimizer", "Adam"}, {"lr", kMetaLr}});
 
   gg::manual_seed(cfg.seed);
@@ -481,8 +484,11 @@ int main(int argc, char** argv) {
   auto* smoke = app.add_flag("--smoke", cfg.smoke, "a tiny run for testing: 50 iterations, 20 evaluation tasks");
   auto* world = app.add_option("--world-size", cfg.world_size,
                                 "data-parallel ranks on the CPU (threads), each with its share of every meta-batch")
-                    ->check(CLI::Range(1, static_cast<int>(kMetaBatch)))
+                    ->check(CLI::Range(1, 4096))
                     ->capture_default_str();
+  app.add_option("--meta-batch", cfg.meta_batch, "tasks per meta-iteration, over all data-parallel ranks")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
   auto* graph = app.add_flag("--cuda-graph", cfg.cuda_graph,
                              "with --device cuda: capture the meta-gradient in a CUDA graph once and replay it each "
                              "iteration");
@@ -506,6 +512,11 @@ int main(int argc, char** argv) {
     if (iters->count() == 0) cfg.iterations = kSmokeIterations;
     cfg.eval_tasks = kSmokeEvalTasks;
   }
+  if (cfg.world_size > cfg.meta_batch) {
+    std::fprintf(stderr, "error: --world-size (%d) must not exceed --meta-batch (%lld tasks)\n", cfg.world_size,
+                 static_cast<long long>(cfg.meta_batch));
+    return 2;
+  }
   if (cfg.nccl && cfg.device_name != "cuda") {
     std::fprintf(stderr, "error: --nccl needs --device cuda\n");
     return 2;
@@ -513,9 +524,9 @@ int main(int argc, char** argv) {
   return examples::prepare_and_run(cfg.device_name, cfg.device, cfg.out_dir, [&] {
     if (cfg.nccl) {
       cfg.process_group = examples::join_nccl(cfg.device, cfg.world_size, cfg.out_dir);
-      if (cfg.world_size > kMetaBatch) {
+      if (cfg.world_size > cfg.meta_batch) {
         std::fprintf(stderr, "error: WORLD_SIZE (%d) must not exceed the meta-batch (%lld tasks)\n", cfg.world_size,
-                     static_cast<long long>(kMetaBatch));
+                     static_cast<long long>(cfg.meta_batch));
         return 2;
       }
     }
