@@ -11,7 +11,7 @@
 //
 // Every collective first exchanges a small record of each rank's shape and dtype, so ranks that
 // disagree (a programming error that NCCL would answer with a hang or garbage) get a ShapeError
-// or DTypeError on every rank instead.
+// or DTypeError on every rank instead (set_shape_checks(false) skips it).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -60,6 +60,14 @@ class Group : public std::enable_shared_from_this<Group> {
   // Returns once every rank has called it.
   virtual void barrier() = 0;
 
+  // Whether the collectives above first compare the ranks' shapes and dtypes (the default; on
+  // NCCL that is one small all-gather and a wait for the device per call). Off, they trust the
+  // caller: every rank must pass the same shape and dtype (all_gather: the same size along dim
+  // too, reduce_scatter: the same cut), or NCCL hangs or returns garbage. Every rank must make
+  // the same choice.
+  void set_shape_checks(bool on) { shape_checks_ = on; }
+  bool shape_checks() const { return shape_checks_; }
+
   // Communication that may still be running when a start_* method returns: NcclGroup issues it
   // on a stream of its own, after the work already issued on the library's stream, so that work
   // issued afterwards overlaps it; wait() returns the result and orders the library's later work
@@ -95,8 +103,10 @@ class Group : public std::enable_shared_from_this<Group> {
  private:
   // Every rank's [dtype, ndim, sizes...]: checks that the ranks agree (`dim` may differ when
   // >= 0) and returns each rank's shape.
+  // With shape_checks() off: size() copies of x's shape, nothing exchanged.
   std::vector<Shape> exchange_meta(const char* op, const Tensor& x, int64_t free_dim);
   void check_peer(const char* op, int peer, const char* arg) const;
+  bool shape_checks_ = true;
 };
 
 }  // namespace gg::dist
