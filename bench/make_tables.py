@@ -339,21 +339,21 @@ def dist_block(meta, rows):
     first = next((r for r in ok if "error" not in r), {})
     out += [f"B = {first.get('B', '?')}, H = {first.get('H', '?')}, d = {first.get('d', '?')}, "
             f"{first.get('dtype', '?')}, {'causal' if first.get('causal') else 'non-causal'}, "
-            f"{first.get('schedule', '?')} schedule, {first.get('sharding', '?')} sharding; "
+            f"{first.get('sharding', '?')} sharding; "
             + ("one process per GPU (NCCL)" if first.get("launch") == "nccl" else "ranks as threads in one process")
             + ". Speed-up: the one-rank chain at the same N over this one.", ""]
     one = {r["N"]: r["chain_ms"] for r in ok if r.get("ranks") == 1 and "chain_ms" in r}
     body = []
-    for r in sorted(ok, key=lambda r: (r["N"], r.get("ranks", 0))):
+    for r in sorted(ok, key=lambda r: (r["N"], r.get("ranks", 0), r.get("schedule", ""))):
         if "error" in r:
-            body.append([f"{r['N']:,}", r.get("ranks", "?"), "error: " + r["error"][:80].replace("|", "/"), "—", "—",
-                         "—"])
+            body.append([f"{r['N']:,}", r.get("ranks", "?"), r.get("schedule", "?"),
+                         "error: " + r["error"][:80].replace("|", "/"), "—", "—", "—"])
             continue
         t = r["chain_ms"]
-        body.append([f"{r['N']:,}", r["ranks"], ms(t) if t < 1000 else f"{t / 1000:.3g} s",
+        body.append([f"{r['N']:,}", r["ranks"], r.get("schedule", "?"), ms(t) if t < 1000 else f"{t / 1000:.3g} s",
                      ratio(one.get(r["N"]), t) if r["N"] in one else "—", f"{r['peak_GiB']:.2f}",
                      f"median of {r.get('reps', '?')}"])
-    out += table(["N", "GPUs", "chain", "speed-up", "peak GiB per GPU", "timed"], body)
+    out += table(["N", "GPUs", "schedule", "chain", "speed-up", "peak GiB per GPU", "timed"], body)
     return out
 
 

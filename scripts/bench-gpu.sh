@@ -39,8 +39,9 @@
 #              Not part of "all" (it runs for minutes on the generic kernels).
 #   dist       bench_dist under scripts/launch.sh, one process per GPU: the sequence-parallel chain
 #              (B = 1, H = 8, d = 64, bf16, causal, ring schedule, zig-zag) on one GPU and on all of
-#              them (GG_DIST_RANKS, e.g. "1 2 4 8") at N = 64K and 256K (median of 3) and 1M (one
-#              chain; GG_DIST_N, GG_DIST_LONG_N), then 4M on the most ranks  -> bench/results/dist.jsonl
+#              them (GG_DIST_RANKS, e.g. "1 2 4 8") at N = 64K and 256K (median of 3; with more than
+#              one GPU the all-gather schedule too) and 1M (one chain; GG_DIST_N, GG_DIST_LONG_N),
+#              then 4M on the most ranks                                   -> bench/results/dist.jsonl
 #              Not part of "all".
 #
 # Then: python3 bench/make_tables.py (docs/benchmarks.md) and python3 bench/plot_attention.py.
@@ -170,6 +171,7 @@ if [[ "$what" == *" dist "* ]]; then
   most=0
   for p in $ranks; do
     dist_run "$p" --n "${GG_DIST_N:-65536,262144}" --reps 3
+    ((p > 1)) && dist_run "$p" --n "${GG_DIST_N:-65536,262144}" --reps 3 --schedule all_gather
     dist_run "$p" --n "${GG_DIST_LONG_N:-1048576}" --reps 1 --warmup 0
     ((p > most)) && most=$p
   done
