@@ -153,6 +153,38 @@ Merged merge(const std::vector<Part>& parts, int64_t n) {
   return {O.dtype() == out_dtype ? O : to(O, out_dtype), L};
 }
 
+// A query chunk's output merged part by part as the parts come (the ring off the tape, O(n·d)
+// at any time): m is the rowwise max of the parts' L so far, s = Σ exp(L_j - m) and
+// U = Σ exp(L_j - m)·O_j in L's dtype; O = U / s and L = m + log s once every block has passed,
+// what merge() computes from all the parts at once. A row no part has reached yet has m = -inf
+// and s = 0; the shift mu keeps exp finite there (exp(-inf - mu) = 0).
+struct RunningMerge {
+  Tensor m, s, U;
+  DType out_dtype = DType::f32;
+  void fold(const Part& p, int64_t n) {
+    const double inf = std::numeric_limits<double>::infinity();
+    const DType acc = p.L.dtype();
+    const Tensor L = pad_rows(p.L, p.r0, n - p.r1, -inf);
+    const Tensor O = pad_rows(p.O.dtype() == acc ? p.O : to(p.O, acc), p.r0, n - p.r1, 0.0);
+    if (!m.defined()) {
+      out_dtype = p.O.dtype();
+      m = full(L.shape(), -inf, acc, L.device());
+      s = zeros(L.shape(), acc, L.device());
+      U = zeros(O.shape(), acc, O.device());
+    }
+    const Tensor m_new = maximum(m, L);
+    const Tensor mu = maximum(m_new, full(L.shape(), -1e30, acc, L.device()));
+    const Tensor a = exp(m - mu), b = exp(L - mu);
+    s = s * a + b;
+    U = unsqueeze(a, 3) * U + unsqueeze(b, 3) * O;
+    m = m_new;
+  }
+  Merged result() const {
+    const Tensor O = U / unsqueeze(s, 3);
+    return {O.dtype() == out_dtype ? O : to(O, out_dtype), m + log(s)};
+  }
+};
+
 // Zeros shaped like x, recorded as a function of x: its backward is again zeros_after(x), so at
 // every order the gradient it sends to x is a recorded tensor that depends on x.
 Tensor zeros_after(const Tensor& x) {
@@ -280,7 +312,8 @@ Tensor attention_ring(Group& group, const Tensor& q, const Tensor& k, const Tens
   const int base = detail::current_backward_level();
   Tensor block = own_block(k, v, *std::max_element(sizes.begin(), sizes.end()));  // (2, B, Hkv, rows, d)
   const std::vector<Chunk> qcs = chunks_of(rank, sharding, sizes, zz);
-  std::vector<std::vector<Part>> parts(qcs.size());
+  std::vector<std::vector<Part>> parts(qcs.size());  // on the tape: merged at the end
+  std::vector<RunningMerge> running(qcs.size());     // off it: folded in as they come
   const int next = static_cast<int>((rank + 1) % P), prev = static_cast<int>((rank + P - 1) % P);
   // Off the tape the next block's transfer is started before this one's pairs run (overlapped
   // on NcclGroup); on the tape each shift is a recorded sendrecv between guards.
@@ -294,13 +327,17 @@ Tensor attention_ring(Group& group, const Tensor& q, const Tensor& k, const Tens
       for (size_t i = 0; i < qcs.size(); ++i)
         if (const std::optional<Pair> p = narrow(qcs[i], kc, options)) {
           const AttentionForward f = attend(q, K, V, qcs[i], kc, *p);
-          parts[i].push_back({f.O, f.L, p->q0 - qcs[i].start, p->q1 - qcs[i].start});
+          const Part part{f.O, f.L, p->q0 - qcs[i].start, p->q1 - qcs[i].start};
+          if (taped)
+            parts[i].push_back(part);
+          else
+            running[i].fold(part, qcs[i].rows);
         }
   }
   TensorList outs, Ls;
   for (size_t i = 0; i < qcs.size(); ++i)
     if (qcs[i].rows > 0) {
-      const Merged m = merge(parts[i], qcs[i].rows);
+      const Merged m = taped ? merge(parts[i], qcs[i].rows) : running[i].result();
       outs.push_back(m.O);
       Ls.push_back(m.L);
     }
