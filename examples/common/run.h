@@ -15,8 +15,13 @@ namespace examples {
 // --nccl: this process is one rank of an NcclGroup, started by scripts/launch.sh (RANK,
 // WORLD_SIZE, LOCAL_RANK, GG_DIST_INIT_FILE). Sets the device to the rank's GPU, world_size to
 // the group's size, and the output folder of rank r > 0 to OUT/rank<r>; returns the group.
-inline std::shared_ptr<gg::dist::Group> join_nccl(gg::Device& device, int& world_size, std::string& out_dir) {
+// `items` (e.g. "tasks") of which each step has `per_step` are split over the ranks: a
+// ValueError when there are more ranks than items.
+inline std::shared_ptr<gg::dist::Group> join_nccl(gg::Device& device, int& world_size, std::string& out_dir,
+                                                  int64_t per_step, const char* items) {
   const std::shared_ptr<gg::dist::NcclGroup> group = gg::dist::NcclGroup::create();
+  GG_CHECK(group->size() <= per_step, gg::ValueError, "--nccl: WORLD_SIZE (", group->size(),
+           ") must not exceed the ", per_step, " ", items, " of a step");
   device = group->device();
   world_size = group->size();
   if (group->rank() > 0) {

@@ -522,14 +522,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   return examples::prepare_and_run(cfg.device_name, cfg.device, cfg.out_dir, [&] {
-    if (cfg.nccl) {
-      cfg.process_group = examples::join_nccl(cfg.device, cfg.world_size, cfg.out_dir);
-      if (cfg.world_size > cfg.batch) {
-        std::fprintf(stderr, "error: WORLD_SIZE (%d) must not exceed the batch (%lld sequences)\n", cfg.world_size,
-                     static_cast<long long>(cfg.batch));
-        return 2;
-      }
-    }
+    if (cfg.nccl)
+      cfg.process_group = examples::join_nccl(cfg.device, cfg.world_size, cfg.out_dir, cfg.batch, "sequences");
     return run(cfg);
   });
 }
