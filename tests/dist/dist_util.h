@@ -2,6 +2,8 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "gradgrad.h"
@@ -30,6 +32,55 @@ inline Tensor shard(const Tensor& x, int64_t dim, int64_t r, int64_t p, bool req
 }
 
 inline std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
+
+// A rank's group that writes the name of each primitive it runs ("all_gather", "sendrecv",
+// "start_sendrecv", ...) to *log and passes the work to the rank's own group (a ThreadGroup).
+class RecordingRank final : public dist::Group {
+ public:
+  RecordingRank(dist::Group& inner, std::vector<std::string>* log) : inner_(inner), log_(log) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  void barrier() override { inner_.barrier(); }
+
+ protected:
+  Tensor all_reduce_flat(const Tensor& x) override {
+    note("all_reduce");
+    return inner_.all_reduce(x);
+  }
+  Tensor all_gather_flat(const Tensor& x) override {
+    note("all_gather");
+    return inner_.all_gather(x, 0);
+  }
+  Tensor reduce_scatter_flat(const Tensor& x) override {
+    note("reduce_scatter");
+    return inner_.reduce_scatter(x, 0);
+  }
+  Tensor broadcast_flat(const Tensor& x, int root) override {
+    note("broadcast");
+    return inner_.broadcast(x, root);
+  }
+  void send_flat(const Tensor& x, int peer) override {
+    note("send");
+    inner_.send(x, peer);
+  }
+  Tensor recv_flat(const Tensor& like, int peer) override {
+    note("recv");
+    return inner_.recv(like, peer);
+  }
+  Tensor sendrecv_flat(const Tensor& x, int dst, int src) override {
+    note("sendrecv");
+    return inner_.sendrecv(x, dst, src);
+  }
+  std::unique_ptr<Pending> start_sendrecv_flat(const Tensor& x, int dst, int src) override {
+    note("start_sendrecv");
+    return inner_.start_sendrecv(x, dst, src);
+  }
+
+ private:
+  void note(const char* what) { log_->push_back(what); }
+  dist::Group& inner_;
+  std::vector<std::string>* log_;
+};
 
 // Largest |a - b| over max(1, max |b|): agreement "to rounding" in f64.
 inline double relative_gap(const Tensor& a, const Tensor& b) {

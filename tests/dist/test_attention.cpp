@@ -285,35 +285,6 @@ TEST(SequenceParallelMemory, RingForwardPeakDoesNotGrowWithTheRanks) {
   }
 }
 
-// A rank's group that logs its transfers and passes everything to the rank's ThreadGroup.
-class LoggingRank final : public dist::Group {
- public:
-  LoggingRank(Group& inner, std::vector<std::string>* log) : inner_(inner), log_(log) {}
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  void barrier() override { inner_.barrier(); }
-
- protected:
-  Tensor all_reduce_flat(const Tensor& x) override { return inner_.all_reduce(x); }
-  Tensor all_gather_flat(const Tensor& x) override { return inner_.all_gather(x, 0); }
-  Tensor reduce_scatter_flat(const Tensor& x) override { return inner_.reduce_scatter(x, 0); }
-  Tensor broadcast_flat(const Tensor& x, int root) override { return inner_.broadcast(x, root); }
-  void send_flat(const Tensor& x, int peer) override { inner_.send(x, peer); }
-  Tensor recv_flat(const Tensor& like, int peer) override { return inner_.recv(like, peer); }
-  Tensor sendrecv_flat(const Tensor& x, int dst, int src) override {
-    log_->push_back("sendrecv");
-    return inner_.sendrecv(x, dst, src);
-  }
-  std::unique_ptr<Pending> start_sendrecv_flat(const Tensor& x, int dst, int src) override {
-    log_->push_back("start");
-    return inner_.start_sendrecv(x, dst, src);
-  }
-
- private:
-  Group& inner_;
-  std::vector<std::string>* log_;
-};
-
 // The ring's forward and first-order backward start every transfer before the pairs that it
 // overlaps (P - 1 block shifts forward; P - 1 block shifts and P gradient shifts backward) and
 // make no blocking shift; a create_graph backward recomputes the ring on the tape instead and
@@ -324,27 +295,32 @@ TEST(RingOverlap, FirstOrderStartsEveryTransfer) {
   dist::run_threads(P, [&](Group& g) {
     const size_t r = static_cast<size_t>(g.rank());
     std::vector<std::string> log;
-    auto logging = std::make_shared<LoggingRank>(g, &log);
+    auto logging = std::make_shared<test::RecordingRank>(g, &log);
+    auto shifts = [&] {  // the transfers logged since the last call
+      std::vector<std::string> s;
+      for (const std::string& e : log)
+        if (e == "sendrecv" || e == "start_sendrecv") s.push_back(e);
+      log.clear();
+      return s;
+    };
     manual_seed(50 + g.rank());
     const Tensor q = randn({1, 2, 5, 4}, DType::f64).requires_grad_(true),
                  k = randn({1, 2, 5, 4}, DType::f64).requires_grad_(true),
                  v = randn({1, 2, 5, 4}, DType::f64).requires_grad_(true);
     const Tensor o = dist::attention(*logging, q, k, v, {std::nullopt, true}, Sharding::zigzag, Schedule::ring);
-    forward[r] = log;
-    log.clear();
+    forward[r] = shifts();
     GradOptions keep;
     keep.retain_graph = 1;
     grad({sum(o * o)}, {q, k, v}, {}, keep);
-    backward[r] = log;
-    log.clear();
+    backward[r] = shifts();
     GradOptions create;
     create.create_graph = true;
     grad({sum(o * o)}, {q, k, v}, {}, create);
-    taped[r] = log;
+    taped[r] = shifts();
   });
   for (size_t r = 0; r < P; ++r) {
-    EXPECT_EQ(forward[r], std::vector<std::string>(P - 1, "start")) << "rank " << r;
-    EXPECT_EQ(backward[r], std::vector<std::string>(2 * P - 1, "start")) << "rank " << r;
+    EXPECT_EQ(forward[r], std::vector<std::string>(P - 1, "start_sendrecv")) << "rank " << r;
+    EXPECT_EQ(backward[r], std::vector<std::string>(2 * P - 1, "start_sendrecv")) << "rank " << r;
     EXPECT_EQ(taped[r], std::vector<std::string>(2 * (P - 1), "sendrecv")) << "rank " << r;
   }
 }
