@@ -36,6 +36,7 @@ struct Config {
   std::vector<int64_t> sizes = {65536};
   int64_t batch = 1, heads = 8, hkv = 0, d = 64;  // hkv 0: heads
   std::string dtype = "bf16", device = "cuda", schedule = "ring", sharding = "zigzag";
+  dist::Sharding cut() const { return sharding == "zigzag" ? dist::Sharding::zigzag : dist::Sharding::contiguous; }
   bool causal = false;
   int reps = 3, warmup = 1, threads = 0;  // threads 0: one process per rank (NcclGroup)
 };
@@ -79,10 +80,9 @@ MemoryStats stats(Device dev) { return dev.is_cuda() ? cuda::memory_stats(dev.in
 // One rank's part of the measurement at one N; rank 0 returns the JSON line.
 std::string measure(dist::Group& g, const Config& c, int64_t N, const Inputs& in, Device dev) {
   const dist::Schedule schedule = c.schedule == "ring" ? dist::Schedule::ring : dist::Schedule::all_gather;
-  const dist::Sharding sharding = c.sharding == "zigzag" ? dist::Sharding::zigzag : dist::Sharding::contiguous;
   const AttentionOptions opt{std::nullopt, c.causal};
   auto chain = [&] {
-    const Tensor o = dist::attention(g, in.q, in.k, in.v, opt, sharding, schedule);
+    const Tensor o = dist::attention(g, in.q, in.k, in.v, opt, c.cut(), schedule);
     GradOptions create;
     create.create_graph = true;
     const TensorList d1 = grad({o}, {in.q, in.k, in.v}, {in.dO}, create);
@@ -212,12 +212,11 @@ int main(int argc, char** argv) {
   try {
     if (c.threads > 0) {
       const Device dev = c.device == "cuda" ? Device::cuda(0) : Device::cpu();
-      const dist::Sharding sh = c.sharding == "zigzag" ? dist::Sharding::zigzag : dist::Sharding::contiguous;
       for (const int64_t N : c.sizes) {
         // gg::randn is not thread safe: every rank's inputs first
         std::vector<Inputs> in;
         manual_seed(0);
-        for (int r = 0; r < c.threads; ++r) in.push_back(make_inputs(c, rows_of(N, c.threads, r, sh), dt, dev));
+        for (int r = 0; r < c.threads; ++r) in.push_back(make_inputs(c, rows_of(N, c.threads, r, c.cut()), dt, dev));
         std::string line;
         try {
           dist::run_threads(c.threads, [&](dist::Group& g) {
@@ -235,10 +234,9 @@ int main(int argc, char** argv) {
              "for ranks on the CPU");
     // A rank that fails exits non-zero, and scripts/launch.sh stops the others.
     const auto group = dist::NcclGroup::create();
-    const dist::Sharding sh = c.sharding == "zigzag" ? dist::Sharding::zigzag : dist::Sharding::contiguous;
     for (const int64_t N : c.sizes) {
       manual_seed(static_cast<uint64_t>(group->rank()));
-      const Inputs in = make_inputs(c, rows_of(N, group->size(), group->rank(), sh), dt, group->device());
+      const Inputs in = make_inputs(c, rows_of(N, group->size(), group->rank(), c.cut()), dt, group->device());
       const std::string line = measure(*group, c, N, in, group->device());
       if (group->rank() == 0) std::printf("%s\n", line.c_str());
     }
