@@ -169,6 +169,15 @@ struct NcclGroup::Impl {
   ncclComm_t comm = nullptr;
   cudaStream_t comm_stream = nullptr;  // the start_*_flat methods', made on first use
 
+  // x to dst and out (x's shape) from src, as one NCCL group on `stream`.
+  void sendrecv(const char* op, const Tensor& x, Tensor& out, int dst, int src, cudaStream_t stream) const {
+    const ncclDataType_t t = nccl_type(op, x.dtype());
+    const size_t n = static_cast<size_t>(x.numel());
+    check_nccl(ncclGroupStart(), comm, "ncclGroupStart");
+    check_nccl(ncclSend(x.raw_data(), n, t, dst, comm, stream), comm, "ncclSend");
+    check_nccl(ncclRecv(out.raw_data(), n, t, src, comm, stream), comm, "ncclRecv");
+    check_nccl(ncclGroupEnd(), comm, "ncclGroupEnd");
+  }
   // Makes the communication stream wait for the work issued so far on the library's.
   cudaStream_t begin_started() {
     if (comm_stream == nullptr)
@@ -311,25 +320,14 @@ Tensor NcclGroup::recv_flat(const Tensor& like, int peer) {
 Tensor NcclGroup::sendrecv_flat(const Tensor& x, int dst, int src) {
   impl_->check_tensor("sendrecv", x);
   Tensor out = empty(x.shape(), x.dtype(), x.device());
-  const ncclDataType_t t = nccl_type("sendrecv", x.dtype());
-  const size_t n = static_cast<size_t>(x.numel());
-  check_nccl(ncclGroupStart(), impl_->comm, "ncclGroupStart");
-  check_nccl(ncclSend(x.raw_data(), n, t, dst, impl_->comm, impl_->stream()), impl_->comm, "ncclSend");
-  check_nccl(ncclRecv(out.raw_data(), n, t, src, impl_->comm, impl_->stream()), impl_->comm, "ncclRecv");
-  check_nccl(ncclGroupEnd(), impl_->comm, "ncclGroupEnd");
+  impl_->sendrecv("sendrecv", x, out, dst, src, impl_->stream());
   return out;
 }
 
 std::unique_ptr<Group::Pending> NcclGroup::start_sendrecv_flat(const Tensor& x, int dst, int src) {
   impl_->check_tensor("start_sendrecv", x);
   Tensor out = empty(x.shape(), x.dtype(), x.device());  // on the library's stream, before the event
-  const ncclDataType_t t = nccl_type("start_sendrecv", x.dtype());
-  const size_t n = static_cast<size_t>(x.numel());
-  const cudaStream_t comm = impl_->begin_started();
-  check_nccl(ncclGroupStart(), impl_->comm, "ncclGroupStart");
-  check_nccl(ncclSend(x.raw_data(), n, t, dst, impl_->comm, comm), impl_->comm, "ncclSend");
-  check_nccl(ncclRecv(out.raw_data(), n, t, src, impl_->comm, comm), impl_->comm, "ncclRecv");
-  check_nccl(ncclGroupEnd(), impl_->comm, "ncclGroupEnd");
+  impl_->sendrecv("start_sendrecv", x, out, dst, src, impl_->begin_started());
   return impl_->end_started(x, out);
 }
 
