@@ -120,38 +120,10 @@ struct Part {
   int64_t r0, r1;
 };
 
-// The chunk's output from its parts. With O_j, L_j padded to all n rows (O = 0 and L = -inf on
-// the rows a part does not cover):
-//   L = m + log Σ_j exp(L_j - m),   O = Σ_j exp(L_j - L) · O_j,
-// m the rowwise max of the L_j, detached (it cancels; it only keeps exp in range). Every row
-// sees its own key, so some part covers it, m and L are finite and no -inf - (-inf) arises;
-// a padded row contributes exp(-inf) = 0 at every order. The sums run in L's dtype (f32 for
-// bf16 and f16). One part covering the chunk is the chunk's output as it is.
+// A chunk's merged output and row log-sum-exp.
 struct Merged {
   Tensor O, L;
 };
-Merged merge(const std::vector<Part>& parts, int64_t n) {
-  if (parts.size() == 1 && parts[0].r0 == 0 && parts[0].r1 == n) return {parts[0].O, parts[0].L};
-  const DType out_dtype = parts.at(0).O.dtype(), acc = parts[0].L.dtype();
-  const double inf = std::numeric_limits<double>::infinity();
-  TensorList Ls, Os;
-  for (const Part& p : parts) {
-    Ls.push_back(pad_rows(p.L, p.r0, n - p.r1, -inf));
-    Os.push_back(pad_rows(p.O.dtype() == acc ? p.O : to(p.O, acc), p.r0, n - p.r1, 0.0));
-  }
-  Tensor m;
-  {
-    NoGradGuard ng;
-    m = Ls[0].detach();
-    for (size_t j = 1; j < Ls.size(); ++j) m = maximum(m, Ls[j].detach());
-  }
-  Tensor s = exp(Ls[0] - m);
-  for (size_t j = 1; j < Ls.size(); ++j) s = s + exp(Ls[j] - m);
-  const Tensor L = m + log(s);
-  Tensor O = unsqueeze(exp(Ls[0] - L), 3) * Os[0];
-  for (size_t j = 1; j < Os.size(); ++j) O = O + unsqueeze(exp(Ls[j] - L), 3) * Os[j];
-  return {O.dtype() == out_dtype ? O : to(O, out_dtype), L};
-}
 
 // A query chunk's output merged part by part as the parts come (the ring off the tape, O(n·d)
 // at any time): m is the rowwise max of the parts' L so far, s = Σ exp(L_j - m) and
@@ -184,44 +156,6 @@ struct RunningMerge {
     return {O.dtype() == out_dtype ? O : to(O, out_dtype), m + log(s)};
   }
 };
-
-// Zeros shaped like x, recorded as a function of x: its backward is again zeros_after(x), so at
-// every order the gradient it sends to x is a recorded tensor that depends on x.
-Tensor zeros_after(const Tensor& x) {
-  Tensor z = zeros(x.shape(), x.dtype(), x.device());
-  record("dist_ring_zeros", {x}, {z}, {x},
-         [](const BackwardArgs& a) -> TensorList { return {zeros_after(a.saved[0])}; });
-  return z;
-}
-
-// y itself, recorded as a function of y and x: x gets the gradient zeros_after(x), and y's
-// gradient is again tied to x, so that a gradient of any function of this backward's results
-// reaches x too (see the deadlock rule at attention_ring).
-Tensor tie(const Tensor& y, const Tensor& x) {
-  Tensor out = y.detach();
-  record("dist_ring_tie", {y, x}, {out}, {x}, [](const BackwardArgs& a) -> TensorList {
-    return {tie(a.grads[0], a.saved[0]), zeros_after(a.saved[0])};
-  });
-  return out;
-}
-
-// x itself, recorded; its backward is guard(g) again. The ring puts one on each side of every
-// shift, so in any backward pass a shift runs only after a guard's backward has: a guard called
-// at backward level 3 (a third-order pass) raises on every rank before any rank shifts. Beyond
-// order 2 the ranks' backward graphs hold several chains of shifts in each direction, and a
-// rank whose pairs differ from its neighbours' (causal: rank 0 skips every received block) can
-// interleave them in another order: measured, a causal ring of 3 ranks hangs in its third pass.
-// base: the backward level the ring was recorded at (0 in a forward; 1 when the ring's own
-// backward recomputes it, attention_ring_lean), so that the order counts from the user's forward.
-Tensor guard(const Tensor& x, int base) {
-  GG_CHECK(detail::current_backward_level() - base < 3, AutogradError,
-           "gg::dist::attention: the ring schedule is differentiable to order 2 (a third backward pass through ",
-           "its shifts can interleave them differently on different ranks); use dist::Schedule::all_gather");
-  Tensor y = x.detach();
-  record("dist_ring_guard", {x}, {y}, {},
-         [base](const BackwardArgs& a) -> TensorList { return {guard(a.grads[0], base)}; });
-  return y;
-}
 
 }  // namespace
 
@@ -276,25 +210,6 @@ Tensor attention_all_gather(Group& group, const Tensor& q, const Tensor& k, cons
   return outs.size() == 1 ? outs[0] : cat(outs, 2);
 }
 
-// The ring schedule. Step t: this rank holds the block of rank (rank - t) mod P, the stacked
-// (K, V) rows of that rank padded to the longest rank's rows (sendrecv moves equal shapes), and
-// attends each of its query chunks to each key chunk of the block. Block t + 1 is
-// sendrecv(block t), so the tape holds one chain of P - 1 shifts.
-//
-// Deadlock rule. The shifts' backwards are collectives too: every rank must run all of them,
-// in the same order. The chain orders them (the backward of shift t needs block t + 1's whole
-// gradient, hence shift t + 1's backward first), but a rank runs shift t's backward only if
-// some gradient reaches block t + 1 or a later one, and a rank may see no key of the blocks
-// it receives (causal and contiguous: rank 0 sees only its own keys). Its backward would then
-// skip every reverse shift while its neighbours wait in theirs. So the output is tied to the
-// last block (tie(), the identity in value): its backward always sends a gradient to the last
-// block, hence down the whole chain. Adding 0 · sum(block) would do at order 1 only: that
-// gradient does not depend on the inputs when the output's cotangent does not, so a
-// create_graph backward would not record the reverse shifts on such a rank, and the second
-// order would hang. tie's gradients are recorded functions of the block at every order, and
-// tie also ties the output's cotangent to the block, so that a function of dQ alone still
-// reaches the chain in the next backward. Measured: without tie, with 0 · sum(block) in its
-// place, or with the cotangent left untied, RingDeadlock (tests/dist) hangs.
 // The stacked (K, V) rows of this rank, (2, B, Hkv, longest, d): padded with zero rows to the
 // longest rank's (sendrecv moves equal shapes).
 Tensor own_block(const Tensor& k, const Tensor& v, int64_t longest) {
@@ -305,45 +220,41 @@ Tensor own_block(const Tensor& k, const Tensor& v, int64_t longest) {
   return cat({block, zeros(s, block.dtype(), block.device())}, 3);
 }
 
+// The ring schedule's forward, off the tape. Step t: this rank holds the block of rank
+// (rank - t) mod P, the stacked (K, V) rows of that rank padded to the longest rank's rows, and
+// attends each of its query chunks to each key chunk of the block, folding each part into the
+// chunk's running merge. The next block's transfer is started before this one's pairs run
+// (overlapped on NcclGroup). L_out: the merged row log-sum-exp, (B, Hq, n).
 Tensor attention_ring(Group& group, const Tensor& q, const Tensor& k, const Tensor& v,
                       const AttentionOptions& options, Sharding sharding, const std::vector<int64_t>& sizes,
-                      const std::vector<int64_t>& zz, Tensor* L_out = nullptr) {
+                      const std::vector<int64_t>& zz, Tensor* L_out) {
+  NoGradGuard ng;
   const int64_t P = group.size(), rank = group.rank();
-  const int base = detail::current_backward_level();
   Tensor block = own_block(k, v, *std::max_element(sizes.begin(), sizes.end()));  // (2, B, Hkv, rows, d)
   const std::vector<Chunk> qcs = chunks_of(rank, sharding, sizes, zz);
-  std::vector<std::vector<Part>> parts(qcs.size());  // on the tape: merged at the end
-  std::vector<RunningMerge> running(qcs.size());     // off it: folded in as they come
+  std::vector<RunningMerge> running(qcs.size());
   const int next = static_cast<int>((rank + 1) % P), prev = static_cast<int>((rank + P - 1) % P);
-  // Off the tape the next block's transfer is started before this one's pairs run (overlapped
-  // on NcclGroup); on the tape each shift is a recorded sendrecv between guards.
-  const bool taped = GradMode::is_enabled();
   std::unique_ptr<Group::Pending> incoming;
   for (int64_t t = 0; t < P; ++t) {
-    if (t > 0) block = taped ? guard(sendrecv(group, guard(block, base), next, prev), base) : incoming->wait();
-    if (!taped && t + 1 < P) incoming = group.start_sendrecv(block, next, prev);
+    if (t > 0) block = incoming->wait();
+    if (t + 1 < P) incoming = group.start_sendrecv(block, next, prev);
     const Tensor K = squeeze(slice(block, 0, 0, 1), 0), V = squeeze(slice(block, 0, 1, 2), 0);
     for (const Chunk& kc : chunks_of((rank + P - t) % P, sharding, sizes, zz))
       for (size_t i = 0; i < qcs.size(); ++i)
         if (const std::optional<Pair> p = narrow(qcs[i], kc, options)) {
           const AttentionForward f = attend(q, K, V, qcs[i], kc, *p);
-          const Part part{f.O, f.L, p->q0 - qcs[i].start, p->q1 - qcs[i].start};
-          if (taped)
-            parts[i].push_back(part);
-          else
-            running[i].fold(part, qcs[i].rows);
+          running[i].fold({f.O, f.L, p->q0 - qcs[i].start, p->q1 - qcs[i].start}, qcs[i].rows);
         }
   }
   TensorList outs, Ls;
   for (size_t i = 0; i < qcs.size(); ++i)
     if (qcs[i].rows > 0) {
-      const Merged m = taped ? merge(parts[i], qcs[i].rows) : running[i].result();
+      const Merged m = running[i].result();
       outs.push_back(m.O);
       Ls.push_back(m.L);
     }
-  if (L_out) *L_out = Ls.size() == 1 ? Ls[0] : cat(Ls, 2);
-  const Tensor out = outs.size() == 1 ? outs[0] : cat(outs, 2);
-  return P > 1 ? tie(out, block) : out;
+  *L_out = Ls.size() == 1 ? Ls[0] : cat(Ls, 2);
+  return outs.size() == 1 ? outs[0] : cat(outs, 2);
 }
 
 // The first-order backward of the ring at O(n·d) memory per rank: the blocks go around the
@@ -393,39 +304,143 @@ TensorList ring_backward(Group& group, const Tensor& q, const Tensor& k, const T
   return {dq, dk, dv};
 }
 
+// The ring's BoB at O(n·d) per rank (docs/distributed.md §5): the blocks go around twice more,
+// now with the cotangents K̃, Ṽ of dK, dV. Round 1: each pair adds its part of the row scalars
+// E and F (attention_bob_row_sums, with the chunk's merged O and L as in ring_backward), so that
+// after it every query row holds its E and F over all keys. Round 2: with those, each pair adds
+// its parts of grad_Q and grad_dO here and of grad_K, grad_V to the block's gradient, which
+// travels behind the block as dK, dV do in ring_backward. Returns {gq, gk, gv, gdO}.
+TensorList ring_bob(Group& group, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,
+                    const Tensor& dO, const Tensor& qt, const Tensor& kt, const Tensor& vt,
+                    const AttentionOptions& options, Sharding sharding, const std::vector<int64_t>& sizes,
+                    const std::vector<int64_t>& zz) {
+  NoGradGuard ng;
+  const int64_t P = group.size(), rank = group.rank(), n = q.size(2);
+  const int64_t longest = *std::max_element(sizes.begin(), sizes.end());
+  const std::vector<Chunk> qcs = chunks_of(rank, sharding, sizes, zz);
+  const int next = static_cast<int>((rank + 1) % P), prev = static_cast<int>((rank + P - 1) % P);
+  const Tensor own = cat({own_block(k, v, longest), own_block(kt, vt, longest)}, 0);  // (4, B, Hkv, rows, d)
+  // Runs `pair` on every (query chunk, key chunk) pair of each block as the blocks pass, with
+  // the pair's query rows [qa, qa + rows) and its block's K, V, K̃, Ṽ rows [ka, ka + keys);
+  // after each step, `stepped` (if given) with the step's index.
+  auto round = [&](auto&& pair, auto&& stepped) {
+    Tensor block = own;
+    std::unique_ptr<Group::Pending> incoming;
+    for (int64_t t = 0; t < P; ++t) {
+      if (t > 0) block = incoming->wait();
+      if (t + 1 < P) incoming = group.start_sendrecv(block, next, prev);
+      for (const Chunk& kc : chunks_of((rank + P - t) % P, sharding, sizes, zz))
+        for (const Chunk& qc : qcs)
+          if (const std::optional<Pair> p = narrow(qc, kc, options)) {
+            const int64_t qa = qc.local + (p->q0 - qc.start), ka = kc.local + (p->a - kc.start);
+            TensorList kv;
+            for (int64_t i = 0; i < 4; ++i) kv.push_back(slice(squeeze(slice(block, 0, i, i + 1), 0), 2, ka, ka + p->b - p->a));
+            pair(*p, qa, p->q1 - p->q0, ka, kv);
+          }
+      stepped(t);
+    }
+  };
+  auto rows_of = [](const Tensor& x, int64_t qa, int64_t rows) { return contiguous(slice(x, 2, qa, qa + rows)); };
+  Tensor E = zeros(L.shape(), L.dtype(), L.device()), F = zeros(L.shape(), L.dtype(), L.device());
+  round(
+      [&](const Pair& p, int64_t qa, int64_t rows, int64_t, const TensorList& kv) {
+        auto r = [&](const Tensor& x) { return rows_of(x, qa, rows); };
+        const TensorList ef = attention_bob_row_sums(r(q), kv[0], kv[1], r(O), r(L), r(dO), r(qt), kv[2], kv[3], p.local);
+        E = E + pad_rows(ef[0], qa, n - qa - rows, 0.0);
+        F = F + pad_rows(ef[1], qa, n - qa - rows, 0.0);
+      },
+      [](int64_t) {});
+  Tensor gq = zeros(q.shape(), q.dtype(), q.device()), gdO = zeros(q.shape(), q.dtype(), q.device());
+  Tensor part, dblock;  // this rank's grad_K, grad_V of the block at hand
+  std::unique_ptr<Group::Pending> gradient;  // the gradient of the block, from the rank before
+  const Shape gshape = {2, k.size(0), k.size(1), longest, k.size(3)};
+  part = zeros(gshape, k.dtype(), k.device());
+  round(
+      [&](const Pair& p, int64_t qa, int64_t rows, int64_t ka, const TensorList& kv) {
+        auto r = [&](const Tensor& x) { return rows_of(x, qa, rows); };
+        const TensorList g =
+            attention_bob_from_row_sums(r(q), kv[0], kv[1], r(O), r(L), r(dO), r(qt), kv[2], kv[3], r(E), r(F), p.local);
+        gq = gq + pad_rows(g[0], qa, n - qa - rows, 0.0);
+        gdO = gdO + pad_rows(g[3], qa, n - qa - rows, 0.0);
+        const int64_t keys = p.b - p.a;
+        part = part + stack({pad_rows(g[1], ka, longest - ka - keys, 0.0), pad_rows(g[2], ka, longest - ka - keys, 0.0)}, 0);
+      },
+      [&](int64_t t) {
+        if (t > 0) part = gradient->wait() + part;  // the ranks before this one added theirs
+        if (P > 1)
+          gradient = group.start_sendrecv(part, next, prev);
+        else
+          dblock = part;
+        part = zeros(gshape, k.dtype(), k.device());
+      });
+  if (P > 1) dblock = gradient->wait();
+  const Tensor gk = slice(squeeze(slice(dblock, 0, 0, 1), 0), 2, 0, k.size(2));
+  const Tensor gv = slice(squeeze(slice(dblock, 0, 1, 2), 0), 2, 0, k.size(2));
+  return {gq, gk, gv, gdO};
+}
+
+// Raises on every rank, before any shift, in a third backward pass through the ring (counted
+// from `base`, the backward level the ring was recorded at): its second-order node computes
+// off the tape, so a third derivative would silently miss its terms.
+void check_order(int base) {
+  GG_CHECK(detail::current_backward_level() - base < 3, AutogradError,
+           "gg::dist::attention: the ring schedule is differentiable to order 2; use dist::Schedule::all_gather "
+           "for higher orders");
+}
+
+// ys as they are, recorded as functions of xs whose backward raises (check_order): what the
+// ring's BoB returns to a create_graph backward.
+TensorList order_two_only(const TensorList& xs, const TensorList& ys, int base) {
+  TensorList out;
+  for (const Tensor& y : ys) out.push_back(y.detach());
+  record("dist_ring_bob", xs, out, {}, [base](const BackwardArgs&) -> TensorList {
+    check_order(base - 1);  // a backward through the BoB's results is the third
+    return {};
+  });
+  return out;
+}
+
 // The ring as one recorded node that keeps only this rank's q, k, v, O and L: the forward runs
-// off the tape (each received block is freed once used), the first-order backward is
-// ring_backward, and a create_graph backward recomputes the ring on the tape and differentiates
-// it (so the second order holds O(N·d) per rank, as before, while the first holds O(n·d)).
+// off the tape (each received block is freed once used), the backward is ring_backward, and
+// under create_graph ring_backward's results are recorded as one node whose backward is
+// ring_bob: O(n·d) per rank at orders 0-2. Every rank runs every shift of each pass, in the same
+// order, whatever its pairs, so no rank waits for a shift that another skips.
 Tensor attention_ring_lean(Group& group, const Tensor& q, const Tensor& k, const Tensor& v,
                            const AttentionOptions& options, Sharding sharding, const std::vector<int64_t>& sizes,
                            const std::vector<int64_t>& zz) {
-  Tensor out, L;
-  {
-    NoGradGuard ng;
-    out = attention_ring(group, q, k, v, options, sharding, sizes, zz, &L);
-  }
+  Tensor L;
+  const Tensor out = attention_ring(group, q, k, v, options, sharding, sizes, zz, &L);
   const Tensor qkv[] = {q, k, v};
   if (!detail::should_record({qkv, 3})) return out;
   std::weak_ptr<Group> w = group.weak_from_this();
   GG_CHECK(!w.expired(), ValueError, "gg::dist::attention: the group must be owned by a std::shared_ptr (as "
            "run_threads and NcclGroup::create make it)");
+  const int base = detail::current_backward_level();
+  auto lock = [w] {
+    const std::shared_ptr<Group> g = w.lock();
+    GG_CHECK(g != nullptr, DistError, "gg::dist::attention: differentiating a ring whose group no longer exists");
+    return g;
+  };
   Tensor y = out.detach();
   record("dist_ring_attention", {q, k, v}, {y}, {q, k, v, y, L},
-         [w, options, sharding, sizes, zz](const BackwardArgs& a) -> TensorList {
-           const std::shared_ptr<Group> g = w.lock();
-           GG_CHECK(g != nullptr, DistError, "gg::dist::attention: differentiating a ring whose group no longer exists");
-           const Tensor &q = a.saved[0], &k = a.saved[1], &v = a.saved[2];
-           if (!GradMode::is_enabled())
-             return ring_backward(*g, q, k, v, a.saved[3], a.saved[4], a.grads[0], options, sharding, sizes, zz);
-           GradOptions o;
-           o.create_graph = true;
-           o.allow_unused = true;
-           const Tensor again = attention_ring(*g, q, k, v, options, sharding, sizes, zz);
-           TensorList grads = grad({again}, {q, k, v}, {a.grads[0]}, o);
-           for (size_t i = 0; i < grads.size(); ++i)
-             if (!grads[i].defined()) grads[i] = zeros_like(a.saved[i]);
-           return grads;
+         [lock, base, options, sharding, sizes, zz](const BackwardArgs& a) -> TensorList {
+           check_order(base);
+           const std::shared_ptr<Group> g = lock();
+           const Tensor &q = a.saved[0], &k = a.saved[1], &v = a.saved[2], O = a.saved[3].detach(), L = a.saved[4];
+           const Tensor dO = a.grads[0];
+           TensorList d = ring_backward(*g, q, k, v, O, L, dO, options, sharding, sizes, zz);
+           if (!GradMode::is_enabled()) return d;
+           for (Tensor& t : d) t = t.detach();
+           record("dist_ring_attention_backward", {q, k, v, dO}, d, {q, k, v, dO, O, L},
+                  [lock, base, options, sharding, sizes, zz](const BackwardArgs& b) -> TensorList {
+                    check_order(base);
+                    const TensorList& s = b.saved;  // q, k, v, dO, O, L; grads: the cotangents of dq, dk, dv
+                    TensorList r = ring_bob(*lock(), s[0], s[1], s[2], s[4], s[5], s[3], b.grads[0], b.grads[1],
+                                            b.grads[2], options, sharding, sizes, zz);
+                    if (!GradMode::is_enabled()) return r;
+                    return order_two_only({s[0], s[1], s[2], s[3], b.grads[0], b.grads[1], b.grads[2]}, r, base + 1);
+                  });
+           return d;
          });
   return y;
 }

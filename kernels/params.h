@@ -195,6 +195,14 @@ struct AttentionShape {
     return (wr < 0 || hi > keys() - 1) ? keys() - 1 : hi;
   }
 };
+// The BoB in one call (kWhole), or in the two stages a caller runs when each call sees only some of
+// a row's keys (dist::attention's ring, docs/distributed.md §5): kRowSums writes the call's part
+// of the row scalars E and F (F completed with -(2·D + dL)·E, so the parts add up) to E and F,
+// and may overwrite out0-out3; kFromRowSums reads the whole row's E and F from them and writes
+// the call's parts of the four gradients (grad_dO's -E∘O term as -E∘(P·V) over the call's keys).
+// D = rowsum(dO∘O) - dL is formed from O as always, so O must be the whole row's output.
+enum class BobStage { kWhole, kRowSums, kFromRowSums };
+
 struct AttentionArgs {
   AttentionShape shape;
   DType dtype;
@@ -204,6 +212,8 @@ struct AttentionArgs {
   const void *Qt, *Kt, *Vt;     // BoB: cotangents of dQ, dK, dV (nullptr = absent)
   void *out0, *out1, *out2, *out3;  // fwd: O, L; bwd: dQ, dK, dV; BoB: gQ, gK, gV, gdO
   void* out4;                       // BoB: gdL (L-shaped), nullptr = not wanted
+  BobStage stage = BobStage::kWhole;  // BoB: the whole of it or one of its two stages
+  void *E = nullptr, *F = nullptr;    // BoB stages: the row scalars (L-shaped, L's dtype)
 };
 
 }  // namespace gg::kernels

@@ -321,40 +321,87 @@ TensorList attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   return grads;
 }
 
-TensorList attention_backward_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O,
-                                       const Tensor& L, const Tensor& dO, const Tensor& qt, const Tensor& kt,
-                                       const Tensor& vt, const AttentionOptions& o, const Tensor& dL) {
-  const char* op = "attention_backward_backward";
+namespace {
+// The BoB's kernel arguments: its checked, contiguous inputs (kept alive in `keep`) and outputs.
+struct BobCall {
+  kernels::AttentionArgs a;
+  TensorList keep;
+};
+BobCall bob_call(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,
+                 const Tensor& dO, const Tensor& qt, const Tensor& kt, const Tensor& vt, const AttentionOptions& o,
+                 const Tensor& dL) {
   Checked c = check_qkv(op, q, k, v, o);
-  Tensor Oc = contiguous_like(op, O, q, "O"), dOc = contiguous_like(op, dO, q, "dO");
   check_lse(op, c, q, L);
+  BobCall b{args_for(c), {c.q, c.k, c.v, contiguous_like(op, O, q, "O"), contiguous_like(op, dO, q, "dO")}};
   Tensor dLc = dL.defined() ? contiguous_like(op, dL, L, "dL") : Tensor();
   Tensor qtc = qt.defined() ? contiguous_like(op, qt, q, "qt") : Tensor();
   Tensor ktc = kt.defined() ? contiguous_like(op, kt, k, "kt") : Tensor();
   Tensor vtc = vt.defined() ? contiguous_like(op, vt, k, "vt") : Tensor();
-  TensorList outs;  // gQ, gK, gV, gdO, gdL
+  b.a.O = b.keep[3].raw_data();
+  b.a.L = L.raw_data();
+  b.a.dO = b.keep[4].raw_data();
+  b.a.dL = data_or_null(dLc);
+  b.a.Qt = data_or_null(qtc);
+  b.a.Kt = data_or_null(ktc);
+  b.a.Vt = data_or_null(vtc);
+  for (const Tensor& t : {dLc, qtc, ktc, vtc}) b.keep.push_back(t);
+  return b;
+}
+
+// gQ, gK, gV, gdO, written by the kernel.
+TensorList bob_outputs(const Tensor& q, const Tensor& k, kernels::AttentionArgs& a) {
+  TensorList outs;
   for (const Tensor* like : {&q, &k, &k, &q}) outs.push_back(empty(like->shape(), q.dtype(), q.device()));
-  outs.push_back(empty(L.shape(), L.dtype(), q.device()));
-  kernels::AttentionArgs a = args_for(c);
-  a.O = Oc.raw_data();
-  a.L = L.raw_data();
-  a.dO = dOc.raw_data();
-  a.dL = data_or_null(dLc);
-  a.Qt = data_or_null(qtc);
-  a.Kt = data_or_null(ktc);
-  a.Vt = data_or_null(vtc);
   a.out0 = outs[0].raw_data();
   a.out1 = outs[1].raw_data();
   a.out2 = outs[2].raw_data();
   a.out3 = outs[3].raw_data();
-  a.out4 = outs[4].raw_data();
-  dispatch::attention_bwd_bwd(a, q.device());
+  return outs;
+}
+}  // namespace
+
+TensorList attention_backward_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O,
+                                       const Tensor& L, const Tensor& dO, const Tensor& qt, const Tensor& kt,
+                                       const Tensor& vt, const AttentionOptions& o, const Tensor& dL) {
+  const char* op = "attention_backward_backward";
+  BobCall b = bob_call(op, q, k, v, O, L, dO, qt, kt, vt, o, dL);
+  TensorList outs = bob_outputs(q, k, b.a);  // gQ, gK, gV, gdO, gdL
+  outs.push_back(empty(L.shape(), L.dtype(), q.device()));
+  b.a.out4 = outs[4].raw_data();
+  dispatch::attention_bwd_bwd(b.a, q.device());
   record(op, {q, k, v, dO, dL, qt, kt, vt}, outs, {q, k, v, dO, dL, qt, kt, vt}, [o](const BackwardArgs& g) -> TensorList {
     logging::warn_once("attention_order3",
                    "gg::attention: third and higher derivatives fall back to differentiating attention_composite "
                    "(exact, but O(N^2) memory)");
     return bob_composite_vjp(g.saved, g.grads, o);
   });
+  return outs;
+}
+
+TensorList attention_bob_row_sums(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,
+                                  const Tensor& dO, const Tensor& qt, const Tensor& kt, const Tensor& vt,
+                                  const AttentionOptions& o) {
+  BobCall b = bob_call("attention_bob_row_sums", q, k, v, O, L, dO, qt, kt, vt, o, Tensor());
+  const TensorList scratch = bob_outputs(q, k, b.a);  // the stage may write them; not returned
+  TensorList EF = {empty(L.shape(), L.dtype(), q.device()), empty(L.shape(), L.dtype(), q.device())};
+  b.a.stage = kernels::BobStage::kRowSums;
+  b.a.E = EF[0].raw_data();
+  b.a.F = EF[1].raw_data();
+  dispatch::attention_bwd_bwd(b.a, q.device());
+  return EF;
+}
+
+TensorList attention_bob_from_row_sums(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O,
+                                       const Tensor& L, const Tensor& dO, const Tensor& qt, const Tensor& kt,
+                                       const Tensor& vt, const Tensor& E, const Tensor& F, const AttentionOptions& o) {
+  const char* op = "attention_bob_from_row_sums";
+  BobCall b = bob_call(op, q, k, v, O, L, dO, qt, kt, vt, o, Tensor());
+  const Tensor Ec = contiguous_like(op, E, L, "E"), Fc = contiguous_like(op, F, L, "F");
+  TensorList outs = bob_outputs(q, k, b.a);
+  b.a.stage = kernels::BobStage::kFromRowSums;
+  b.a.E = Ec.raw_data();  // read only in this stage
+  b.a.F = Fc.raw_data();
+  dispatch::attention_bwd_bwd(b.a, q.device());
   return outs;
 }
 

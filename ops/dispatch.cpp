@@ -98,7 +98,7 @@ void attention_cpu(int level, const kernels::AttentionArgs& a) {
   else
     k::attention_bwd_bwd<T>(a.shape, in<T>(a.Q), in<T>(a.K), in<T>(a.V), in<T>(a.O), in<T>(a.L), in<T>(a.dO),
                             in<T>(a.dL), in<T>(a.Qt), in<T>(a.Kt), in<T>(a.Vt), out<T>(a.out0), out<T>(a.out1),
-                            out<T>(a.out2), out<T>(a.out3), out<T>(a.out4));
+                            out<T>(a.out2), out<T>(a.out3), out<T>(a.out4), a.stage, out<T>(a.E), out<T>(a.F));
 }
 
 void attention(int level, const kernels::AttentionArgs& a, Device device) {

@@ -198,6 +198,18 @@ TensorList attention_backward_backward(const Tensor& q, const Tensor& k, const T
                                        const Tensor& L, const Tensor& dO, const Tensor& qt, const Tensor& kt,
                                        const Tensor& vt, const AttentionOptions& options = {},
                                        const Tensor& dL = {});  // {gQ, gK, gV, gdO, gdL}
+// The BoB in two stages, for keys that arrive in blocks (dist::attention's ring): given the whole
+// rows' O and L (merged over the blocks), attention_bob_row_sums returns this block's part of the
+// BoB's row scalars {E, F} (L-shaped; the parts add up over the blocks), and
+// attention_bob_from_row_sums, given the whole rows' E and F, this block's parts of {gQ, gK, gV,
+// gdO} (gQ and gdO add up over the blocks). Not recorded: the caller differentiates no further.
+TensorList attention_bob_row_sums(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,
+                                  const Tensor& dO, const Tensor& qt, const Tensor& kt, const Tensor& vt,
+                                  const AttentionOptions& options = {});
+TensorList attention_bob_from_row_sums(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O,
+                                       const Tensor& L, const Tensor& dO, const Tensor& qt, const Tensor& kt,
+                                       const Tensor& vt, const Tensor& E, const Tensor& F,
+                                       const AttentionOptions& options = {});
 // attention_composite's O and L (the same L as attention_forward's, in q's dtype): the ground
 // truth for L and its derivatives.
 AttentionForward attention_composite_forward(const Tensor& q, const Tensor& k, const Tensor& v,

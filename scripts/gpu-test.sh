@@ -9,7 +9,7 @@ OUT="${OUT:-$PWD/gpu-logs}"
 mkdir -p "$OUT"
 BUILD="${GG_GPU_BUILD:-build-gpu}"
 # memcheck: the op table and a small case of every attention kernel, the tail splits included
-MEMCHECK_FILTER="${1:-Cuda.*:Ops/CudaOpTable.F32*:CudaAttention.PoisonedOutputs:CudaAttention.HopperForwardPoisonedAndDeterministic:CudaAttention.HopperFusedTailSplit:CudaAttention.HopperForwardTailSplit:CudaAttentionOptionsEdges.*:Dtypes/CudaAttentionOptionsEmptyRows.*:Cases/CudaAttentionOptions.OptionsMatchCpu/tiles_gqa_window:HeadDims/CudaAttentionOptionsTensorCores.WithinTwiceGeneric/0:HeadDims/CudaAttentionOptionsTensorCores.WithinTwiceGeneric/1}"
+MEMCHECK_FILTER="${1:-Cuda.*:Ops/CudaOpTable.F32*:CudaAttention.PoisonedOutputs:CudaAttention.HopperForwardPoisonedAndDeterministic:CudaAttention.HopperFusedTailSplit:CudaAttention.HopperForwardTailSplit:CudaAttentionOptionsEdges.*:Dtypes/CudaAttentionOptionsEmptyRows.*:Cases/CudaAttentionOptions.OptionsMatchCpu/tiles_gqa_window:HeadDims/CudaAttentionOptionsTensorCores.WithinTwiceGeneric/0:HeadDims/CudaAttentionOptionsTensorCores.WithinTwiceGeneric/1:CudaAttention.BobStagesOverKeyBlocks}"
 status() { printf '%-28s %s\n' "$1" "$2" | tee -a "$OUT/summary.txt"; }
 : >"$OUT/summary.txt"
 
@@ -47,8 +47,8 @@ elif command -v compute-sanitizer >/dev/null; then
   status "memcheck" "$(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1) (rc $mc_rc, filter $MEMCHECK_FILTER)"
   # racecheck (shared-memory hazards) on a small case of every attention kernel: forward, backward
   # and BoB on each path (PoisonedOutputs), the Hopper forward, and the general-mask instances
-  # (grouped heads, Nq != Nk and windows) of the generic and sm_90a kernels.
-  RACE_FILTER="CudaAttention.PoisonedOutputs:CudaAttention.HopperForwardPoisonedAndDeterministic:Dtypes/CudaAttentionOptionsEmptyRows.*:Cases/CudaAttentionOptions.OptionsMatchCpu/d32_gqa_two_sided:CudaAttentionOptionsEdges.Deterministic"
+  # (grouped heads, Nq != Nk and windows) of the generic and sm_90a kernels, and the BoB's stages.
+  RACE_FILTER="CudaAttention.PoisonedOutputs:CudaAttention.HopperForwardPoisonedAndDeterministic:Dtypes/CudaAttentionOptionsEmptyRows.*:Cases/CudaAttentionOptions.OptionsMatchCpu/d32_gqa_two_sided:CudaAttentionOptionsEdges.Deterministic:CudaAttention.BobStagesOverKeyBlocks"
   compute-sanitizer --tool racecheck --error-exitcode 3 "$BUILD/tests/gg_gpu_tests" --gtest_filter="$RACE_FILTER" \
     >"$OUT/racecheck.log" 2>&1
   rc_rc=$?

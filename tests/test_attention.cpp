@@ -396,6 +396,49 @@ TEST(Attention, RowsWithoutKeysGiveZeros) {
   EXPECT_GT(std::abs(causal[0] - full[0]), 1e-6);
 }
 
+// The BoB's two stages over blocks of keys (dist::attention's ring): with the whole rows' O and L,
+// the blocks' row sums add up to E and F, and with those the blocks' parts of gQ and gdO add up
+// to the whole BoB's, their gK and gV are the whole BoB's rows of their keys. Grouped heads,
+// Nq != Nk, blocks of unequal length, every set of cotangents.
+TEST(Attention, BobStagesOverKeyBlocksAddUp) {
+  manual_seed(31);
+  const int64_t nq = 11, nk = 19, d = 6;
+  const Tensor q = randn({2, 4, nq, d}, DType::f64), dO = randn({2, 4, nq, d}, DType::f64);
+  const Tensor k = randn({2, 2, nk, d}, DType::f64), v = randn({2, 2, nk, d}, DType::f64);
+  const Tensor qt0 = randn(q.shape(), DType::f64), kt0 = randn(k.shape(), DType::f64), vt0 = randn(k.shape(), DType::f64);
+  const AttentionForward f = attention_forward(q, k, v);
+  const std::vector<std::pair<int64_t, int64_t>> blocks = {{0, 7}, {7, 8}, {8, 19}};
+  for (int mask = 1; mask < 8; ++mask) {
+    const Tensor qt = mask & 1 ? qt0 : Tensor(), kt = mask & 2 ? kt0 : Tensor(), vt = mask & 4 ? vt0 : Tensor();
+    const TensorList whole = attention_backward_backward(q, k, v, f.O, f.L, dO, qt, kt, vt);
+    auto keys = [&](const Tensor& x, std::pair<int64_t, int64_t> b) {
+      return x.defined() ? slice(x, 2, b.first, b.second) : Tensor();
+    };
+    Tensor E = zeros(f.L.shape(), DType::f64), F = zeros(f.L.shape(), DType::f64);
+    for (const auto& b : blocks) {
+      const TensorList ef = attention_bob_row_sums(q, keys(k, b), keys(v, b), f.O, f.L, dO, qt, keys(kt, b), keys(vt, b));
+      E = E + ef[0];
+      F = F + ef[1];
+    }
+    const std::string what = "cotangent mask " + std::to_string(mask);
+    expect_close(E.to_vector<double>(), whole[4].to_vector<double>(), 1e-12, 1e-12, what + ": E = grad_dL");
+    Tensor gQ = zeros(q.shape(), DType::f64), gdO = zeros(q.shape(), DType::f64);
+    TensorList gK, gV;
+    for (const auto& b : blocks) {
+      const TensorList g = attention_bob_from_row_sums(q, keys(k, b), keys(v, b), f.O, f.L, dO, qt, keys(kt, b),
+                                                       keys(vt, b), E, F);
+      gQ = gQ + g[0];
+      gK.push_back(g[1]);
+      gV.push_back(g[2]);
+      gdO = gdO + g[3];
+    }
+    expect_close(gQ.to_vector<double>(), whole[0].to_vector<double>(), 1e-12, 1e-12, what + ": gQ");
+    expect_close(cat(gK, 2).to_vector<double>(), whole[1].to_vector<double>(), 1e-12, 1e-12, what + ": gK");
+    expect_close(cat(gV, 2).to_vector<double>(), whole[2].to_vector<double>(), 1e-12, 1e-12, what + ": gV");
+    expect_close(gdO.to_vector<double>(), whole[3].to_vector<double>(), 1e-12, 1e-12, what + ": gdO");
+  }
+}
+
 // Grouped heads equal the same attention with k and v repeated per query head; dK and dV are
 // the sums over the group.
 TEST(Attention, GroupedHeadsEqualRepeatedHeads) {

@@ -67,7 +67,9 @@ void attention_bwd(const AttentionShape& p,
 // BoB: given cotangents Qt, Kt, Vt of dQ, dK, dV (each may be nullptr = absent, skip its terms,
 // do not multiply zeros), write grad_Q, grad_K, grad_V, grad_dO (all four always written, fully
 // overwritten) and, when gdL is not nullptr, grad_dL = E. dL as for attention_bwd. O and L are
-// saved values: no gradient flows into them.
+// saved values: no gradient flows into them. stage (kernels/params.h): kWhole as above;
+// kRowSums writes only E and F (the row scalars of this call's keys, (B, H, N) each);
+// kFromRowSums reads the whole row's E and F and writes this call's parts of the four gradients.
 template <typename T>
 void attention_bwd_bwd(const AttentionShape& p,
                        const T* Q,   // (B, H, N, d)
@@ -84,7 +86,10 @@ void attention_bwd_bwd(const AttentionShape& p,
                        T* gK,        // K-shaped out
                        T* gV,        // K-shaped out
                        T* gdO,       // (B, H, N, d) out
-                       T* gdL);      // (B, H, N)    out, or nullptr
+                       T* gdL,       // (B, H, N)    out (= E), or nullptr
+                       BobStage stage = BobStage::kWhole,
+                       T* E = nullptr,   // (B, H, N)    the stages' row scalars
+                       T* F = nullptr);
 
 // ---------------------------------------------------------------------------------------------
 // Internal: tile helpers shared by the three attention .cpp files. Not part of the interface.

@@ -31,6 +31,9 @@
 //      group sum stays in the task's accumulators).
 // Masks: tiles outside every row's window are skipped, tiles across a window edge are masked
 // (P = 0). A row that sees no key has P = 0 throughout, so it contributes nothing anywhere.
+// Stages (kernels/params.h, BobStage): kRowSums is pass 1 without its output products;
+// kFromRowSums is pass 1 with the caller's E and F (S̄ and dP̄ formed tile by tile, as in pass 2,
+// so grad_dO's -E·O comes as dP̄·V over this call's keys), then pass 2.
 // Scratch per thread: eight kBlockM x kBlockN tiles, six accumulators of max(kBlockM, kBlockN) x d.
 #include <algorithm>
 #include <vector>
@@ -42,7 +45,7 @@ namespace gg::kernels::cpu {
 template <typename T>
 void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T* V, const T* O,
                        const T* L, const T* dO, const T* dL, const T* Qt, const T* Kt, const T* Vt,
-                       T* gQ, T* gK, T* gV, T* gdO, T* gdL) {
+                       T* gQ, T* gK, T* gV, T* gdO, T* gdL, BobStage stage, T* E_io, T* F_io) {
   const int64_t B = p.B, num_heads = p.H, N = p.N, d = p.d;
   const detail::Visibility vis(p);
   const detail::Heads heads(p);
@@ -53,7 +56,13 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
   const bool has_G = has_Qt || has_Kt;  // G = s·(Qt·Kᵀ + Q·Ktᵀ) is nonzero
   const bool has_H = has_Vt;            // H = dO·Vtᵀ is nonzero
 
+  const bool row_sums = stage == BobStage::kRowSums, from_sums = stage == BobStage::kFromRowSums;
   if (!has_G && !has_H) {  // ℒ = 0: every gradient is zero
+    if (row_sums) {
+      std::fill(E_io, E_io + rows, T(0));
+      std::fill(F_io, F_io + rows, T(0));
+      return;
+    }
     std::fill(gQ, gQ + rows * d, T(0));
     std::fill(gK, gK + kv_rows * d, T(0));
     std::fill(gV, gV + kv_rows * d, T(0));
@@ -65,7 +74,9 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
   const int64_t num_q_blocks = detail::num_blocks(N, kBlockM);
   const int64_t num_k_blocks = detail::num_blocks(vis.nk, kBlockN);
   [[maybe_unused]] const bool par = detail::worth_threads(p);
-  std::vector<T> D(rows), E(rows), F(rows);  // (B, H, N) row scalars
+  std::vector<T> D(rows), E_own(stage == BobStage::kWhole ? rows : 0), F_own(E_own.size());  // (B, H, N)
+  T* const E = E_own.empty() ? E_io : E_own.data();  // the stages' E and F are the caller's
+  T* const F = F_own.empty() ? F_io : F_own.data();
 
   // ---- pass 0: D = rowsum(dO∘O) ----
   GG_OMP(parallel for if (par))
@@ -121,10 +132,12 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
           int64_t kb_first, kb_last;
           vis.key_blocks(i0, mi, kBlockN, &kb_first, &kb_last);
           const T* Di = D.data() + head + i0;
-          T* Ei = E.data() + head + i0;
-          T* Fi = F.data() + head + i0;
-          std::fill(Ei, Ei + mi, T(0));  // Σ_j P∘G
-          std::fill(Fi, Fi + mi, T(0));  // Σ_j P∘(dP∘G + H), completed in the epilogue
+          T* Ei = E + head + i0;
+          T* Fi = F + head + i0;
+          if (!from_sums) {
+            std::fill(Ei, Ei + mi, T(0));  // Σ_j P∘G
+            std::fill(Fi, Fi + mi, T(0));  // Σ_j P∘(dP∘G + H), completed in the epilogue
+          }
           for (auto* acc : {&X1, &X2, &X3, &X4, &Y1, &Y2})
             std::fill(acc->begin(), acc->begin() + mi * d, T(0));
 
@@ -133,6 +146,25 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
             const int64_t j0 = kb * kBlockN;
             const int64_t nj = std::min(kBlockN, vis.nk - j0);
             score_tiles(head, kh, i0, mi, j0, nj);
+            const T* Kj = K + (kh + j0) * d;
+            if (from_sums) {  // E and F known: the coefficient tiles of pass 2, by rows
+              for (int64_t i = 0; i < mi; ++i)
+                for (int64_t j = 0; j < nj; ++j) {
+                  const int64_t ij = i * kBlockN + j;
+                  T Pbar = has_H ? Hs[ij] : T(0);
+                  if (has_G) {
+                    dS[ij] = P[ij] * (dP[ij] - Di[i]);
+                    Pbar += (dP[ij] - Di[i]) * G[ij] - dP[ij] * Ei[i];  // P̄ = (dP - D)∘G - dP∘E + H
+                    PG[ij] = P[ij] * (G[ij] - Ei[i]);                   // dP̄ = P∘(G - E)
+                  }
+                  C1[ij] = P[ij] * (Pbar - Fi[i]);  // S̄ = P∘(P̄ - F)
+                }
+              detail::tile_ab_acc(mi, nj, d, C1.data(), Kj, X1.data());  // X1 += S̄·K
+              if (has_G) detail::tile_ab_acc(mi, nj, d, PG.data(), V + (kh + j0) * d, Y1.data());  // += dP̄·V
+              if (has_Kt) detail::tile_ab_acc(mi, nj, d, dS.data(), Kt + (kh + j0) * d, X4.data());
+              if (has_Vt) detail::tile_ab_acc(mi, nj, d, P.data(), Vt + (kh + j0) * d, Y2.data());
+              continue;
+            }
 
             // Coefficient tiles and row sums. P̄ = (dP - D)∘G - dP∘E + H splits into the part
             // known now, C1 = P∘((dP - D)∘G + H), and E·(P∘dP), applied in the epilogue.
@@ -158,7 +190,7 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
               Ei[i] += e;
               Fi[i] += f;
             }
-            const T* Kj = K + (kh + j0) * d;
+            if (row_sums) continue;
             // S̄·K = X1 - E·X2 - F·X3: undoes S = s·Q·Kᵀ in Q (through P = softmax_rows(S))
             detail::tile_ab_acc(mi, nj, d, C1.data(), Kj, X1.data());  // X1 += C1·K
             detail::tile_ab_acc(mi, nj, d, P.data(), Kj, X3.data());   // X3 += P·K
@@ -177,8 +209,9 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
           // accumulator here: O(d) work per row, nothing per tile)
           for (int64_t i = 0; i < mi; ++i) {
             // F = Σ P∘(dP∘G + H) - (D + D')∘E: D' = D - dL from dS, D = Σ P∘dP from P̄'s E·dP
-            Fi[i] -= (T(2) * Di[i] + (dL ? dL[head + i0 + i] : T(0))) * Ei[i];
-            const T e = Ei[i], f = Fi[i];
+            if (!from_sums) Fi[i] -= (T(2) * Di[i] + (dL ? dL[head + i0 + i] : T(0))) * Ei[i];
+            if (row_sums) continue;
+            const T e = from_sums ? T(0) : Ei[i], f = from_sums ? T(0) : Fi[i];  // from_sums: in X1, Y1
             const int64_t r = head + i0 + i;
             const T* Oi = O + r * d;
             const T *x1 = X1.data() + i * d, *x2 = X2.data() + i * d, *x3 = X3.data() + i * d,
@@ -188,15 +221,15 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
             GG_OMP(simd)
             for (int64_t k = 0; k < d; ++k) {
               gQi[k] = s * (x1[k] - e * x2[k] - f * x3[k] + x4[k]);  // grad_Q = s·(S̄·K + dS·Kt)
-              gdOi[k] = y1[k] - e * Oi[k] + y2[k];                    // grad_dO = dP̄·V + P·Vt
+              gdOi[k] = y1[k] - (from_sums ? T(0) : e * Oi[k]) + y2[k];  // grad_dO = dP̄·V + P·Vt
             }
           }
         }
-    // (implicit barrier: pass 2 reads every row's E and F)
+    // (implicit barrier: pass 2 reads every row's E and F; the row-sum stage has no pass 2)
 
     // ---- pass 2: grad_K, grad_V, one (kv head, key block) per task ----
     GG_OMP(for collapse(3) schedule(dynamic, 1))
-    for (int64_t b = 0; b < B; ++b)
+    for (int64_t b = 0; b < (row_sums ? 0 : B); ++b)
       for (int64_t hk = 0; hk < heads.Hkv; ++hk)
         for (int64_t kb = 0; kb < num_k_blocks; ++kb) {
           // prologue: key rows [j0, j0 + nj); the query blocks that see them
@@ -218,8 +251,8 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
             const int64_t mi = std::min(kBlockM, N - i0);
             score_tiles(head, kh, i0, mi, j0, nj);
             const T* Di = D.data() + head + i0;
-            const T* Ei = E.data() + head + i0;
-            const T* Fi = F.data() + head + i0;
+            const T* Ei = E + head + i0;
+            const T* Fi = F + head + i0;
 
             T* Sbar = C1.data();
             T* dPbar = PdP.data();
@@ -252,16 +285,17 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
           }
         }
   }
-  if (gdL) std::copy(E.begin(), E.end(), gdL);  // ∂ℒ/∂dL = Σ_j P∘G = E: dL enters as D - dL
+  if (gdL) std::copy(E, E + rows, gdL);  // ∂ℒ/∂dL = Σ_j P∘G = E: dL enters as D - dL
 }
 
 template void attention_bwd_bwd<float>(const AttentionShape&, const float*, const float*,
                                        const float*, const float*, const float*, const float*,
                                        const float*, const float*, const float*, const float*,
-                                       float*, float*, float*, float*, float*);
+                                       float*, float*, float*, float*, float*, BobStage, float*, float*);
 template void attention_bwd_bwd<double>(const AttentionShape&, const double*, const double*,
                                         const double*, const double*, const double*, const double*,
                                         const double*, const double*, const double*, const double*,
-                                        double*, double*, double*, double*, double*);
+                                        double*, double*, double*, double*, double*, BobStage, double*,
+                                        double*);
 
 }  // namespace gg::kernels::cpu

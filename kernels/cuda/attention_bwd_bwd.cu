@@ -63,7 +63,9 @@ using namespace attn;
 // ------------------------------------------------------------------------ generic kernels
 
 // Pass 1 for query rows [i0, i0 + kRows): thread (o, r) owns query i0 + o and keys j0 + r + 8k.
-template <typename T>
+// kGiven (BobStage::kFromRowSums): E and F are the caller's (p.E, p.F), so dP̄ = P∘(G - E) is
+// formed per tile and grad_dO needs no -E·O; nothing is stored to E and F.
+template <typename T, bool kGiven = false>
 __global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_bob_pass1_generic_kernel(const Params<T> p) {
   using Acc = typename Elem<T>::Acc;
   using C = GenericTraits;
@@ -82,6 +84,7 @@ __global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_bob_pass
   const T *Qh = b.Q, *Kh = b.K, *Vh = b.V, *dOh = b.dO, *Qth = b.Qt, *Kth = b.Kt, *Vth = b.Vt;
   const Acc L_i = i < p.N ? p.L[head + i] : Acc(0);
   const Acc D_i = i < p.N ? p.D[head + i] : Acc(0);
+  const Acc E_given = kGiven && i < p.N ? p.E[head + i] : Acc(0);
   Acc XA[C::kColsPerThread] = {}, X2[C::kColsPerThread] = {}, X3[C::kColsPerThread] = {},
       Y[C::kColsPerThread] = {};
   Acc e_part = 0, f_part = 0;  // this thread's share of Σ_j P∘G and Σ_j P∘(dP∘G + H)
@@ -127,7 +130,7 @@ __global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_bob_pass
       sC1[at] = C1;
       sP[at] = P;
       sPdP[at] = PdP;
-      sPG[at] = PG;
+      sPG[at] = kGiven ? PG - P * E_given : PG;  // kGiven: dP̄
       sdS[at] = dS;
     }
     __syncthreads();
@@ -144,10 +147,10 @@ __global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_bob_pass
   }
 
   // ---- epilogue: E, F; grad_Q = s·(XA - E·X2 - F·X3), grad_dO = Y - E·O
-  const Acc E = group_sum(e_part);
+  const Acc E = kGiven ? E_given : group_sum(e_part);
   // F = Σ P∘(dP∘G + H) - (D + D')·E: D_i is D' = D - dL (dS), D = Σ P∘dP (P̄'s E·dP term)
   const Acc dl_i = p.row_dL(head, i);
-  const Acc F = group_sum(f_part) - (Acc(2) * D_i + dl_i) * E;
+  const Acc F = kGiven ? (i < p.N ? p.F[head + i] : Acc(0)) : group_sum(f_part) - (Acc(2) * D_i + dl_i) * E;
   if (i < p.N) {
     const T* Oi = b.O + static_cast<int64_t>(i) * p.d;
     Acc gQ[C::kColsPerThread], gdO[C::kColsPerThread];
@@ -155,11 +158,11 @@ __global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_bob_pass
     for (int k = 0; k < C::kColsPerThread; ++k) {
       const int c = c0 + th.r + 8 * k;
       gQ[k] = p.scale * (XA[k] - E * X2[k] - F * X3[k]);
-      gdO[k] = Y[k] - (c < p.d ? E * Elem<T>::to_acc(Oi[c]) : Acc(0));
+      gdO[k] = Y[k] - (c < p.d && !kGiven ? E * Elem<T>::to_acc(Oi[c]) : Acc(0));
     }
     gen_store(p.out0 + (head + i) * p.d, gQ, c0, p.d, th);
     gen_store(p.out3 + (head + i) * p.d, gdO, c0, p.d, th);
-    if (blockIdx.y == 0 && th.r == 0) {
+    if (!kGiven && blockIdx.y == 0 && th.r == 0) {
       p.E[head + i] = E;
       p.F[head + i] = F;
     }
@@ -281,7 +284,7 @@ __device__ __forceinline__ void split_pass1_entry(float P, float scale, float D,
   S = P;
 }
 
-template <typename T, int kD, int kCols>
+template <typename T, int kD, int kCols, bool kGiven>
 __device__ __forceinline__ void bob_pass1_epilogue(const Params<T>& p, const float (&XA)[kCols / 8][4],
                                                    const float (&X2)[kCols / 8][4], const float (&X3)[kCols / 8][4],
                                                    const float (&Y)[kCols / 8][4], const float (&e_part)[2],
@@ -289,12 +292,18 @@ __device__ __forceinline__ void bob_pass1_epilogue(const Params<T>& p, const flo
                                                    int c0, int lane) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const float E = quad_sum(e_part[h]);
     const int row = iw + frag_row(lane, 2 * h);
-    const float dl = p.row_dL(head, row);  // D[h] is D - dL
-    const float F = quad_sum(f_part[h]) - (2.f * D[h] + dl) * E;
+    float E, F;
+    if constexpr (kGiven) {  // the caller's (BobStage::kFromRowSums)
+      E = row < p.N ? p.E[head + row] : 0.f;
+      F = row < p.N ? p.F[head + row] : 0.f;
+    } else {
+      E = quad_sum(e_part[h]);
+      const float dl = p.row_dL(head, row);  // D[h] is D - dL
+      F = quad_sum(f_part[h]) - (2.f * D[h] + dl) * E;
+    }
     if (row >= p.N) continue;
-    if (blockIdx.y == 0 && lane % 4 == 0) {
+    if (!kGiven && blockIdx.y == 0 && lane % 4 == 0) {
       p.E[head + row] = E;
       p.F[head + row] = F;
     }
@@ -307,7 +316,7 @@ __device__ __forceinline__ void bob_pass1_epilogue(const Params<T>& p, const flo
       for (int u = 0; u < 2; ++u) {
         const int e = 2 * h + u;
         gq[u] = p.scale * (XA[j][e] - E * X2[j][e] - F * X3[j][e]);
-        gdo[u] = Y[j][e] - E * Elem<T>::to_acc(p.O[at + c + u]);
+        gdo[u] = kGiven ? Y[j][e] : Y[j][e] - E * Elem<T>::to_acc(p.O[at + c + u]);  // kGiven: E in Y
       }
       *reinterpret_cast<uint32_t*>(p.out0 + at + c) = Elem<T>::pack(gq[0], gq[1]);
       *reinterpret_cast<uint32_t*>(p.out3 + at + c) = Elem<T>::pack(gdo[0], gdo[1]);
@@ -316,8 +325,9 @@ __device__ __forceinline__ void bob_pass1_epilogue(const Params<T>& p, const flo
 }
 
 // Pass 1 for query rows [i0, i0 + kBlockM), output columns [c0, c0 + kCols); warp w owns
-// queries [iw, iw + 16). kOpts: the general mask and shapes (Params::sees).
-template <typename T, int kD, bool kOpts>
+// queries [iw, iw + 16). kOpts: the general mask and shapes (Params::sees). kGiven: as for the
+// generic pass 1, E and F are the caller's.
+template <typename T, int kD, bool kOpts, bool kGiven = false>
 __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pass1_tc_kernel(const Params<T> p) {
   using Cfg = Sm80Traits<kD>;
   constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride, kCols = Cfg::kBobCols;
@@ -347,6 +357,12 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
   const float sl2 = p.scale * kLog2e;
   float L2[2], D[2];  // L·log2e and D of own rows g, g + 8
   row_scalars(p, head, iw, lane, L2, D);
+  float E_given[2] = {0.f, 0.f};
+  if constexpr (kGiven)
+    for (int h = 0; h < 2; ++h) {
+      const int row = iw + frag_row(lane, 2 * h);
+      E_given[h] = row < p.N ? p.E[head + row] : 0.f;
+    }
 
   auto load_tile = [&](int kb, int stage) {
     load_rows_async<T, kD, kBN>(sK + stage * Cfg::kTileElems, Kh, kb * kBN, nk);
@@ -399,6 +415,7 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
           const int key = js + frag_col(lane, n, e), row = iw + frag_row(lane, e);
           const float P = blk.sees(p, row, key) ? exp2f(S[n][e] * sl2 - L2[h]) : 0.f;
           split_pass1_entry(P, p.scale, D[h], S[n][e], dP[n][e], G[n][e], Hs[n][e], dS[n][e], e_part[h], f_part[h]);
+          if constexpr (kGiven) G[n][e] -= P * E_given[h];  // dP̄ = P∘(G - E)
         }
 
       // output products on columns [c0, c0 + kCols) of the key rows. XA, X2, X3 and the
@@ -424,7 +441,7 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
     });
   });
 
-  bob_pass1_epilogue<T, kD, kCols>(p, XA, X2, X3, Y, e_part, f_part, D, head, iw, c0, lane);
+  bob_pass1_epilogue<T, kD, kCols, kGiven>(p, XA, X2, X3, Y, e_part, f_part, D, head, iw, c0, lane);
 }
 
 // Pass 2 for key rows [j0, j0 + kBlockM); warp w owns keys [jw, jw + 16). kOpts: the general mask
@@ -1330,18 +1347,24 @@ void launch_bob_sm90_fused(const Params<T>& p) {
 
 // ------------------------------------------------------------------------ launchers
 
+// stage (kernels/params.h): kRowSums runs pass 1 alone (its outputs are scratch), kFromRowSums
+// runs pass 1 with the caller's E and F, then pass 2.
 template <typename T, int kD>
-void launch_bob_sm80(const Params<T>& p) {
+void launch_bob_sm80(const Params<T>& p, BobStage stage = BobStage::kWhole) {
   launch_D(p);
   using Cfg = Sm80Traits<kD>;
   {
     const size_t smem = (3 * Cfg::kOwnElems + 8 * Cfg::kTileElems) * sizeof(T);
-    auto kernel = p.opts ? attention_bob_pass1_tc_kernel<T, kD, true> : attention_bob_pass1_tc_kernel<T, kD, false>;
+    const bool given = stage == BobStage::kFromRowSums;
+    auto kernel = given ? (p.opts ? attention_bob_pass1_tc_kernel<T, kD, true, true>
+                                  : attention_bob_pass1_tc_kernel<T, kD, false, true>)
+                        : (p.opts ? attention_bob_pass1_tc_kernel<T, kD, true> : attention_bob_pass1_tc_kernel<T, kD, false>);
     set_smem(kernel, smem);
     const dim3 grid(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), kD / Cfg::kBobCols);
     kernel<<<grid, Cfg::kThreads, smem, cuda_stream()>>>(p);
     CUDA_CHECK_LAUNCH();
   }
+  if (stage == BobStage::kRowSums) return;
   {
     const size_t smem = (4 * Cfg::kOwnElems + 6 * Cfg::kTileElems) * sizeof(T) + 8 * Cfg::kBlockN * sizeof(float);
     auto kernel = p.opts ? attention_bob_pass2_tc_kernel<T, kD, true> : attention_bob_pass2_tc_kernel<T, kD, false>;
@@ -1372,11 +1395,38 @@ void launch_bob_sm90(const Params<T>& p) {
   launch_bob_pass2_ws<T, kD>(p, make_sweep_maps(p, kD, BobKeySm90Traits<kD>::kBlockN, 0));
 }
 
+// The two stages (kernels/params.h), with p.E and p.F the caller's: the row sums are the query
+// pass that forms E and F; from them, the query pass that reads them, then the key pass.
+template <typename T>
+void bob_stage(const AttentionArgs& a, const Params<T>& p) {
+  const bool sums = a.stage == BobStage::kRowSums;
+  on_path<T>(
+      a, Level::kBob,
+      [&](auto d) {
+        launch_D(p);
+        const SweepMaps maps = make_sweep_maps(p, d(), 64, BobQuerySm90Traits<d()>::kBlockN);
+        if (sums) return launch_bob_query_ws<T, d(), QueryPass::kEF0>(p, maps);
+        launch_bob_query_ws<T, d(), QueryPass::kEF1>(p, maps);
+        launch_bob_pass2_ws<T, d()>(p, make_sweep_maps(p, d(), BobKeySm90Traits<d()>::kBlockN, 0));
+      },
+      [&](auto d) { launch_bob_sm80<T, d()>(p, a.stage); },
+      [&] {
+        launch_D(p);
+        if (sums) return launch_generic(attention_bob_pass1_generic_kernel<T>, p, 7, 5);
+        launch_generic(attention_bob_pass1_generic_kernel<T, true>, p, 7, 5);
+        launch_generic(attention_bob_pass2_generic_kernel<T>, p, 7, 3, /*key_side=*/true);
+      });
+}
+
 template <typename T>
 void bwd_bwd(const AttentionArgs& a) {
   using Acc = typename Elem<T>::Acc;
   Params<T> p = make_params<T>(a);
   const int64_t rows = p.BH * p.N;
+  if (a.stage == BobStage::kRowSums && p.Qt == nullptr && p.Kt == nullptr && p.Vt == nullptr) {  // E = F = 0
+    for (void* out : {a.E, a.F}) CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<size_t>(rows) * sizeof(Acc), cuda_stream()));
+    return;
+  }
   if (p.Qt == nullptr && p.Kt == nullptr && p.Vt == nullptr) {  // ℒ = 0: every gradient is zero
     const size_t q_bytes = static_cast<size_t>(rows) * p.d * sizeof(T);
     const size_t k_bytes = static_cast<size_t>(p.BHkv()) * p.Nk * p.d * sizeof(T);
@@ -1389,6 +1439,11 @@ void bwd_bwd(const AttentionArgs& a) {
   p.D = scalars.as<Acc>();
   p.E = p.D + rows;
   p.F = p.E + rows;
+  if (a.stage != BobStage::kWhole) {
+    p.E = static_cast<Acc*>(a.E);
+    p.F = static_cast<Acc*>(a.F);
+    return bob_stage(a, p);
+  }
   // D = rowsum(dO∘O): by launch_D in each path, or in the sm_90a BoB's pass 0 with P·Vt
   on_path<T>(
       a, Level::kBob, [&](auto d) { launch_bob_sm90<T, d()>(p); }, [&](auto d) { launch_bob_sm80<T, d()>(p); },

@@ -382,6 +382,79 @@ TEST(CudaAttention, GenericPathWithinTwiceComposite) {
       }
 }
 
+// The BoB's two stages (ops.h: attention_bob_row_sums, attention_bob_from_row_sums) over three
+// blocks of keys, grouped heads and Nq != Nk, against the same stages on the CPU in f64: f64 on
+// the GPU (generic kernels) within 1e-12; bf16 on each path (sm_90a where it applies, sm_80,
+// generic) within 2 x the error of the whole BoB on that path, or the rounding floor.
+TEST(CudaAttention, BobStagesOverKeyBlocks) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  const int64_t nq = 150, nk = 230;
+  const std::vector<std::pair<int64_t, int64_t>> blocks = {{0, 64}, {64, 101}, {101, nk}};
+  for (int64_t d : {64, 128})
+    for (const AttentionPath path : {AttentionPath::kAuto, AttentionPath::kSm80, AttentionPath::kGeneric})
+      for (const DType dtype : {DType::bf16, DType::f64}) {
+        if (dtype == DType::f64 && path != AttentionPath::kGeneric) continue;
+        PathMode mode(path);
+        manual_seed(7100 + d);
+        auto draw = [&](const Shape& s) { return to(to(randn(s, DType::f64), DType::bf16), DType::f64); };
+        const Shape qs = {1, 4, nq, d}, ks = {1, 2, nk, d};
+        const TensorList x = {draw(qs), draw(ks), draw(ks), draw(qs), draw(qs), draw(ks), draw(ks)};  // q k v dO q̃ k̃ ṽ
+        const std::string what = std::string(dtype_name(dtype)) + " d " + std::to_string(d) + " path " +
+                                 std::to_string(static_cast<int>(path));
+        // f64 on the CPU, and the same inputs in `dtype` on the GPU
+        auto run = [&](DType dt, Device dev) {
+          TensorList t;
+          for (const Tensor& a : x) t.push_back(to(to(a, dt), dev));
+          const AttentionForward f = attention_forward(t[0], t[1], t[2]);
+          std::vector<Values> out;  // E, F and gQ, gK, gV, gdO of each block, then the whole BoB's
+          for (const auto& [b0, b1] : blocks) {
+            auto keys = [&](const Tensor& a) { return slice(a, 2, b0, b1); };
+            for (const Tensor& e : attention_bob_row_sums(t[0], keys(t[1]), keys(t[2]), f.O, f.L, t[3], t[4],
+                                                          keys(t[5]), keys(t[6])))
+              out.push_back(to(e, DType::f64).to_vector<double>());
+          }
+          const TensorList whole = attention_backward_backward(t[0], t[1], t[2], f.O, f.L, t[3], t[4], t[5], t[6]);
+          const Tensor E = to(to(whole[4], DType::f64), f.L.dtype());  // the stages take the whole E and F
+          Tensor F = zeros(f.L.shape(), DType::f64, dev);
+          for (const auto& [b0, b1] : blocks) {
+            auto keys = [&](const Tensor& a) { return slice(a, 2, b0, b1); };
+            F = F + to(attention_bob_row_sums(t[0], keys(t[1]), keys(t[2]), f.O, f.L, t[3], t[4], keys(t[5]),
+                                              keys(t[6]))[1], DType::f64);
+          }
+          for (const auto& [b0, b1] : blocks) {
+            auto keys = [&](const Tensor& a) { return slice(a, 2, b0, b1); };
+            for (const Tensor& g : attention_bob_from_row_sums(t[0], keys(t[1]), keys(t[2]), f.O, f.L, t[3], t[4],
+                                                               keys(t[5]), keys(t[6]), E, to(F, f.L.dtype())))
+              out.push_back(to(g, DType::f64).to_vector<double>());
+          }
+          for (size_t i = 0; i < 4; ++i) out.push_back(to(whole[i], DType::f64).to_vector<double>());
+          return out;
+        };
+        const std::vector<Values> ref = run(DType::f64, Device::cpu()), got = run(dtype, kGpu);
+        ASSERT_EQ(ref.size(), got.size());
+        const size_t n_sums = 2 * blocks.size(), n_parts = 4 * blocks.size();
+        double whole_err = 0;  // the whole BoB's error on this path, relative to its family
+        {
+          const std::vector<Values> w(ref.end() - 4, ref.end());
+          for (size_t i = 0; i < 4; ++i) whole_err = std::max(whole_err, rel_err(got[n_sums + n_parts + i], w[i], family_scale(w)));
+        }
+        const double tol = dtype == DType::f64 ? 1e-12 : std::max(2 * whole_err, low_precision_floor(dtype));
+        // families: E of every block, F of every block, gQ of every block, ...
+        auto family = [&](size_t i) {
+          const size_t first = i < n_sums ? 0 : n_sums, kinds = i < n_sums ? 2 : 4;
+          std::vector<Values> f;
+          for (size_t j = first + (i - first) % kinds; j < first + kinds * blocks.size(); j += kinds) f.push_back(ref[j]);
+          return f;
+        };
+        for (size_t i = 0; i < n_sums + n_parts; ++i) {
+          ASSERT_TRUE(all_finite(got[i])) << what << " output " << i;
+          const double err = rel_err(got[i], ref[i], family_scale(family(i)));
+          if (verbose()) std::printf("  %-40s stage output %2zu: %.3g (whole BoB %.3g)\n", what.c_str(), i, err, whole_err);
+          EXPECT_LE(err, tol) << what << " stage output " << i << " (whole BoB's error " << whole_err << ")";
+        }
+      }
+}
+
 TEST(CudaAttention, ExplicitScale) {
   GG_REQUIRE_GPU_OR_SKIP();
   for (double scale : {0.37, -0.37})
