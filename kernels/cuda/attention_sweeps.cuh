@@ -730,6 +730,20 @@ __device__ __forceinline__ SweepUnit sweep_unit(int N, bool causal) {
 // [lo, hi) that this block sweeps: all of them, or, in a piece of a split unit, the piece's share
 // (full masks, where every band is alike: a run of the head-major steps; longest first: whole
 // members of the group, plan_group_split's pieces dividing it).
+// The split unit (counted from ts.whole) and piece that block b >= 0 of a kOpts key sweep runs.
+// A last-wave split (ts.whole > 0: every unit sweeps the same steps) goes piece by piece, so that
+// the blocks running at once sweep the same steps of their units and share those query rows in
+// L2; unit by unit, the pieces running at once covered every query head of a grouped unit (at
+// Hkv = 1, N = 64K: 10x the DRAM reads of Hkv = 16 in the BoB's key sweep). A group split (whole
+// = 0, longest first) goes unit by unit.
+struct SplitPiece {
+  int unit, piece;
+};
+__device__ __forceinline__ SplitPiece split_piece(const TailSplit& ts, int b) {
+  if (ts.whole > 0) return {b % ts.split_units, b / ts.split_units};
+  return {b / ts.pieces, b % ts.pieces};
+}
+
 template <int kBN, typename T>
 __device__ __forceinline__ KeyBand key_unit(const Params<T>& p, const TailSplit& ts, SweepUnit& unit) {
   const int per_head = cdiv(p.Nk, 128);
@@ -739,9 +753,10 @@ __device__ __forceinline__ KeyBand key_unit(const Params<T>& p, const TailSplit&
     const BlockCoord bc = block_coord(per_head);
     unit = {bc.bh, bc.blk, 0, 0};
   } else {
-    const BlockCoord uc = unit_coord(int64_t{ts.whole} + b / ts.pieces, per_head);
+    const SplitPiece sp = split_piece(ts, b);
+    const BlockCoord uc = unit_coord(int64_t{ts.whole} + sp.unit, per_head);
     unit = {uc.bh, uc.blk, 0, 0};
-    piece = b % ts.pieces;
+    piece = sp.piece;
     pieces = ts.pieces;
   }
   if (p.right() >= 0) unit.blk = per_head - 1 - unit.blk;  // longest first
@@ -815,8 +830,13 @@ __device__ __forceinline__ void key_rows_out(const Params<T>& p, const TailSplit
   constexpr int kD = 8 * kN8;
   const int piece = static_cast<int>(blockIdx.x) - ts.whole;
   if (piece >= 0) {
-    const int slot = ts.slots == 1 ? 0 : piece % ts.pieces;
-    float* const s = ts.scratch + (static_cast<int64_t>(piece / ts.pieces) * ts.slots + slot) * 2 * 128 * kD;
+    int slot = ts.slots == 1 ? 0 : piece % ts.pieces, unit = piece / ts.pieces;
+    if constexpr (kOpts) {
+      const SplitPiece sp = split_piece(ts, piece);
+      slot = ts.slots == 1 ? 0 : sp.piece;
+      unit = sp.unit;
+    }
+    float* const s = ts.scratch + (static_cast<int64_t>(unit) * ts.slots + slot) * 2 * 128 * kD;
     if (ts.slots == 1) {
       put_key_rows<kD, true>(s, a, jw % 128, lane);
       put_key_rows<kD, true>(s + 128 * kD, b, jw % 128, lane);
