@@ -210,45 +210,111 @@ Tensor attention_all_gather(Group& group, const Tensor& q, const Tensor& k, cons
   return outs.size() == 1 ? outs[0] : cat(outs, 2);
 }
 
-// The stacked (K, V) rows of this rank, (2, B, Hkv, longest, d): padded with zero rows to the
-// longest rank's (sendrecv moves equal shapes).
-Tensor own_block(const Tensor& k, const Tensor& v, int64_t longest) {
-  Tensor block = stack({k, v}, 0);
-  if (k.size(2) == longest) return block;
-  Shape s = block.shape();
-  s[3] = longest - k.size(2);
-  return cat({block, zeros(s, block.dtype(), block.device())}, 3);
-}
+// One rank's ring: the cut of the sequence, and the passes that send stacked blocks of key rows
+// around it. Every pass runs every shift on every rank, in the same order, whatever its pairs
+// (the shifts are collectives), and starts each transfer before the pairs it overlaps
+// (Group::start_sendrecv: on NcclGroup, a stream of its own ordered by events).
+struct Ring {
+  Group& group;
+  AttentionOptions options;
+  Sharding sharding;
+  std::vector<int64_t> sizes, zz;
+  int64_t P, rank, longest;
+  std::vector<Chunk> qcs;  // this rank's query chunks
+  int next, prev;
 
-// The ring schedule's forward, off the tape. Step t: this rank holds the block of rank
-// (rank - t) mod P, the stacked (K, V) rows of that rank padded to the longest rank's rows, and
-// attends each of its query chunks to each key chunk of the block, folding each part into the
-// chunk's running merge. The next block's transfer is started before this one's pairs run
-// (overlapped on NcclGroup). L_out: the merged row log-sum-exp, (B, Hq, n).
-Tensor attention_ring(Group& group, const Tensor& q, const Tensor& k, const Tensor& v,
-                      const AttentionOptions& options, Sharding sharding, const std::vector<int64_t>& sizes,
-                      const std::vector<int64_t>& zz, Tensor* L_out) {
-  NoGradGuard ng;
-  const int64_t P = group.size(), rank = group.rank();
-  Tensor block = own_block(k, v, *std::max_element(sizes.begin(), sizes.end()));  // (2, B, Hkv, rows, d)
-  const std::vector<Chunk> qcs = chunks_of(rank, sharding, sizes, zz);
-  std::vector<RunningMerge> running(qcs.size());
-  const int next = static_cast<int>((rank + 1) % P), prev = static_cast<int>((rank + P - 1) % P);
-  std::unique_ptr<Group::Pending> incoming;
-  for (int64_t t = 0; t < P; ++t) {
-    if (t > 0) block = incoming->wait();
-    if (t + 1 < P) incoming = group.start_sendrecv(block, next, prev);
-    const Tensor K = squeeze(slice(block, 0, 0, 1), 0), V = squeeze(slice(block, 0, 1, 2), 0);
-    for (const Chunk& kc : chunks_of((rank + P - t) % P, sharding, sizes, zz))
-      for (size_t i = 0; i < qcs.size(); ++i)
-        if (const std::optional<Pair> p = narrow(qcs[i], kc, options)) {
-          const AttentionForward f = attend(q, K, V, qcs[i], kc, *p);
-          running[i].fold({f.O, f.L, p->q0 - qcs[i].start, p->q1 - qcs[i].start}, qcs[i].rows);
-        }
+  Ring(Group& g, const AttentionOptions& o, Sharding sh, std::vector<int64_t> rows, std::vector<int64_t> zig)
+      : group(g), options(o), sharding(sh), sizes(std::move(rows)), zz(std::move(zig)), P(g.size()), rank(g.rank()),
+        longest(*std::max_element(sizes.begin(), sizes.end())), qcs(chunks_of(rank, sharding, sizes, zz)),
+        next(static_cast<int>((rank + 1) % P)), prev(static_cast<int>((rank + P - 1) % P)) {}
+
+  // This rank's key-side tensors stacked, (m, B, Hkv, longest, d): padded with zero rows to the
+  // longest rank's (sendrecv moves equal shapes).
+  Tensor own(const TensorList& xs) const {
+    Tensor block = stack(xs, 0);
+    if (xs[0].size(2) == longest) return block;
+    Shape s = block.shape();
+    s[3] = longest - xs[0].size(2);
+    return cat({block, zeros(s, block.dtype(), block.device())}, 3);
   }
+
+  // Sends `block` around once. Step t: this rank holds rank (rank - t) mod P's block and calls
+  // pair(p, i, qa, rows, ka, kv) for each pair of its query chunk i and a key chunk of the block
+  // that sees a key (narrowed as in the header comment): query rows [qa, qa + rows) of this rank's
+  // tensors, key rows [ka, ka + keys) of the block, kv the block's tensors cut to them. Then
+  // stepped(t).
+  template <typename PairFn, typename StepFn>
+  void pass(Tensor block, PairFn&& pair, StepFn&& stepped) const {
+    std::unique_ptr<Group::Pending> incoming;
+    for (int64_t t = 0; t < P; ++t) {
+      if (t > 0) block = incoming->wait();
+      if (t + 1 < P) incoming = group.start_sendrecv(block, next, prev);
+      for (const Chunk& kc : chunks_of((rank + P - t) % P, sharding, sizes, zz))
+        for (size_t i = 0; i < qcs.size(); ++i)
+          if (const std::optional<Pair> p = narrow(qcs[i], kc, options)) {
+            const int64_t qa = qcs[i].local + (p->q0 - qcs[i].start), ka = kc.local + (p->a - kc.start);
+            TensorList kv;
+            for (int64_t m = 0; m < block.size(0); ++m)
+              kv.push_back(slice(squeeze(slice(block, 0, m, m + 1), 0), 2, ka, ka + (p->b - p->a)));
+            pair(*p, i, qa, p->q1 - p->q0, ka, kv);
+          }
+      stepped(t);
+    }
+  }
+
+  // A pass with a gradient of the block's first two tensors travelling behind it: pair(..., part)
+  // adds this rank's share to part, (2, B, Hkv, longest, d); at each step the gradient of the
+  // block, received from the rank before while the pairs ran, is added to it and sent on, and the
+  // last shift takes every block's gradient home. Returns this rank's, {grad of xs[0], of xs[1]}.
+  template <typename PairFn>
+  TensorList pass_with_gradient(const Tensor& block, const Tensor& k, PairFn&& pair) const {
+    const Shape gshape = {2, k.size(0), k.size(1), longest, k.size(3)};
+    Tensor part = zeros(gshape, k.dtype(), k.device()), home;
+    std::unique_ptr<Group::Pending> gradient;
+    pass(
+        block,
+        [&](const Pair& p, size_t i, int64_t qa, int64_t rows, int64_t ka, const TensorList& kv) {
+          pair(p, i, qa, rows, ka, kv, part);
+        },
+        [&](int64_t t) {
+          if (t > 0) part = gradient->wait() + part;  // the ranks before this one added theirs
+          if (P > 1)
+            gradient = group.start_sendrecv(part, next, prev);
+          else
+            home = part;
+          part = zeros(gshape, k.dtype(), k.device());
+        });
+    if (P > 1) home = gradient->wait();
+    return {slice(squeeze(slice(home, 0, 0, 1), 0), 2, 0, k.size(2)),
+            slice(squeeze(slice(home, 0, 1, 2), 0), 2, 0, k.size(2))};
+  }
+
+  // x (B, H, keys, d) padded with zero rows to the block's longest rows at row ka, stacked with y.
+  Tensor block_rows(const Tensor& x, const Tensor& y, int64_t ka) const {
+    const int64_t keys = x.size(2);
+    return stack({pad_rows(x, ka, longest - ka - keys, 0.0), pad_rows(y, ka, longest - ka - keys, 0.0)}, 0);
+  }
+};
+
+// Rows [qa, qa + rows) of a rank's tensor, and back: x padded with zero rows to n at row qa.
+Tensor rows_at(const Tensor& x, int64_t qa, int64_t rows) { return contiguous(slice(x, 2, qa, qa + rows)); }
+Tensor padded_to(const Tensor& x, int64_t qa, int64_t n) { return pad_rows(x, qa, n - qa - x.size(2), 0.0); }
+
+// The ring schedule's forward, off the tape: each pair's part is folded into its query chunk's
+// running merge as the blocks pass. L_out: the merged row log-sum-exp, (B, Hq, n).
+Tensor attention_ring(const Ring& ring, const Tensor& q, const Tensor& k, const Tensor& v, Tensor* L_out) {
+  NoGradGuard ng;
+  std::vector<RunningMerge> running(ring.qcs.size());
+  ring.pass(
+      ring.own({k, v}),
+      [&](const Pair& p, size_t i, int64_t qa, int64_t rows, int64_t, const TensorList& kv) {
+        const AttentionForward f = attention_forward(slice(q, 2, qa, qa + rows), kv[0], kv[1], p.local);
+        running[i].fold({f.O, f.L, p.q0 - ring.qcs[i].start, p.q1 - ring.qcs[i].start}, ring.qcs[i].rows);
+      },
+      [](int64_t) {});
   TensorList outs, Ls;
-  for (size_t i = 0; i < qcs.size(); ++i)
-    if (qcs[i].rows > 0) {
+  for (size_t i = 0; i < ring.qcs.size(); ++i)
+    if (ring.qcs[i].rows > 0) {
       const Merged m = running[i].result();
       outs.push_back(m.O);
       Ls.push_back(m.L);
@@ -257,146 +323,77 @@ Tensor attention_ring(Group& group, const Tensor& q, const Tensor& k, const Tens
   return outs.size() == 1 ? outs[0] : cat(outs, 2);
 }
 
-// The first-order backward of the ring at O(n·d) memory per rank: the blocks go around the
-// ring once more, and behind each its gradient (dK, dV): each (query chunk, key chunk) pair adds
-// attention_backward's parts, taken with the chunk's merged O and L (with them, a pair's
-// P = exp(S - L) and D = rowsum(dO∘O) are the whole sequence's, so the parts sum to the exact
-// gradients). Both transfers run while the pairs compute: block t + 1 is started before step t's
-// pairs, and the gradient of block t, received while they run, is added to this rank's part and
-// sent on after them; the last of those shifts takes every block's dK, dV home. Every rank runs
-// all of them, in the same order, whatever its pairs.
-TensorList ring_backward(Group& group, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O,
-                         const Tensor& L, const Tensor& dO, const AttentionOptions& options, Sharding sharding,
-                         const std::vector<int64_t>& sizes, const std::vector<int64_t>& zz) {
+// The first-order backward at O(n·d) per rank: the blocks go around once more with their dK, dV
+// behind them; each pair adds attention_backward's parts, taken with the chunk's merged O and L
+// (with them, a pair's P = exp(S - L) and D = rowsum(dO∘O) are the whole sequence's, so the
+// parts sum to the exact gradients).
+TensorList ring_backward(const Ring& ring, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O,
+                         const Tensor& L, const Tensor& dO) {
   NoGradGuard ng;
-  const int64_t P = group.size(), rank = group.rank(), n = q.size(2);
-  const int64_t longest = *std::max_element(sizes.begin(), sizes.end());
-  Tensor block = own_block(k, v, longest), dblock, dq = zeros(q.shape(), q.dtype(), q.device());
-  const std::vector<Chunk> qcs = chunks_of(rank, sharding, sizes, zz);
-  const int next = static_cast<int>((rank + 1) % P), prev = static_cast<int>((rank + P - 1) % P);
-  std::unique_ptr<Group::Pending> incoming, gradient;  // block t + 1; the gradient of block t
-  for (int64_t t = 0; t < P; ++t) {
-    if (t > 0) block = incoming->wait();
-    if (t + 1 < P) incoming = group.start_sendrecv(block, next, prev);
-    Tensor part = zeros(block.shape(), block.dtype(), block.device());  // this rank's dK, dV of the block
-    const Tensor K = squeeze(slice(block, 0, 0, 1), 0), V = squeeze(slice(block, 0, 1, 2), 0);
-    for (const Chunk& kc : chunks_of((rank + P - t) % P, sharding, sizes, zz))
-      for (const Chunk& qc : qcs)
-        if (const std::optional<Pair> p = narrow(qc, kc, options)) {
-          const int64_t qa = qc.local + (p->q0 - qc.start), rows = p->q1 - p->q0;
-          const int64_t ka = kc.local + (p->a - kc.start), keys = p->b - p->a;
-          auto rows_of = [&](const Tensor& x) { return slice(x, 2, qa, qa + rows); };
-          const TensorList g = attention_backward(rows_of(q), slice(K, 2, ka, ka + keys), slice(V, 2, ka, ka + keys),
-                                                  rows_of(O), contiguous(rows_of(L)), rows_of(dO), p->local);
-          dq = dq + pad_rows(g[0], qa, n - qa - rows, 0.0);
-          part = part + stack({pad_rows(g[1], ka, longest - ka - keys, 0.0),
-                               pad_rows(g[2], ka, longest - ka - keys, 0.0)}, 0);
-        }
-    if (t > 0) part = gradient->wait() + part;  // the ranks before this one added theirs
-    if (P > 1)
-      gradient = group.start_sendrecv(part, next, prev);
-    else
-      dblock = part;
-  }
-  if (P > 1) dblock = gradient->wait();
-  const Tensor dk = slice(squeeze(slice(dblock, 0, 0, 1), 0), 2, 0, k.size(2));
-  const Tensor dv = slice(squeeze(slice(dblock, 0, 1, 2), 0), 2, 0, k.size(2));
-  return {dq, dk, dv};
+  const int64_t n = q.size(2);
+  Tensor dq = zeros(q.shape(), q.dtype(), q.device());
+  const TensorList dkv = ring.pass_with_gradient(
+      ring.own({k, v}), k,
+      [&](const Pair& p, size_t, int64_t qa, int64_t rows, int64_t ka, const TensorList& kv, Tensor& part) {
+        auto r = [&](const Tensor& x) { return rows_at(x, qa, rows); };
+        const TensorList g = attention_backward(r(q), kv[0], kv[1], r(O), r(L), r(dO), p.local);
+        dq = dq + padded_to(g[0], qa, n);
+        part = part + ring.block_rows(g[1], g[2], ka);
+      });
+  return {dq, dkv[0], dkv[1]};
 }
 
 // The ring's BoB at O(n·d) per rank (docs/distributed.md §5): the blocks go around twice more,
-// now with the cotangents K̃, Ṽ of dK, dV. Round 1: each pair adds its part of the row scalars
-// E and F (attention_bob_row_sums, with the chunk's merged O and L as in ring_backward), so that
-// after it every query row holds its E and F over all keys. Round 2: with those, each pair adds
-// its parts of grad_Q and grad_dO here and of grad_K, grad_V to the block's gradient, which
-// travels behind the block as dK, dV do in ring_backward. Returns {gq, gk, gv, gdO}.
-TensorList ring_bob(Group& group, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,
-                    const Tensor& dO, const Tensor& qt, const Tensor& kt, const Tensor& vt,
-                    const AttentionOptions& options, Sharding sharding, const std::vector<int64_t>& sizes,
-                    const std::vector<int64_t>& zz) {
+// now with the cotangents K̃, Ṽ of dK, dV. First each pair adds its part of its rows' E and F
+// (attention_bob_row_sums, with the merged O and L as in ring_backward); then, with the whole
+// rows' E and F, its parts of grad_Q and grad_dO here and of grad_K, grad_V to the block's
+// gradient, which travels as dK, dV do. Returns {gq, gk, gv, gdO}.
+TensorList ring_bob(const Ring& ring, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O,
+                    const Tensor& L, const Tensor& dO, const Tensor& qt, const Tensor& kt, const Tensor& vt) {
   NoGradGuard ng;
-  const int64_t P = group.size(), rank = group.rank(), n = q.size(2);
-  const int64_t longest = *std::max_element(sizes.begin(), sizes.end());
-  const std::vector<Chunk> qcs = chunks_of(rank, sharding, sizes, zz);
-  const int next = static_cast<int>((rank + 1) % P), prev = static_cast<int>((rank + P - 1) % P);
-  const Tensor own = cat({own_block(k, v, longest), own_block(kt, vt, longest)}, 0);  // (4, B, Hkv, rows, d)
-  // Runs `pair` on every (query chunk, key chunk) pair of each block as the blocks pass, with
-  // the pair's query rows [qa, qa + rows) and its block's K, V, K̃, Ṽ rows [ka, ka + keys);
-  // after each step, `stepped` (if given) with the step's index.
-  auto round = [&](auto&& pair, auto&& stepped) {
-    Tensor block = own;
-    std::unique_ptr<Group::Pending> incoming;
-    for (int64_t t = 0; t < P; ++t) {
-      if (t > 0) block = incoming->wait();
-      if (t + 1 < P) incoming = group.start_sendrecv(block, next, prev);
-      for (const Chunk& kc : chunks_of((rank + P - t) % P, sharding, sizes, zz))
-        for (const Chunk& qc : qcs)
-          if (const std::optional<Pair> p = narrow(qc, kc, options)) {
-            const int64_t qa = qc.local + (p->q0 - qc.start), ka = kc.local + (p->a - kc.start);
-            TensorList kv;
-            for (int64_t i = 0; i < 4; ++i) kv.push_back(slice(squeeze(slice(block, 0, i, i + 1), 0), 2, ka, ka + p->b - p->a));
-            pair(*p, qa, p->q1 - p->q0, ka, kv);
-          }
-      stepped(t);
-    }
-  };
-  auto rows_of = [](const Tensor& x, int64_t qa, int64_t rows) { return contiguous(slice(x, 2, qa, qa + rows)); };
+  const int64_t n = q.size(2);
+  const Tensor own = ring.own({k, v, kt, vt});
   Tensor E = zeros(L.shape(), L.dtype(), L.device()), F = zeros(L.shape(), L.dtype(), L.device());
-  round(
-      [&](const Pair& p, int64_t qa, int64_t rows, int64_t, const TensorList& kv) {
-        auto r = [&](const Tensor& x) { return rows_of(x, qa, rows); };
+  ring.pass(
+      own,
+      [&](const Pair& p, size_t, int64_t qa, int64_t rows, int64_t, const TensorList& kv) {
+        auto r = [&](const Tensor& x) { return rows_at(x, qa, rows); };
         const TensorList ef = attention_bob_row_sums(r(q), kv[0], kv[1], r(O), r(L), r(dO), r(qt), kv[2], kv[3], p.local);
-        E = E + pad_rows(ef[0], qa, n - qa - rows, 0.0);
-        F = F + pad_rows(ef[1], qa, n - qa - rows, 0.0);
+        E = E + padded_to(ef[0], qa, n);
+        F = F + padded_to(ef[1], qa, n);
       },
       [](int64_t) {});
   Tensor gq = zeros(q.shape(), q.dtype(), q.device()), gdO = zeros(q.shape(), q.dtype(), q.device());
-  Tensor part, dblock;  // this rank's grad_K, grad_V of the block at hand
-  std::unique_ptr<Group::Pending> gradient;  // the gradient of the block, from the rank before
-  const Shape gshape = {2, k.size(0), k.size(1), longest, k.size(3)};
-  part = zeros(gshape, k.dtype(), k.device());
-  round(
-      [&](const Pair& p, int64_t qa, int64_t rows, int64_t ka, const TensorList& kv) {
-        auto r = [&](const Tensor& x) { return rows_of(x, qa, rows); };
+  const TensorList gkv = ring.pass_with_gradient(
+      own, k, [&](const Pair& p, size_t, int64_t qa, int64_t rows, int64_t ka, const TensorList& kv, Tensor& part) {
+        auto r = [&](const Tensor& x) { return rows_at(x, qa, rows); };
         const TensorList g =
             attention_bob_from_row_sums(r(q), kv[0], kv[1], r(O), r(L), r(dO), r(qt), kv[2], kv[3], r(E), r(F), p.local);
-        gq = gq + pad_rows(g[0], qa, n - qa - rows, 0.0);
-        gdO = gdO + pad_rows(g[3], qa, n - qa - rows, 0.0);
-        const int64_t keys = p.b - p.a;
-        part = part + stack({pad_rows(g[1], ka, longest - ka - keys, 0.0), pad_rows(g[2], ka, longest - ka - keys, 0.0)}, 0);
-      },
-      [&](int64_t t) {
-        if (t > 0) part = gradient->wait() + part;  // the ranks before this one added theirs
-        if (P > 1)
-          gradient = group.start_sendrecv(part, next, prev);
-        else
-          dblock = part;
-        part = zeros(gshape, k.dtype(), k.device());
+        gq = gq + padded_to(g[0], qa, n);
+        gdO = gdO + padded_to(g[3], qa, n);
+        part = part + ring.block_rows(g[1], g[2], ka);
       });
-  if (P > 1) dblock = gradient->wait();
-  const Tensor gk = slice(squeeze(slice(dblock, 0, 0, 1), 0), 2, 0, k.size(2));
-  const Tensor gv = slice(squeeze(slice(dblock, 0, 1, 2), 0), 2, 0, k.size(2));
-  return {gq, gk, gv, gdO};
+  return {gq, gkv[0], gkv[1], gdO};
 }
 
-// Raises on every rank, before any shift, in a third backward pass through the ring (counted
-// from `base`, the backward level the ring was recorded at): its second-order node computes
-// off the tape, so a third derivative would silently miss its terms.
+// The ring is differentiable to order 2: its BoB computes off the tape, so a third derivative
+// would silently miss its terms. check_order raises on every rank, before any shift, in a third
+// backward pass through the ring (counted from `base`, the backward level it was recorded at).
+[[noreturn]] void order_error() {
+  throw AutogradError(
+      "gg::dist::attention: the ring schedule is differentiable to order 2; use dist::Schedule::all_gather for "
+      "higher orders");
+}
 void check_order(int base) {
-  GG_CHECK(detail::current_backward_level() - base < 3, AutogradError,
-           "gg::dist::attention: the ring schedule is differentiable to order 2; use dist::Schedule::all_gather "
-           "for higher orders");
+  if (detail::current_backward_level() - base >= 3) order_error();
 }
 
-// ys as they are, recorded as functions of xs whose backward raises (check_order): what the
-// ring's BoB returns to a create_graph backward.
-TensorList order_two_only(const TensorList& xs, const TensorList& ys, int base) {
+// ys as they are, recorded as functions of xs whose backward raises: what the ring's BoB returns
+// to a create_graph backward (a backward through them is a third pass).
+TensorList order_two_only(const TensorList& xs, const TensorList& ys) {
   TensorList out;
   for (const Tensor& y : ys) out.push_back(y.detach());
-  record("dist_ring_bob", xs, out, {}, [base](const BackwardArgs&) -> TensorList {
-    check_order(base - 1);  // a backward through the BoB's results is the third
-    return {};
-  });
+  record("dist_ring_bob", xs, out, {}, [](const BackwardArgs&) -> TensorList { order_error(); });
   return out;
 }
 
@@ -409,39 +406,38 @@ Tensor attention_ring_lean(Group& group, const Tensor& q, const Tensor& k, const
                            const AttentionOptions& options, Sharding sharding, const std::vector<int64_t>& sizes,
                            const std::vector<int64_t>& zz) {
   Tensor L;
-  const Tensor out = attention_ring(group, q, k, v, options, sharding, sizes, zz, &L);
+  const Tensor out = attention_ring(Ring(group, options, sharding, sizes, zz), q, k, v, &L);
   const Tensor qkv[] = {q, k, v};
   if (!detail::should_record({qkv, 3})) return out;
   std::weak_ptr<Group> w = group.weak_from_this();
   GG_CHECK(!w.expired(), ValueError, "gg::dist::attention: the group must be owned by a std::shared_ptr (as "
            "run_threads and NcclGroup::create make it)");
   const int base = detail::current_backward_level();
-  auto lock = [w] {
+  auto ring = [w, options, sharding, sizes, zz] {  // the ring again, for a backward
     const std::shared_ptr<Group> g = w.lock();
     GG_CHECK(g != nullptr, DistError, "gg::dist::attention: differentiating a ring whose group no longer exists");
-    return g;
+    return std::make_pair(g, Ring(*g, options, sharding, sizes, zz));
   };
   Tensor y = out.detach();
-  record("dist_ring_attention", {q, k, v}, {y}, {q, k, v, y, L},
-         [lock, base, options, sharding, sizes, zz](const BackwardArgs& a) -> TensorList {
-           check_order(base);
-           const std::shared_ptr<Group> g = lock();
-           const Tensor &q = a.saved[0], &k = a.saved[1], &v = a.saved[2], O = a.saved[3].detach(), L = a.saved[4];
-           const Tensor dO = a.grads[0];
-           TensorList d = ring_backward(*g, q, k, v, O, L, dO, options, sharding, sizes, zz);
-           if (!GradMode::is_enabled()) return d;
-           for (Tensor& t : d) t = t.detach();
-           record("dist_ring_attention_backward", {q, k, v, dO}, d, {q, k, v, dO, O, L},
-                  [lock, base, options, sharding, sizes, zz](const BackwardArgs& b) -> TensorList {
-                    check_order(base);
-                    const TensorList& s = b.saved;  // q, k, v, dO, O, L; grads: the cotangents of dq, dk, dv
-                    TensorList r = ring_bob(*lock(), s[0], s[1], s[2], s[4], s[5], s[3], b.grads[0], b.grads[1],
-                                            b.grads[2], options, sharding, sizes, zz);
-                    if (!GradMode::is_enabled()) return r;
-                    return order_two_only({s[0], s[1], s[2], s[3], b.grads[0], b.grads[1], b.grads[2]}, r, base + 1);
-                  });
-           return d;
-         });
+  record("dist_ring_attention", {q, k, v}, {y}, {q, k, v, y, L}, [ring, base](const BackwardArgs& a) -> TensorList {
+    check_order(base);
+    const auto [g, r] = ring();
+    const Tensor &q = a.saved[0], &k = a.saved[1], &v = a.saved[2], O = a.saved[3].detach(), L = a.saved[4];
+    const Tensor dO = a.grads[0];
+    TensorList d = ring_backward(r, q, k, v, O, L, dO);
+    if (!GradMode::is_enabled()) return d;
+    for (Tensor& t : d) t = t.detach();
+    record("dist_ring_attention_backward", {q, k, v, dO}, d, {q, k, v, dO, O, L},
+           [ring, base](const BackwardArgs& b) -> TensorList {
+             check_order(base);
+             const auto [g2, r2] = ring();
+             const TensorList& s = b.saved;  // q, k, v, dO, O, L; grads: the cotangents of dq, dk, dv
+             TensorList out = ring_bob(r2, s[0], s[1], s[2], s[4], s[5], s[3], b.grads[0], b.grads[1], b.grads[2]);
+             if (!GradMode::is_enabled()) return out;
+             return order_two_only({s[0], s[1], s[2], s[3], b.grads[0], b.grads[1], b.grads[2]}, out);
+           });
+    return d;
+  });
   return y;
 }
 
