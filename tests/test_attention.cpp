@@ -223,6 +223,17 @@ TEST(Attention, BadInputsAreTypedErrors) {
   EXPECT_THROW(attention(q, q, zeros({1, 2, 4, 8})), DTypeError);
   EXPECT_THROW(attention(zeros({2, 4, 8}, DType::f64), zeros({2, 4, 8}, DType::f64), zeros({2, 4, 8}, DType::f64)), ShapeError);
   EXPECT_THROW(attention(q, q, q, {std::nan(""), false}), ValueError);
+  // the BoB's stages: E and F must be L-shaped, of L's dtype
+  const AttentionForward f = attention_forward(q, q, q);
+  const Tensor E = zeros(f.L.shape(), DType::f64);
+  try {
+    attention_bob_from_row_sums(q, q, q, f.O, f.L, q, q, q, q, zeros({1, 2, 5}, DType::f64), E);
+    ADD_FAILURE() << "a wrongly shaped E was taken";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("attention_bob_from_row_sums: E has shape"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(attention_bob_from_row_sums(q, q, q, f.O, f.L, q, q, q, q, E, zeros(f.L.shape(), DType::f32)), DTypeError);
+  EXPECT_THROW(attention_bob_row_sums(q, q, q, f.O, Tensor(), q, q, q, q), ValueError);
 }
 
 // ---------------------------------------------------------------------------------------------
