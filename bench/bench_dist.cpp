@@ -15,6 +15,9 @@
 //   peak_GiB        the largest rank's peak tensor memory during the chains above what it held
 //                   before (threads: the process's, all ranks together)
 //   chain_TFLOPs    46 · visible pairs · d per head over chain_ms (as bench_attention_gpu counts)
+//   fused_chain_ms  one rank only: the same chain through gg::attention on the whole sequence
+//                   (the rank's rows are all of it, in order), timed the same way: the baseline
+//                   that a speed-up over one GPU is taken against
 // With --threads, a configuration that fails prints a line with "error" instead; one process per
 // rank exits non-zero (scripts/launch.sh then stops the other ranks).
 #include <algorithm>
@@ -81,8 +84,9 @@ MemoryStats stats(Device dev) { return dev.is_cuda() ? cuda::memory_stats(dev.in
 std::string measure(dist::Group& g, const Config& c, int64_t N, const Inputs& in, Device dev) {
   const dist::Schedule schedule = c.schedule == "ring" ? dist::Schedule::ring : dist::Schedule::all_gather;
   const AttentionOptions opt{std::nullopt, c.causal};
+  bool fused = false;  // the chain through gg::attention instead (one rank)
   auto chain = [&] {
-    const Tensor o = dist::attention(g, in.q, in.k, in.v, opt, c.cut(), schedule);
+    const Tensor o = fused ? attention(in.q, in.k, in.v, opt) : dist::attention(g, in.q, in.k, in.v, opt, c.cut(), schedule);
     GradOptions create;
     create.create_graph = true;
     const TensorList d1 = grad({o}, {in.q, in.k, in.v}, {in.dO}, create);
@@ -108,10 +112,18 @@ std::string measure(dist::Group& g, const Config& c, int64_t N, const Inputs& in
   for (int i = 0; i < c.reps; ++i) runs.push_back(timed());
   const double peak = static_cast<double>(stats(dev).peak_bytes - before) / double(1 << 30);
   const std::vector<double> peaks = g.all_gather(full({1}, peak, DType::f64, dev), 0).to_vector<double>();
+  auto median_of = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::vector<double> fused_runs;
+  if (g.size() == 1) {
+    fused = true;
+    for (int i = 0; i < 1 + c.warmup; ++i) timed();
+    for (int i = 0; i < c.reps; ++i) fused_runs.push_back(timed());
+  }
   if (g.rank() != 0) return {};
-  std::vector<double> sorted = runs;
-  std::sort(sorted.begin(), sorted.end());
-  const double median = sorted[sorted.size() / 2];
+  const double median = median_of(runs);
   const int64_t hkv = c.hkv > 0 ? c.hkv : c.heads;
   const double work = visible_pairs(N, c.causal) * static_cast<double>(c.batch * c.heads * c.d);
   char buf[768];
@@ -130,7 +142,12 @@ std::string measure(dist::Group& g, const Config& c, int64_t N, const Inputs& in
     std::snprintf(buf, sizeof buf, "%s%.3f", i ? "," : "", runs[i]);
     line += buf;
   }
-  return line + "]}";
+  line += "]";
+  if (!fused_runs.empty()) {
+    std::snprintf(buf, sizeof buf, ",\"fused_chain_ms\":%.3f", median_of(fused_runs));
+    line += buf;
+  }
+  return line + "}";
 }
 
 std::string error_line(const Config& c, int ranks, int64_t N, const std::exception& e) {

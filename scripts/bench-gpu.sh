@@ -41,7 +41,8 @@
 #              (B = 1, H = 8, d = 64, bf16, causal, ring schedule, zig-zag) on one GPU and on all of
 #              them (GG_DIST_RANKS, e.g. "1 2 4 8") at N = 64K and 256K (median of 3; with more than
 #              one GPU the all-gather schedule too) and 1M (one chain; GG_DIST_N, GG_DIST_LONG_N),
-#              then 4M on the most ranks                                   -> bench/results/dist.jsonl
+#              then 4M on the most ranks; the one-GPU process also times gg::attention's chain, the
+#              baseline of the speed-ups                                   -> bench/results/dist.jsonl
 #              Not part of "all".
 #
 # Then: python3 bench/make_tables.py (docs/benchmarks.md) and python3 bench/plot_attention.py.
