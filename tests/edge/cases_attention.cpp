@@ -110,6 +110,18 @@ CASE("attention/backward with an undefined dO") {
   AttentionForward f = attention_forward(qkv(), qkv(), qkv());
   THROWS(ValueError, "gg::attention_backward: dO is an undefined tensor", attention_backward(qkv(), qkv(), qkv(), f.O, f.L, Tensor()));
 }
+CASE("attention/BoB row sums with a 3-D q") {
+  AttentionForward f = attention_forward(qkv(), qkv(), qkv());
+  THROWS(ShapeError, "gg::attention_bob_row_sums: q must be (B, Hq, Nq, d)", attention_bob_row_sums(qkv({1, 3, 2}), qkv(), qkv(), f.O, f.L, qkv(), qkv(), qkv(), qkv()));
+}
+CASE("attention/BoB from row sums with an undefined F") {
+  AttentionForward f = attention_forward(qkv(), qkv(), qkv());
+  THROWS(ValueError, "gg::attention_bob_from_row_sums: F is an undefined tensor", attention_bob_from_row_sums(qkv(), qkv(), qkv(), f.O, f.L, qkv(), qkv(), qkv(), qkv(), f.L, Tensor()));
+}
+CASE("attention/BoB row sums without cotangents are zeros") {
+  AttentionForward f = attention_forward(qkv(), qkv(), qkv());
+  CHECK_VALUES(attention_bob_row_sums(qkv(), qkv(), qkv(), f.O, f.L, qkv(), Tensor(), Tensor(), Tensor())[1], {0, 0, 0});
+}
 CASE("attention/uniform keys average the values") {
   Tensor val = from_vector({1, 2, 3, 4, 5, 6}, {1, 1, 3, 2}, DType::f64);
   CHECK_VALUES(attention(qkv(), qkv(), val), {3, 4, 3, 4, 3, 4});
