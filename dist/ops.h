@@ -80,16 +80,16 @@ Tensor zigzag_unshard(const Tensor& gathered, int64_t world_size, int64_t dim);
 // How dist::attention moves K and V between ranks (docs/distributed.md §5).
 //   all_gather: one differentiable all-gather of the stacked K and V, then each query chunk
 //     against all the keys it can see.
-//   ring: P - 1 steps of dist::sendrecv pass the stacked (K, V) block of each rank around the
-//     ring; each rank attends its query chunks to the block it holds (gg::attention_forward,
-//     which also returns the row log-sum-exp) and merges the partial results with their
-//     log-sum-exps, in differentiable ops.
+//   ring: P - 1 shifts pass the stacked (K, V) block of each rank around the ring; each rank
+//     attends its query chunks to the block it holds (gg::attention_forward, which also returns
+//     the row log-sum-exp) and merges the partial results by their log-sum-exps as they come.
+//     The forward and the backward are one recorded node each; the backward and the BoB send
+//     the blocks around again (the BoB twice, split at its row scalars:
+//     gg::attention_bob_row_sums, gg::attention_bob_from_row_sums).
 // Orders 1 and 2 run the fused kernels in both. all_gather differentiates to any order (3 and up
-// through the composite); the ring stops at order 2: a third backward pass through it raises an
-// AutogradError on every rank (dist/attention.cpp, guard). Between the forward and a first-order
-// backward the ring keeps O(n·d) per rank (its q, k, v, O and L; the backward sends the blocks
-// around again), the all-gather O(N·d) (the gathered K and V); a create_graph backward of the
-// ring recomputes it on the tape, O(N·d).
+// through the composite) and keeps O(N·d) per rank (the gathered K and V); the ring keeps O(n·d)
+// per rank at orders 0-2 and stops there: a third backward pass through it raises an
+// AutogradError on every rank before any shift (dist/attention.cpp, check_order).
 enum class Schedule { all_gather, ring };
 
 // Sequence-parallel gg::attention. q (B, Hq, n, d), k and v (B, Hkv, n, d) are this rank's
