@@ -263,13 +263,14 @@ struct Ring {
   }
 
   // A pass with a gradient of the block's first two tensors travelling behind it: pair(..., part)
-  // adds this rank's share to part, (2, B, Hkv, longest, d); at each step the gradient of the
-  // block, received from the rank before while the pairs ran, is added to it and sent on, and the
-  // last shift takes every block's gradient home. Returns this rank's, {grad of xs[0], of xs[1]}.
+  // adds this rank's share to part, (2, B, Hkv, longest, d) in `acc`; at each step the gradient
+  // of the block, received from the rank before while the pairs ran, is added to it and sent on,
+  // and the last shift takes every block's gradient home. Returns this rank's, {grad of k, of v},
+  // in k's dtype.
   template <typename PairFn>
-  TensorList pass_with_gradient(const Tensor& block, const Tensor& k, PairFn&& pair) const {
+  TensorList pass_with_gradient(const Tensor& block, const Tensor& k, DType acc, PairFn&& pair) const {
     const Shape gshape = {2, k.size(0), k.size(1), longest, k.size(3)};
-    Tensor part = zeros(gshape, k.dtype(), k.device()), home;
+    Tensor part = zeros(gshape, acc, k.device()), home;
     std::unique_ptr<Group::Pending> gradient;
     pass(
         block,
@@ -282,23 +283,29 @@ struct Ring {
             gradient = group.start_sendrecv(part, next, prev);
           else
             home = part;
-          part = zeros(gshape, k.dtype(), k.device());
+          part = zeros(gshape, acc, k.device());
         });
     if (P > 1) home = gradient->wait();
-    return {slice(squeeze(slice(home, 0, 0, 1), 0), 2, 0, k.size(2)),
-            slice(squeeze(slice(home, 0, 1, 2), 0), 2, 0, k.size(2))};
+    return {to(slice(squeeze(slice(home, 0, 0, 1), 0), 2, 0, k.size(2)), k.dtype()),
+            to(slice(squeeze(slice(home, 0, 1, 2), 0), 2, 0, k.size(2)), k.dtype())};
   }
 
-  // x (B, H, keys, d) padded with zero rows to the block's longest rows at row ka, stacked with y.
-  Tensor block_rows(const Tensor& x, const Tensor& y, int64_t ka) const {
+  // x (B, H, keys, d) padded with zero rows to the block's longest rows at row ka, stacked with
+  // y, in `acc`.
+  Tensor block_rows(const Tensor& x, const Tensor& y, int64_t ka, DType acc) const {
     const int64_t keys = x.size(2);
-    return stack({pad_rows(x, ka, longest - ka - keys, 0.0), pad_rows(y, ka, longest - ka - keys, 0.0)}, 0);
+    return stack({pad_rows(to(x, acc), ka, longest - ka - keys, 0.0), pad_rows(to(y, acc), ka, longest - ka - keys, 0.0)},
+                 0);
   }
 };
 
-// Rows [qa, qa + rows) of a rank's tensor, and back: x padded with zero rows to n at row qa.
+// Rows [qa, qa + rows) of a rank's tensor, and back: x in `acc`, padded with zero rows to n at
+// row qa. The passes add the pairs' parts in L's dtype (f32 for bf16 and f16), as the fused
+// kernels add theirs, and round once at the end.
 Tensor rows_at(const Tensor& x, int64_t qa, int64_t rows) { return contiguous(slice(x, 2, qa, qa + rows)); }
-Tensor padded_to(const Tensor& x, int64_t qa, int64_t n) { return pad_rows(x, qa, n - qa - x.size(2), 0.0); }
+Tensor padded_to(const Tensor& x, int64_t qa, int64_t n, DType acc) {
+  return pad_rows(to(x, acc), qa, n - qa - x.size(2), 0.0);
+}
 
 // The ring schedule's forward, off the tape: each pair's part is folded into its query chunk's
 // running merge as the blocks pass. L_out: the merged row log-sum-exp, (B, Hq, n).
@@ -331,16 +338,17 @@ TensorList ring_backward(const Ring& ring, const Tensor& q, const Tensor& k, con
                          const Tensor& L, const Tensor& dO) {
   NoGradGuard ng;
   const int64_t n = q.size(2);
-  Tensor dq = zeros(q.shape(), q.dtype(), q.device());
+  const DType acc = L.dtype();
+  Tensor dq = zeros(q.shape(), acc, q.device());
   const TensorList dkv = ring.pass_with_gradient(
-      ring.own({k, v}), k,
+      ring.own({k, v}), k, acc,
       [&](const Pair& p, size_t, int64_t qa, int64_t rows, int64_t ka, const TensorList& kv, Tensor& part) {
         auto r = [&](const Tensor& x) { return rows_at(x, qa, rows); };
         const TensorList g = attention_backward(r(q), kv[0], kv[1], r(O), r(L), r(dO), p.local);
-        dq = dq + padded_to(g[0], qa, n);
-        part = part + ring.block_rows(g[1], g[2], ka);
+        dq = dq + padded_to(g[0], qa, n, acc);
+        part = part + ring.block_rows(g[1], g[2], ka, acc);
       });
-  return {dq, dkv[0], dkv[1]};
+  return {to(dq, q.dtype()), dkv[0], dkv[1]};
 }
 
 // The ring's BoB at O(n·d) per rank (docs/distributed.md §5): the blocks go around twice more,
@@ -359,21 +367,22 @@ TensorList ring_bob(const Ring& ring, const Tensor& q, const Tensor& k, const Te
       [&](const Pair& p, size_t, int64_t qa, int64_t rows, int64_t, const TensorList& kv) {
         auto r = [&](const Tensor& x) { return rows_at(x, qa, rows); };
         const TensorList ef = attention_bob_row_sums(r(q), kv[0], kv[1], r(O), r(L), r(dO), r(qt), kv[2], kv[3], p.local);
-        E = E + padded_to(ef[0], qa, n);
-        F = F + padded_to(ef[1], qa, n);
+        E = E + padded_to(ef[0], qa, n, E.dtype());
+        F = F + padded_to(ef[1], qa, n, F.dtype());
       },
       [](int64_t) {});
-  Tensor gq = zeros(q.shape(), q.dtype(), q.device()), gdO = zeros(q.shape(), q.dtype(), q.device());
+  const DType acc = L.dtype();
+  Tensor gq = zeros(q.shape(), acc, q.device()), gdO = zeros(q.shape(), acc, q.device());
   const TensorList gkv = ring.pass_with_gradient(
-      own, k, [&](const Pair& p, size_t, int64_t qa, int64_t rows, int64_t ka, const TensorList& kv, Tensor& part) {
+      own, k, acc, [&](const Pair& p, size_t, int64_t qa, int64_t rows, int64_t ka, const TensorList& kv, Tensor& part) {
         auto r = [&](const Tensor& x) { return rows_at(x, qa, rows); };
         const TensorList g =
             attention_bob_from_row_sums(r(q), kv[0], kv[1], r(O), r(L), r(dO), r(qt), kv[2], kv[3], r(E), r(F), p.local);
-        gq = gq + padded_to(g[0], qa, n);
-        gdO = gdO + padded_to(g[3], qa, n);
-        part = part + ring.block_rows(g[1], g[2], ka);
+        gq = gq + padded_to(g[0], qa, n, acc);
+        gdO = gdO + padded_to(g[3], qa, n, acc);
+        part = part + ring.block_rows(g[1], g[2], ka, acc);
       });
-  return {gq, gkv[0], gkv[1], gdO};
+  return {to(gq, q.dtype()), gkv[0], gkv[1], to(gdO, q.dtype())};
 }
 
 // The ring is differentiable to order 2: its BoB computes off the tape, so a third derivative

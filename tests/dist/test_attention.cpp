@@ -289,7 +289,7 @@ TEST(SequenceParallelMemory, RingForwardPeakDoesNotGrowWithTheRanks) {
 // gradient of Σ dQ² + Σ dK∘dV), counted by the CPU allocator above the inputs for all ranks
 // (f64, one query head, n = 32 rows and d = 32 per rank, contiguous, causal): the BoB's two
 // rounds hold the blocks, their cotangents and the row scalars of the rank's rows only, so the
-// peak per rank does not grow with P. (Measured per rank: 275 KB at P = 4, 246 KB at P = 16;
+// peak per rank does not grow with P. (Measured per rank: 255 KB at P = 4, 246 KB at P = 16;
 // with the create_graph backward recomputing the ring on the tape, 234 KB and 526 KB.)
 TEST(SequenceParallelMemory, RingSecondOrderPeakDoesNotGrowWithTheRanks) {
   const int64_t n = 32, d = 32, rank_bytes = n * d * 8;

@@ -126,5 +126,62 @@ TEST(ThreadGroupOnGpu, SequenceParallelAttentionMatchesOneGpu) {
   }
 }
 
+// bf16 on one GPU, two and three in-process ranks, zig-zag, d = 64 (the sm_90a kernels where
+// they apply, the BoB's stages included): the ring's output and its first- and second-order
+// gradients against f64 on the CPU, within twice the error of gg::attention in bf16 on the one
+// GPU, or 2^-7 of the output's scale. The ring adds its pairs' parts in f32.
+TEST(ThreadGroupOnGpu, RingInBf16WithinTwiceTheOneGpuError) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  const int64_t B = 1, Hq = 4, Hkv = 2, d = 64;
+  const Device gpu = Device::cuda(0);
+  for (int P : {2, 3})
+    for (bool causal : {false, true}) {
+      const int64_t N = 320 * P + 7;
+      const AttentionOptions opt{std::nullopt, causal};
+      const dist::Sharding zz = dist::Sharding::zigzag;
+      manual_seed(300 + P + causal);
+      auto draw = [&](const Shape& s) { return to(to(randn(s, DType::f64), DType::bf16), DType::f64); };
+      const TensorList x = {draw({B, Hq, N, d}), draw({B, Hkv, N, d}), draw({B, Hkv, N, d}),  // q k v
+                            draw({B, Hq, N, d}), draw({B, Hq, N, d}), draw({B, Hkv, N, d}),   // dO, q~ k~
+                            draw({B, Hkv, N, d})};                                              // v~
+      // o, the first-order gradients and the second-order ones (of <q~, dQ> + <k~, dK> + <v~, dV>)
+      auto chain = [&](const TensorList& in, auto&& attend) {
+        const TensorList leaves = {test::leaf(in[0]), test::leaf(in[1]), test::leaf(in[2])};
+        const Tensor o = attend(leaves);
+        const TensorList g1 = grad({o}, leaves, {in[3]}, {true});
+        const TensorList g2 = grad({sum(g1[0] * in[4]) + sum(g1[1] * in[5]) + sum(g1[2] * in[6])}, leaves);
+        TensorList out = {o.detach()};
+        for (const TensorList* g : {&g1, &g2})
+          for (const Tensor& t : *g) out.push_back(to(to(t.detach(), DType::f64), Device::cpu()));
+        out[0] = to(to(out[0], DType::f64), Device::cpu());
+        return out;
+      };
+      auto one = [&](DType dt, Device dev) {
+        TensorList in;
+        for (const Tensor& t : x) in.push_back(to(to(t, dt), dev));
+        return chain(in, [&](const TensorList& l) { return attention(l[0], l[1], l[2], opt); });
+      };
+      const TensorList ref = one(DType::f64, Device::cpu()), single = one(DType::bf16, gpu);
+      std::vector<TensorList> parts(static_cast<size_t>(P));
+      dist::run_threads(P, [&](dist::Group& g) {
+        TensorList in;
+        for (const Tensor& t : x) in.push_back(to(to(test::rows_of(t, g.rank(), P, zz), DType::bf16), gpu));
+        parts[static_cast<size_t>(g.rank())] = chain(in, [&](const TensorList& l) {
+          return dist::attention(g, l[0], l[1], l[2], opt, zz, dist::Schedule::ring);
+        });
+      });
+      const char* names[] = {"O", "dQ", "dK", "dV", "gQ", "gK", "gV"};
+      for (size_t i = 0; i < ref.size(); ++i) {
+        TensorList rows;
+        for (const TensorList& p : parts) rows.push_back(p[i]);
+        const Tensor ring = test::unshard(rows, P, zz);
+        const double ring_err = test::relative_gap(ring, ref[i]), one_err = test::relative_gap(single[i], ref[i]);
+        EXPECT_LE(ring_err, std::max(2 * one_err, 1.0 / 128))
+            << "P " << P << (causal ? " causal " : " full ") << names[i] << ": ring " << ring_err << ", one GPU "
+            << one_err;
+      }
+    }
+}
+
 }  // namespace
 }  // namespace gg
