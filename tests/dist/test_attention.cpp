@@ -257,31 +257,42 @@ TEST(SequenceParallelMemory, RingKeepsOnlyItsRowsForTheBackward) {
   }
 }
 
+// The CPU allocator's peak above what was held before, over P thread ranks each running
+// run(group, its q, k, v) on one query head of n = 32 rows and d = 32 (f64; inputs drawn from
+// `seed`, leaves when `leaves`), divided by P.
+template <typename Run>
+int64_t peak_per_rank(int P, uint64_t seed, bool leaves, Run&& run) {
+  std::vector<Tensor> qs, ks, vs;
+  manual_seed(seed);
+  for (int r = 0; r < P; ++r)
+    for (auto* v : {&qs, &ks, &vs}) v->push_back(randn({1, 1, 32, 32}, DType::f64).requires_grad_(leaves));
+  int64_t peak = 0;
+  dist::run_threads(P, [&](dist::Group& g) {
+    const size_t r = static_cast<size_t>(g.rank());
+    g.barrier();
+    const int64_t before = cpu::memory_stats().current_bytes;
+    if (g.rank() == 0) cpu::reset_peak_memory_stats();
+    g.barrier();
+    run(g, qs[r], ks[r], vs[r]);
+    g.barrier();
+    if (g.rank() == 0) peak = cpu::memory_stats().peak_bytes - before;
+    g.barrier();
+  });
+  return peak / P;
+}
+constexpr int64_t kRankBytes = 32 * 32 * 8;  // one (n, d) f64 tensor
+
 // The ring's forward at its peak, counted by the CPU allocator above the inputs, for all ranks
 // (f64, one query head, n = 32 rows and d = 32 per rank, contiguous, full mask): each query
 // chunk's output is merged block by block as the blocks pass, so the peak per rank does not grow
 // with the P parts a chunk gets. (Measured per rank: 45-46 KB at P = 16, 52-61 KB at P = 4; when
 // every part was kept until a merge at the end, 133-141 KB at P = 16.)
 TEST(SequenceParallelMemory, RingForwardPeakDoesNotGrowWithTheRanks) {
-  const int64_t n = 32, d = 32, rank_bytes = n * d * 8;
   for (int P : {4, 16}) {
-    std::vector<Tensor> qs, ks, vs;
-    manual_seed(60);
-    for (int r = 0; r < P; ++r)
-      for (auto* v : {&qs, &ks, &vs}) v->push_back(randn({1, 1, n, d}, DType::f64));
-    int64_t peak = 0;
-    dist::run_threads(P, [&](dist::Group& g) {
-      const size_t r = static_cast<size_t>(g.rank());
-      g.barrier();
-      const int64_t before = cpu::memory_stats().current_bytes;
-      if (g.rank() == 0) cpu::reset_peak_memory_stats();
-      g.barrier();
-      dist::attention(g, qs[r], ks[r], vs[r], {}, Sharding::contiguous, Schedule::ring);
-      g.barrier();
-      if (g.rank() == 0) peak = cpu::memory_stats().peak_bytes - before;
-      g.barrier();
+    const int64_t peak = peak_per_rank(P, 60, false, [](dist::Group& g, const Tensor& q, const Tensor& k, const Tensor& v) {
+      dist::attention(g, q, k, v, {}, Sharding::contiguous, Schedule::ring);
     });
-    EXPECT_LT(peak / P, 10 * rank_bytes) << P << " ranks: " << peak << " bytes at the peak";
+    EXPECT_LT(peak, 10 * kRankBytes) << P << " ranks: " << peak << " bytes per rank at the peak";
   }
 }
 
@@ -292,32 +303,16 @@ TEST(SequenceParallelMemory, RingForwardPeakDoesNotGrowWithTheRanks) {
 // peak per rank does not grow with P. (Measured per rank: 255 KB at P = 4, 246 KB at P = 16;
 // with the create_graph backward recomputing the ring on the tape, 234 KB and 526 KB.)
 TEST(SequenceParallelMemory, RingSecondOrderPeakDoesNotGrowWithTheRanks) {
-  const int64_t n = 32, d = 32, rank_bytes = n * d * 8;
   std::vector<int64_t> per_rank;
   for (int P : {4, 16}) {
-    std::vector<Tensor> qs, ks, vs;
-    manual_seed(70);
-    for (int r = 0; r < P; ++r)
-      for (auto* v : {&qs, &ks, &vs}) v->push_back(randn({1, 1, n, d}, DType::f64).requires_grad_(true));
-    int64_t peak = 0;
-    dist::run_threads(P, [&](dist::Group& g) {
-      const size_t r = static_cast<size_t>(g.rank());
-      g.barrier();
-      const int64_t before = cpu::memory_stats().current_bytes;
-      if (g.rank() == 0) cpu::reset_peak_memory_stats();
-      g.barrier();
-      const Tensor o = dist::attention(g, qs[r], ks[r], vs[r], {std::nullopt, true}, Sharding::contiguous,
-                                       Schedule::ring);
+    per_rank.push_back(peak_per_rank(P, 70, true, [](dist::Group& g, const Tensor& q, const Tensor& k, const Tensor& v) {
+      const Tensor o = dist::attention(g, q, k, v, {std::nullopt, true}, Sharding::contiguous, Schedule::ring);
       GradOptions create;
       create.create_graph = true;
-      const TensorList dg = grad({sum(o * o)}, {qs[r], ks[r], vs[r]}, {}, create);
-      grad({sum(dg[0] * dg[0]) + sum(dg[1] * dg[2])}, {qs[r], ks[r], vs[r]});
-      g.barrier();
-      if (g.rank() == 0) peak = cpu::memory_stats().peak_bytes - before;
-      g.barrier();
-    });
-    per_rank.push_back(peak / P);
-    EXPECT_LT(peak / P, 40 * rank_bytes) << P << " ranks: " << peak << " bytes at the peak";
+      const TensorList dg = grad({sum(o * o)}, {q, k, v}, {}, create);
+      grad({sum(dg[0] * dg[0]) + sum(dg[1] * dg[2])}, {q, k, v});
+    }));
+    EXPECT_LT(per_rank.back(), 40 * kRankBytes) << P << " ranks: " << per_rank.back() << " bytes per rank at the peak";
   }
   EXPECT_LT(per_rank[1], per_rank[0] * 5 / 4) << "per rank: " << per_rank[0] << " bytes at P = 4, " << per_rank[1]
                                                << " at P = 16";
