@@ -198,8 +198,9 @@ struct AttentionShape {
 // The BoB in one call (kWhole), or in the two stages a caller runs when each call sees only some of
 // a row's keys (dist::attention's ring, docs/distributed.md §5): kRowSums writes the call's part
 // of the row scalars E and F (F completed with -(2·D + dL)·E, so the parts add up) to E and F,
-// and may overwrite out0-out3; kFromRowSums reads the whole row's E and F from them and writes
-// the call's parts of the four gradients (grad_dO's -E∘O term as -E∘(P·V) over the call's keys).
+// and may overwrite out0 and out3 (out1, out2 unused); kFromRowSums reads the whole row's E and
+// F from them and writes the call's parts of the four gradients (grad_dO's -E∘O term as
+// -E∘(P·V) over the call's keys).
 // D = rowsum(dO∘O) - dL is formed from O as always, so O must be the whole row's output.
 enum class BobStage { kWhole, kRowSums, kFromRowSums };
 

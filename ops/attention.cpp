@@ -382,7 +382,10 @@ TensorList attention_bob_row_sums(const Tensor& q, const Tensor& k, const Tensor
                                   const Tensor& dO, const Tensor& qt, const Tensor& kt, const Tensor& vt,
                                   const AttentionOptions& o) {
   BobCall b = bob_call("attention_bob_row_sums", q, k, v, O, L, dO, qt, kt, vt, o, Tensor());
-  const TensorList scratch = bob_outputs(q, k, b.a);  // the stage may write them; not returned
+  // the stage may write pass 1's outputs, grad_Q and grad_dO, as scratch (kernels/params.h)
+  const Tensor gq = empty(q.shape(), q.dtype(), q.device()), gdO = empty(q.shape(), q.dtype(), q.device());
+  b.a.out0 = gq.raw_data();
+  b.a.out3 = gdO.raw_data();
   TensorList EF = {empty(L.shape(), L.dtype(), q.device()), empty(L.shape(), L.dtype(), q.device())};
   b.a.stage = kernels::BobStage::kRowSums;
   b.a.E = EF[0].raw_data();

@@ -88,8 +88,8 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
     // Recomputed tiles.
     std::vector<T> P(tile), dP(tile), G(tile), Hs(tile);  // Hs: the tile of H = dO·Vtᵀ
     // Coefficient tiles, each multiplied into a block of rows.
-    std::vector<T> C1(tile);   // pass 1: P∘((dP - D)∘G + H);  pass 2: S̄
-    std::vector<T> PdP(tile);  // pass 1: P∘dP;                pass 2: dP̄
+    std::vector<T> C1(tile);   // pass 1: P∘((dP - D)∘G + H);  pass 2 (and E, F given): S̄
+    std::vector<T> PdP(tile);  // pass 1: P∘dP;                pass 2 (and E, F given): dP̄
     std::vector<T> dS(tile);   // P∘(dP - D)
     std::vector<T> PG(tile);   // P∘G
     // Row-block accumulators.
@@ -120,6 +120,23 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
         detail::tile_abt(mi, nj, d, T(1), dOi, Vt + (kh + j0) * d, Hs.data(), false);
     };
 
+    // With the rows' D, E and F known (pass 2, and pass 1 of kFromRowSums), the coefficient tiles
+    // of score_tiles' tile: C1 <- S̄ = P∘(P̄ - F), PdP <- dP̄ = P∘(G - E) and dS = P∘(dP - D).
+    auto known_row_coefficients = [&](int64_t mi, int64_t nj, const T* Di, const T* Ei, const T* Fi) {
+      for (int64_t i = 0; i < mi; ++i)
+        for (int64_t j = 0; j < nj; ++j) {
+          const int64_t ij = i * kBlockN + j;
+          T Pbar = 0;
+          if (has_G) {  // undoes dS = P∘(dP - D), D = Σ P∘dP, in P and in dP
+            dS[ij] = P[ij] * (dP[ij] - Di[i]);
+            Pbar = (dP[ij] - Di[i]) * G[ij] - dP[ij] * Ei[i];  // P̄ = (dP - D)∘G - dP∘E
+            PdP[ij] = P[ij] * (G[ij] - Ei[i]);                 // dP̄ = P∘(G - E)
+          }
+          if (has_H) Pbar += Hs[ij];          // undoes dV = Pᵀ·dO in P: P̄ += H
+          C1[ij] = P[ij] * (Pbar - Fi[i]);    // undoes P = softmax_rows(S): S̄ = P∘(P̄ - F)
+        }
+    };
+
     // ---- pass 1: E, F, grad_Q, grad_dO, one query block per task ----
     GG_OMP(for collapse(3) schedule(dynamic, 1))
     for (int64_t b = 0; b < B; ++b)
@@ -147,20 +164,10 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
             const int64_t nj = std::min(kBlockN, vis.nk - j0);
             score_tiles(head, kh, i0, mi, j0, nj);
             const T* Kj = K + (kh + j0) * d;
-            if (from_sums) {  // E and F known: the coefficient tiles of pass 2, by rows
-              for (int64_t i = 0; i < mi; ++i)
-                for (int64_t j = 0; j < nj; ++j) {
-                  const int64_t ij = i * kBlockN + j;
-                  T Pbar = has_H ? Hs[ij] : T(0);
-                  if (has_G) {
-                    dS[ij] = P[ij] * (dP[ij] - Di[i]);
-                    Pbar += (dP[ij] - Di[i]) * G[ij] - dP[ij] * Ei[i];  // P̄ = (dP - D)∘G - dP∘E + H
-                    PG[ij] = P[ij] * (G[ij] - Ei[i]);                   // dP̄ = P∘(G - E)
-                  }
-                  C1[ij] = P[ij] * (Pbar - Fi[i]);  // S̄ = P∘(P̄ - F)
-                }
+            if (from_sums) {  // E and F known: the coefficient tiles of pass 2
+              known_row_coefficients(mi, nj, Di, Ei, Fi);
               detail::tile_ab_acc(mi, nj, d, C1.data(), Kj, X1.data());  // X1 += S̄·K
-              if (has_G) detail::tile_ab_acc(mi, nj, d, PG.data(), V + (kh + j0) * d, Y1.data());  // += dP̄·V
+              if (has_G) detail::tile_ab_acc(mi, nj, d, PdP.data(), V + (kh + j0) * d, Y1.data());  // += dP̄·V
               if (has_Kt) detail::tile_ab_acc(mi, nj, d, dS.data(), Kt + (kh + j0) * d, X4.data());
               if (has_Vt) detail::tile_ab_acc(mi, nj, d, P.data(), Vt + (kh + j0) * d, Y2.data());
               continue;
@@ -221,7 +228,7 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
             GG_OMP(simd)
             for (int64_t k = 0; k < d; ++k) {
               gQi[k] = s * (x1[k] - e * x2[k] - f * x3[k] + x4[k]);  // grad_Q = s·(S̄·K + dS·Kt)
-              gdOi[k] = y1[k] - (from_sums ? T(0) : e * Oi[k]) + y2[k];  // grad_dO = dP̄·V + P·Vt
+              gdOi[k] = y1[k] - e * Oi[k] + y2[k];                    // grad_dO = dP̄·V + P·Vt
             }
           }
         }
@@ -254,20 +261,9 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
             const T* Ei = E + head + i0;
             const T* Fi = F + head + i0;
 
-            T* Sbar = C1.data();
-            T* dPbar = PdP.data();
-            for (int64_t i = 0; i < mi; ++i)
-              for (int64_t j = 0; j < nj; ++j) {
-                const int64_t ij = i * kBlockN + j;
-                T Pbar = 0;
-                if (has_G) {  // undoes dS = P∘(dP - D), D = Σ P∘dP, in P and in dP
-                  dS[ij] = P[ij] * (dP[ij] - Di[i]);
-                  Pbar = (dP[ij] - Di[i]) * G[ij] - dP[ij] * Ei[i];  // P̄ = (dP - D)∘G - dP∘E
-                  dPbar[ij] = P[ij] * (G[ij] - Ei[i]);               // dP̄ = P∘(G - E)
-                }
-                if (has_H) Pbar += Hs[ij];          // undoes dV = Pᵀ·dO in P: P̄ += H
-                Sbar[ij] = P[ij] * (Pbar - Fi[i]);  // undoes P = softmax_rows(S): S̄ = P∘(P̄ - F)
-              }
+            known_row_coefficients(mi, nj, Di, Ei, Fi);
+            const T* Sbar = C1.data();
+            const T* dPbar = PdP.data();
             const T* Qi = Q + (head + i0) * d;
             detail::tile_atb_acc(mi, nj, d, Sbar, Qi, gKj);  // undoes S = s·Q·Kᵀ: += S̄ᵀ·Q
             if (has_Qt)  // undoes dQ = s·dS·K through K: += dSᵀ·Qt

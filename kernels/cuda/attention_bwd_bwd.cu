@@ -1423,11 +1423,11 @@ void bwd_bwd(const AttentionArgs& a) {
   using Acc = typename Elem<T>::Acc;
   Params<T> p = make_params<T>(a);
   const int64_t rows = p.BH * p.N;
-  if (a.stage == BobStage::kRowSums && p.Qt == nullptr && p.Kt == nullptr && p.Vt == nullptr) {  // E = F = 0
-    for (void* out : {a.E, a.F}) CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<size_t>(rows) * sizeof(Acc), cuda_stream()));
-    return;
-  }
   if (p.Qt == nullptr && p.Kt == nullptr && p.Vt == nullptr) {  // ℒ = 0: every gradient is zero
+    if (a.stage == BobStage::kRowSums) {  // and so are E and F
+      for (void* out : {a.E, a.F}) CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<size_t>(rows) * sizeof(Acc), cuda_stream()));
+      return;
+    }
     const size_t q_bytes = static_cast<size_t>(rows) * p.d * sizeof(T);
     const size_t k_bytes = static_cast<size_t>(p.BHkv()) * p.Nk * p.d * sizeof(T);
     for (void* out : {a.out0, a.out3}) CUDA_CHECK(cudaMemsetAsync(out, 0, q_bytes, cuda_stream()));
@@ -1435,15 +1435,17 @@ void bwd_bwd(const AttentionArgs& a) {
     if (a.out4) CUDA_CHECK(cudaMemsetAsync(a.out4, 0, static_cast<size_t>(rows) * sizeof(Acc), cuda_stream()));
     return;
   }
-  Scratch scalars(3 * static_cast<size_t>(rows) * sizeof(Acc));  // D, E, F
+  // D, E, F; the stages take E and F from the caller
+  const bool whole = a.stage == BobStage::kWhole;
+  Scratch scalars((whole ? 3 : 1) * static_cast<size_t>(rows) * sizeof(Acc));
   p.D = scalars.as<Acc>();
-  p.E = p.D + rows;
-  p.F = p.E + rows;
-  if (a.stage != BobStage::kWhole) {
+  if (!whole) {
     p.E = static_cast<Acc*>(a.E);
     p.F = static_cast<Acc*>(a.F);
     return bob_stage(a, p);
   }
+  p.E = p.D + rows;
+  p.F = p.E + rows;
   // D = rowsum(dO∘O): by launch_D in each path, or in the sm_90a BoB's pass 0 with P·Vt
   on_path<T>(
       a, Level::kBob, [&](auto d) { launch_bob_sm90<T, d()>(p); }, [&](auto d) { launch_bob_sm80<T, d()>(p); },

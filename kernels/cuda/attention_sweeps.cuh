@@ -725,11 +725,6 @@ __device__ __forceinline__ SweepUnit sweep_unit(int N, bool causal) {
   const BlockCoord bc = block_coord(cdiv(N, kBlock));
   return {bc.bh, bc.blk, causal ? bc.blk * kBlock / kBN : 0, cdiv(N, kBN)};
 }
-// The kOpts key sweeps' unit: key block unit.blk of key/value head unit.bh (cdiv(Nk, 128) blocks
-// per head, launched in the band's order: KeyBand), and its band (key_band) with the run of steps
-// [lo, hi) that this block sweeps: all of them, or, in a piece of a split unit, the piece's share
-// (full masks, where every band is alike: a run of the head-major steps; longest first: whole
-// members of the group, plan_group_split's pieces dividing it).
 // The split unit (counted from ts.whole) and piece that block b >= 0 of a kOpts key sweep runs.
 // A last-wave split (ts.whole > 0: every unit sweeps the same steps) goes piece by piece, so that
 // the blocks running at once sweep the same steps of their units and share those query rows in
@@ -744,6 +739,11 @@ __device__ __forceinline__ SplitPiece split_piece(const TailSplit& ts, int b) {
   return {b / ts.pieces, b % ts.pieces};
 }
 
+// The kOpts key sweeps' unit: key block unit.blk of key/value head unit.bh (cdiv(Nk, 128) blocks
+// per head, launched in the band's order: KeyBand), and its band (key_band) with the run of steps
+// [lo, hi) that this block sweeps: all of them, or, in a piece of a split unit, the piece's share
+// (full masks, where every band is alike: a run of the head-major steps; longest first: whole
+// members of the group, plan_group_split's pieces dividing it).
 template <int kBN, typename T>
 __device__ __forceinline__ KeyBand key_unit(const Params<T>& p, const TailSplit& ts, SweepUnit& unit) {
   const int per_head = cdiv(p.Nk, 128);
