@@ -84,8 +84,7 @@ MemoryStats stats(Device dev) { return dev.is_cuda() ? cuda::memory_stats(dev.in
 std::string measure(dist::Group& g, const Config& c, int64_t N, const Inputs& in, Device dev) {
   const dist::Schedule schedule = c.schedule == "ring" ? dist::Schedule::ring : dist::Schedule::all_gather;
   const AttentionOptions opt{std::nullopt, c.causal};
-  bool fused = false;  // the chain through gg::attention instead (one rank)
-  auto chain = [&] {
+  auto chain = [&](bool fused) {  // fused: through gg::attention instead (one rank)
     const Tensor o = fused ? attention(in.q, in.k, in.v, opt) : dist::attention(g, in.q, in.k, in.v, opt, c.cut(), schedule);
     GradOptions create;
     create.create_graph = true;
@@ -93,11 +92,11 @@ std::string measure(dist::Group& g, const Config& c, int64_t N, const Inputs& in
     const Tensor inner = sum(d1[0] * in.qt) + sum(d1[1] * in.kt) + sum(d1[2] * in.vt);
     grad({inner}, {in.q, in.k, in.v, in.dO});
   };
-  auto timed = [&] {
+  auto timed = [&](bool fused) {
     sync(dev);
     g.barrier();
     const auto t0 = Clock::now();
-    chain();
+    chain(fused);
     sync(dev);
     g.barrier();
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -106,10 +105,10 @@ std::string measure(dist::Group& g, const Config& c, int64_t N, const Inputs& in
   g.barrier();
   const int64_t before = stats(dev).current_bytes;
   reset_peak(dev);
-  const double first = timed();
-  for (int i = 0; i < c.warmup; ++i) timed();
+  const double first = timed(false);
+  for (int i = 0; i < c.warmup; ++i) timed(false);
   std::vector<double> runs;
-  for (int i = 0; i < c.reps; ++i) runs.push_back(timed());
+  for (int i = 0; i < c.reps; ++i) runs.push_back(timed(false));
   const double peak = static_cast<double>(stats(dev).peak_bytes - before) / double(1 << 30);
   const std::vector<double> peaks = g.all_gather(full({1}, peak, DType::f64, dev), 0).to_vector<double>();
   auto median_of = [](std::vector<double> v) {
@@ -118,9 +117,8 @@ std::string measure(dist::Group& g, const Config& c, int64_t N, const Inputs& in
   };
   std::vector<double> fused_runs;
   if (g.size() == 1) {
-    fused = true;
-    for (int i = 0; i < 1 + c.warmup; ++i) timed();
-    for (int i = 0; i < c.reps; ++i) fused_runs.push_back(timed());
+    for (int i = 0; i < 1 + c.warmup; ++i) timed(true);
+    for (int i = 0; i < c.reps; ++i) fused_runs.push_back(timed(true));
   }
   if (g.rank() != 0) return {};
   const double median = median_of(runs);

@@ -407,20 +407,16 @@ TEST(CudaAttention, BobStagesOverKeyBlocks) {
           for (const Tensor& a : x) t.push_back(to(to(a, dt), dev));
           const AttentionForward f = attention_forward(t[0], t[1], t[2]);
           std::vector<Values> out;  // E, F and gQ, gK, gV, gdO of each block, then the whole BoB's
+          Tensor F = zeros(f.L.shape(), DType::f64, dev);  // the stages take the whole E and F
           for (const auto& [b0, b1] : blocks) {
             auto keys = [&](const Tensor& a) { return slice(a, 2, b0, b1); };
-            for (const Tensor& e : attention_bob_row_sums(t[0], keys(t[1]), keys(t[2]), f.O, f.L, t[3], t[4],
-                                                          keys(t[5]), keys(t[6])))
-              out.push_back(to(e, DType::f64).to_vector<double>());
+            const TensorList ef = attention_bob_row_sums(t[0], keys(t[1]), keys(t[2]), f.O, f.L, t[3], t[4],
+                                                         keys(t[5]), keys(t[6]));
+            for (const Tensor& e : ef) out.push_back(to(e, DType::f64).to_vector<double>());
+            F = F + to(ef[1], DType::f64);
           }
           const TensorList whole = attention_backward_backward(t[0], t[1], t[2], f.O, f.L, t[3], t[4], t[5], t[6]);
-          const Tensor E = to(to(whole[4], DType::f64), f.L.dtype());  // the stages take the whole E and F
-          Tensor F = zeros(f.L.shape(), DType::f64, dev);
-          for (const auto& [b0, b1] : blocks) {
-            auto keys = [&](const Tensor& a) { return slice(a, 2, b0, b1); };
-            F = F + to(attention_bob_row_sums(t[0], keys(t[1]), keys(t[2]), f.O, f.L, t[3], t[4], keys(t[5]),
-                                              keys(t[6]))[1], DType::f64);
-          }
+          const Tensor E = to(to(whole[4], DType::f64), f.L.dtype());
           for (const auto& [b0, b1] : blocks) {
             auto keys = [&](const Tensor& a) { return slice(a, 2, b0, b1); };
             for (const Tensor& g : attention_bob_from_row_sums(t[0], keys(t[1]), keys(t[2]), f.O, f.L, t[3], t[4],
