@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/median.h"
 #include "gradgrad.h"
 
 namespace {
@@ -134,11 +135,9 @@ Result measure(Call&& call, const Config& cfg) {
     times.push_back(t);
     r.peak_bytes = std::max(r.peak_bytes, peak);
   }
-  std::sort(times.begin(), times.end());
-  const size_t n = times.size();
-  r.median_s = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
-  r.min_s = times.front();
-  r.runs = static_cast<int>(n);
+  r.median_s = bench::median(times);
+  r.min_s = *std::min_element(times.begin(), times.end());
+  r.runs = static_cast<int>(times.size());
   return r;
 }
 

@@ -55,6 +55,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/median.h"
 #include "gradgrad.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/params.h"
@@ -87,8 +88,7 @@ double median_ms(const std::function<void()>& f, int warm, int reps, std::vector
     cudaEventDestroy(b);
   }
   if (all) *all = t;
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return bench::median(t);
 }
 
 std::vector<int64_t> parse_list(const std::string& s) {

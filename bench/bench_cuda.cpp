@@ -15,6 +15,7 @@
 #include <functional>
 #include <vector>
 
+#include "bench/median.h"
 #include "gradgrad.h"
 
 using namespace gg;
@@ -31,8 +32,7 @@ double median_ms(const std::function<void()>& f, int warm = 3, int reps = 15) {
     cudaDeviceSynchronize();
     t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return bench::median(t);
 }
 
 const Device kGpu = Device::cuda(0);

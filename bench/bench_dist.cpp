@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/median.h"
 #include "gradgrad.h"
 
 namespace {
@@ -111,17 +112,13 @@ std::string measure(dist::Group& g, const Config& c, int64_t N, const Inputs& in
   for (int i = 0; i < c.reps; ++i) runs.push_back(timed(false));
   const double peak = static_cast<double>(stats(dev).peak_bytes - before) / double(1 << 30);
   const std::vector<double> peaks = g.all_gather(full({1}, peak, DType::f64, dev), 0).to_vector<double>();
-  auto median_of = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   std::vector<double> fused_runs;
   if (g.size() == 1) {
     for (int i = 0; i < 1 + c.warmup; ++i) timed(true);
     for (int i = 0; i < c.reps; ++i) fused_runs.push_back(timed(true));
   }
   if (g.rank() != 0) return {};
-  const double median = median_of(runs);
+  const double median = bench::median(runs);
   const int64_t hkv = c.hkv > 0 ? c.hkv : c.heads;
   const double work = visible_pairs(N, c.causal) * static_cast<double>(c.batch * c.heads * c.d);
   char buf[768];
@@ -142,7 +139,7 @@ std::string measure(dist::Group& g, const Config& c, int64_t N, const Inputs& in
   }
   line += "]";
   if (!fused_runs.empty()) {
-    std::snprintf(buf, sizeof buf, ",\"fused_chain_ms\":%.3f", median_of(fused_runs));
+    std::snprintf(buf, sizeof buf, ",\"fused_chain_ms\":%.3f", bench::median(fused_runs));
     line += buf;
   }
   return line + "}";
