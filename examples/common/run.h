@@ -16,9 +16,11 @@ namespace examples {
 // WORLD_SIZE, LOCAL_RANK, GG_DIST_INIT_FILE). Sets the device to the rank's GPU, world_size to
 // the group's size, and the output folder of rank r > 0 to OUT/rank<r>; returns the group.
 // `items` (e.g. "tasks") of which each step has `per_step` are split over the ranks: a
-// ValueError when there are more ranks than items.
+// ValueError when there are more ranks than items, or when `device` is not a GPU.
 inline std::shared_ptr<gg::dist::Group> join_nccl(gg::Device& device, int& world_size, std::string& out_dir,
                                                   int64_t per_step, const char* items) {
+  GG_CHECK(device.is_cuda(), gg::ValueError, "--nccl needs --device cuda (one process per GPU), got --device ",
+           device.str());
   const std::shared_ptr<gg::dist::NcclGroup> group = gg::dist::NcclGroup::create();
   GG_CHECK(group->size() <= per_step, gg::ValueError, "--nccl: WORLD_SIZE (", group->size(),
            ") must not exceed the ", per_step, " ", items, " of a step");

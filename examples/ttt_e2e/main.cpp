@@ -517,10 +517,6 @@ int main(int argc, char** argv) {
                  static_cast<long long>(cfg.seq_len), static_cast<long long>(cfg.model.chunk));
     return 2;
   }
-  if (cfg.nccl && cfg.device_name != "cuda") {
-    std::fprintf(stderr, "error: --nccl needs --device cuda\n");
-    return 2;
-  }
   return examples::prepare_and_run(cfg.device_name, cfg.device, cfg.out_dir, [&] {
     if (cfg.nccl)
       cfg.process_group = examples::join_nccl(cfg.device, cfg.world_size, cfg.out_dir, cfg.batch, "sequences");
