@@ -3,7 +3,7 @@
 #include "core/error.h"
 
 #ifdef GG_HAS_CUDA
-#include "kernels/cuda/runtime.h"
+#include "core/cuda_runtime.h"
 #endif
 
 namespace gg::cuda {
@@ -12,8 +12,8 @@ namespace gg::cuda {
 namespace {
 class CudaAllocator final : public Allocator {
  public:
-  void* allocate(size_t nbytes, int device) override { return kernels::cuda::allocate(nbytes, device); }
-  void deallocate(void* p, size_t nbytes, int device) override { kernels::cuda::deallocate(p, nbytes, device); }
+  void* allocate(size_t nbytes, int device) override { return cuda::runtime::allocate(nbytes, device); }
+  void deallocate(void* p, size_t nbytes, int device) override { cuda::runtime::deallocate(p, nbytes, device); }
 };
 }  // namespace
 
@@ -23,15 +23,15 @@ Allocator* detail::backend_allocator(Device) {
   return allocator;
 }
 
-int device_count() { return kernels::cuda::device_count(); }
-void synchronize() { kernels::cuda::synchronize(); }
+int device_count() { return cuda::runtime::device_count(); }
+void synchronize() { cuda::runtime::synchronize(); }
 MemoryStats memory_stats(int device) {
-  auto s = kernels::cuda::memory_stats(device);
+  auto s = cuda::runtime::memory_stats(device);
   return {s.current_bytes, s.peak_bytes, s.allocations};
 }
-void reset_peak_memory_stats(int device) { kernels::cuda::reset_peak_memory_stats(device); }
-void set_allow_tf32(bool allow) { kernels::cuda::set_allow_tf32(allow); }
-bool allow_tf32() { return kernels::cuda::allow_tf32(); }
+void reset_peak_memory_stats(int device) { cuda::runtime::reset_peak_memory_stats(device); }
+void set_allow_tf32(bool allow) { cuda::runtime::set_allow_tf32(allow); }
+bool allow_tf32() { return cuda::runtime::allow_tf32(); }
 #else
 namespace {
 [[noreturn]] void no_cuda(const char* what) {

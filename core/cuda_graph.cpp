@@ -5,13 +5,13 @@
 #include "core/error.h"
 
 #ifdef GG_HAS_CUDA
-#include "kernels/cuda/runtime.h"
+#include "core/cuda_runtime.h"
 #endif
 
 namespace gg::cuda {
 
 #ifdef GG_HAS_CUDA
-using GraphHandle = kernels::cuda::CudaGraph;
+using GraphHandle = cuda::runtime::CudaGraph;
 #else
 struct GraphHandle;
 #endif
@@ -41,14 +41,14 @@ bool Graph::captured() const { return impl_->graph != nullptr; }
 void Graph::reset() {
   // Outputs first: their blocks then return to the graph, which frees them with itself.
   impl_->outputs.clear();
-  kernels::cuda::destroy_graph(std::exchange(impl_->graph, nullptr));
+  cuda::runtime::destroy_graph(std::exchange(impl_->graph, nullptr));
 }
 
 const TensorList& Graph::capture(const std::function<TensorList()>& step) {
   GG_CHECK(static_cast<bool>(step), ValueError, "gg::cuda::Graph::capture: step is an empty function");
   reset();
-  const int device = kernels::cuda::current_device();
-  kernels::cuda::begin_capture();
+  const int device = cuda::runtime::current_device();
+  cuda::runtime::begin_capture();
   TensorList outputs;
   try {
     // `result` (and with it the tape behind the outputs) dies inside the capture, so the memory
@@ -62,10 +62,10 @@ const TensorList& Graph::capture(const std::function<TensorList()>& step) {
       outputs.push_back(t.defined() ? t.detach() : t);
     }
   } catch (...) {
-    kernels::cuda::abort_capture();
+    cuda::runtime::abort_capture();
     throw;
   }
-  impl_->graph = kernels::cuda::end_capture();
+  impl_->graph = cuda::runtime::end_capture();
   impl_->device = device;
   impl_->outputs = std::move(outputs);
   return impl_->outputs;
@@ -73,10 +73,10 @@ const TensorList& Graph::capture(const std::function<TensorList()>& step) {
 
 void Graph::replay() {
   GG_CHECK(impl_->graph != nullptr, ValueError, "gg::cuda::Graph::replay: nothing has been captured");
-  kernels::cuda::launch_graph(impl_->graph);
+  cuda::runtime::launch_graph(impl_->graph);
 }
 
-bool is_capturing() { return kernels::cuda::is_capturing(); }
+bool is_capturing() { return cuda::runtime::is_capturing(); }
 
 #else
 

@@ -17,7 +17,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include "kernels/cuda/runtime.h"
+#include "core/cuda_runtime.h"
 #endif
 
 namespace gg::dist {
@@ -198,8 +198,8 @@ struct NcclGroup::Impl {
   }
 
   cudaStream_t stream() const {
-    kernels::cuda::set_device(local_rank);
-    return static_cast<cudaStream_t>(kernels::cuda::stream());
+    cuda::runtime::set_device(local_rank);
+    return static_cast<cudaStream_t>(cuda::runtime::stream());
   }
   void check_tensor(const char* op, const Tensor& x) const {
     GG_CHECK(x.device() == Device::cuda(local_rank), DeviceError, "gg::dist::", op, ": rank ", rank,
@@ -209,10 +209,10 @@ struct NcclGroup::Impl {
 
 std::shared_ptr<NcclGroup> NcclGroup::create(const LaunchOptions& options) {
   const LaunchOptions o = resolve_launch_options(options);
-  const int devices = kernels::cuda::device_count();
+  const int devices = cuda::runtime::device_count();
   GG_CHECK(o.local_rank < devices, DeviceError, "gg::dist::NcclGroup: rank ", o.rank, " wants cuda:", o.local_rank,
            " (LOCAL_RANK) but ", devices, " CUDA device(s) are usable");
-  kernels::cuda::set_device(o.local_rank);
+  cuda::runtime::set_device(o.local_rank);
   ncclUniqueId id;
   std::string blob(sizeof id.internal, '\0');
   if (o.rank == 0) {
@@ -251,7 +251,7 @@ void NcclGroup::barrier() {
   Tensor out = empty({1}, DType::f32, device());
   check_nccl(ncclAllReduce(one.raw_data(), out.raw_data(), 1, ncclFloat32, ncclSum, impl_->comm, impl_->stream()),
              impl_->comm, "barrier");
-  kernels::cuda::synchronize();
+  cuda::runtime::synchronize();
 }
 
 Tensor NcclGroup::all_reduce_flat(const Tensor& x) {

@@ -4,8 +4,8 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/kernels.h"
 #ifdef GG_HAS_CUDA
+#include "core/cuda_runtime.h"
 #include "kernels/cuda/kernels.h"
-#include "kernels/cuda/runtime.h"
 #define GG_IF_CUDA(call) \
   if (device.is_cuda()) return call;
 #else
@@ -44,7 +44,7 @@ void random(const kernels::RandomParams& p, Device device) {
 #ifdef GG_HAS_CUDA
   // The seed and offset are kernel arguments: a captured graph would draw the same numbers on
   // every replay.
-  GG_CHECK(!kernels::cuda::is_capturing(), CaptureError, "gg: random numbers on ", device.str(),
+  GG_CHECK(!cuda::runtime::is_capturing(), CaptureError, "gg: random numbers on ", device.str(),
            " cannot be drawn inside a CUDA graph capture (every replay would repeat them); draw them outside "
            "and copy them into a static input");
   return kernels::cuda::random(p);
@@ -65,13 +65,13 @@ void copy(const kernels::CopyParams& p, Device device) {
 
 void copy_between_devices(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
 #ifdef GG_HAS_CUDA
-  using kernels::cuda::CopyKind;
+  using cuda::runtime::CopyKind;
   if (src_device.is_cpu() && dst_device.is_cuda())
-    return kernels::cuda::memcpy(dst, src, nbytes, CopyKind::host_to_device);
+    return cuda::runtime::memcpy(dst, src, nbytes, CopyKind::host_to_device);
   if (src_device.is_cuda() && dst_device.is_cpu())
-    return kernels::cuda::memcpy(dst, src, nbytes, CopyKind::device_to_host);
+    return cuda::runtime::memcpy(dst, src, nbytes, CopyKind::device_to_host);
   if (src_device.is_cuda() && dst_device.is_cuda())
-    return kernels::cuda::memcpy(dst, src, nbytes, CopyKind::device_to_device);
+    return cuda::runtime::memcpy(dst, src, nbytes, CopyKind::device_to_device);
 #else
   (void)dst;
   (void)src;

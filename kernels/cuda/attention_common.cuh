@@ -28,13 +28,14 @@
 #include <string>
 #include <type_traits>
 
+#include "core/cuda_check.cuh"
+#include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "kernels/cuda/attention_traits.cuh"
-#include "kernels/cuda/check.cuh"
-#include "kernels/cuda/runtime.h"
 #include "kernels/params.h"
 
 namespace gg::kernels::cuda::attn {
+using namespace ::gg::cuda::runtime;  // the stream, allocation and device queries
 
 // ------------------------------------------------------------------------ element types
 

@@ -27,12 +27,13 @@
 #include <type_traits>
 #include <utility>
 
+#include "core/cuda_check.cuh"
+#include "core/cuda_runtime.h"
 #include "core/error.h"
-#include "kernels/cuda/check.cuh"
 #include "kernels/cuda/kernels.h"
-#include "kernels/cuda/runtime.h"
 
 namespace gg::kernels::cuda {
+using namespace ::gg::cuda::runtime;  // the stream, allocation and device queries
 namespace {
 
 constexpr int kThreads = 256;      // threads per block

@@ -1,5 +1,5 @@
 // CUDA kernels: the same functions and parameter structs as kernels/cpu/kernels.h, run on the
-// library's stream for the current device (kernels/cuda/runtime.h). This header includes no CUDA
+// library's stream for the current device (core/cuda_runtime.h). This header includes no CUDA
 // headers, so host code that dispatches here compiles with the plain C++ compiler.
 #pragma once
 #include "kernels/params.h"

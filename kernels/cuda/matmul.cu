@@ -31,12 +31,13 @@
 #include <mutex>
 #include <string>
 
+#include "core/cuda_check.cuh"
+#include "core/cuda_runtime.h"
 #include "core/error.h"
-#include "kernels/cuda/check.cuh"
 #include "kernels/cuda/kernels.h"
-#include "kernels/cuda/runtime.h"
 
 namespace gg::kernels::cuda {
+using namespace ::gg::cuda::runtime;  // the stream, allocation and device queries
 namespace {
 
 // ------------------------------------------------------------------ handles

@@ -41,12 +41,13 @@
 #include <string>
 #include <cub/block/block_reduce.cuh>
 
+#include "core/cuda_check.cuh"
+#include "core/cuda_runtime.h"
 #include "core/error.h"
-#include "kernels/cuda/check.cuh"
 #include "kernels/cuda/kernels.h"
-#include "kernels/cuda/runtime.h"
 
 namespace gg::kernels::cuda {
+using namespace ::gg::cuda::runtime;  // the stream, allocation and device queries
 namespace {
 
 constexpr int kBlockThreads = 256;    // block-per-row kernels

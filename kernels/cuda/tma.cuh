@@ -21,7 +21,7 @@
 #include <type_traits>
 
 #include "core/error.h"
-#include "kernels/cuda/check.cuh"
+#include "core/cuda_check.cuh"
 
 namespace gg::kernels::cuda::attn {
 

@@ -7,10 +7,10 @@
 #include <unordered_set>
 #include <vector>
 
-#include "kernels/cuda/check.cuh"
-#include "kernels/cuda/runtime.h"
+#include "core/cuda_check.cuh"
+#include "core/cuda_runtime.h"
 
-namespace gg::kernels::cuda {
+namespace gg::cuda::runtime {
 namespace {
 
 constexpr int kMaxDevices = 64;
@@ -82,7 +82,7 @@ DeviceState& state(int device) {
   return s;
 }
 
-// ---- graph capture state (see runtime.h). Guarded by g_graph_mutex; g_graph_memory says whether
+// ---- graph capture state (see cuda_runtime.h). Guarded by g_graph_mutex; g_graph_memory says whether
 // any of it exists, so that allocate/deallocate outside capture pay one relaxed load.
 struct Block {
   void* ptr;
@@ -354,4 +354,4 @@ void destroy_graph(CudaGraph* graph) noexcept {
   cudaGetLastError();
 }
 
-}  // namespace gg::kernels::cuda
+}  // namespace gg::cuda::runtime

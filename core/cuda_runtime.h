@@ -1,10 +1,11 @@
 // The CUDA runtime as the rest of the library sees it: devices, the stream every kernel runs
-// on, stream-ordered allocation, copies, and error checks. No CUDA headers leak through here.
+// on, stream-ordered allocation, copies, graph capture and error checks (gg::cuda in core/cuda.h
+// is its public face; the CUDA kernels use it from below). No CUDA headers leak through here.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
-namespace gg::kernels::cuda {
+namespace gg::cuda::runtime {
 
 // Number of usable CUDA devices; 0 when the driver reports none (e.g. a CI machine without a GPU).
 int device_count();
@@ -56,4 +57,4 @@ void abort_capture() noexcept;      // ends a capture after an error and drops w
 void launch_graph(CudaGraph* graph);            // on the library stream of the capture's device
 void destroy_graph(CudaGraph* graph) noexcept;  // frees the memory it kept, stream-ordered
 
-}  // namespace gg::kernels::cuda
+}  // namespace gg::cuda::runtime
