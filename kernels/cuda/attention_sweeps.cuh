@@ -570,8 +570,9 @@ __device__ __forceinline__ void spin_until_at_least(const int* counter, int targ
 // it waits for tile t's additions (the load's latency overlaps them) and lets the consumer go on to
 // tile t + 1 before it releases tile t (whose fence waits for tile t's additions to complete).
 // In the fused backward (one warp for two consumers taking alternate tiles) kEarly measured
-// slower (docs/kernels.md §7, "early hand-over"). Blocks of lower index start first (the hardware scheduler starts them
-// in index order), so a block never waits on one that has not started.
+// slower (docs/kernels.md §7, "early hand-over"). Blocks of lower index start first (the
+// hardware scheduler starts them in index order), so a block never waits on one that has not
+// started.
 constexpr int kOrderReady = 9, kOrderAdded = 11;  // + consumer: named barriers of 160 threads
 
 // The consumer side, around its additions to one tile (no-ops when unordered).
