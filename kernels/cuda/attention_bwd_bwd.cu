@@ -795,7 +795,7 @@ void launch_bob_pass2_ws(const Params<T>& p, const SweepMaps& maps) {
 // ------------------------------------------------------------------------ sm_90a, fused BoB
 //
 // The fused BoB (d = 64, all three cotangents): after pass 0 (E and F, P·Vt, and dS·Kt), one
-// key-parallel sweep computes all four outputs (docs/attention.md: the one-sweep schedule). Per query tile the consumers form the score and
+// key-parallel sweep computes all four outputs (docs/attention.md §4, the schedule with atomics). Per query tile the consumers form the score and
 // coefficient tiles exactly as pass 2 does (grad_K, grad_V bitwise equal to pass 2's after the same
 // E and F), and also the block's parts of grad_Q = s·(S̄·K + dS·Kt) and of grad_dO = dP̄·V + P·Vt
 // for the tile's queries, which the blocks of a head add into f32 buffers by atomic additions, in

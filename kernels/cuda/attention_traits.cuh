@@ -16,8 +16,8 @@
 //   kSm80    bf16/f16, d in {32, 64, 128}, 16-byte aligned rows, where kSm90 does not apply
 //            (A100-class cards, d = 32 anywhere; kOpts instances for the options too):
 //            mma.sync.m16n8k16, cp.async double buffering.
-//   kGeneric everything else (f64, exact f32, other head dims; grouped-query heads, Nq != Nk,
-//            windows) and the GPU reference of the tests: scalar FMA in Acc (double for f64,
+//   kGeneric everything else (f64, exact f32, other head dims; always under the general
+//            mask) and the GPU reference of the tests: scalar FMA in Acc (double for f64,
 //            float otherwise).
 //
 // Tests may force kSm80 or kGeneric (kernels.h, testing::ScopedAttentionPath).
