@@ -15,6 +15,7 @@
 // bottom-right aligned position. check_qkv validates them and resolve_mask turns them into the
 // kernels' AttentionShape; the composite builds its mask from the same resolved shape, so the
 // reference and the fused op cannot disagree on which keys a query sees.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -231,22 +232,31 @@ AttentionForward composite_forward(const Tensor& q, const Tensor& k, const Tenso
   m.Nk = nk;
   resolve_mask(op, nq, nk, o, m);
   Tensor s = matmul(q, transpose(kk, -1, -2)) * scale;  // (.., Nq, Nk)
-  std::vector<double> add(static_cast<size_t>(nq * nk), 0.0), keep(static_cast<size_t>(nq), 1.0);
+  // Row i sees keys [first_key(i), last_key(i)] (first_key >= 0, last_key <= nk - 1). A row with
+  // no visible key keeps its scores and gets zero probabilities; the others get -inf added
+  // outside their keys, by an (Nq, Nk) mask made only when some row has a key it does not see.
+  std::vector<double> keep(static_cast<size_t>(nq), 1.0);
   bool any_masked = false, any_empty = false;
   for (int64_t i = 0; i < nq; ++i) {
     const int64_t lo = m.first_key(i), hi = m.last_key(i);
-    if (hi < lo) {  // no visible key: leave the scores alone, zero the probabilities
+    if (hi < lo) {
       keep[static_cast<size_t>(i)] = 0.0;
       any_empty = true;
-      continue;
+    } else if (lo > 0 || hi < nk - 1) {
+      any_masked = true;
     }
-    for (int64_t j = 0; j < nk; ++j)
-      if (j < lo || j > hi) {
-        add[static_cast<size_t>(i * nk + j)] = -std::numeric_limits<double>::infinity();
-        any_masked = true;
-      }
   }
-  if (any_masked) s = s + from_vector(add, {nq, nk}, q.dtype(), q.device());
+  if (any_masked) {
+    std::vector<double> add(static_cast<size_t>(nq * nk), 0.0);
+    for (int64_t i = 0; i < nq; ++i) {
+      const int64_t lo = m.first_key(i), hi = m.last_key(i);
+      if (hi < lo) continue;
+      double* row = add.data() + i * nk;
+      std::fill(row, row + lo, -std::numeric_limits<double>::infinity());
+      std::fill(row + hi + 1, row + nk, -std::numeric_limits<double>::infinity());
+    }
+    s = s + from_vector(add, {nq, nk}, q.dtype(), q.device());
+  }
   Tensor p = softmax(s, -1);
   Tensor keep_rows = any_empty ? from_vector(keep, {nq, 1}, q.dtype(), q.device()) : Tensor();
   if (any_empty) p = p * keep_rows;
