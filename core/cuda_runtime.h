@@ -29,7 +29,7 @@ CudaMemoryStats memory_stats(int device);
 void reset_peak_memory_stats(int device);
 
 enum class CopyKind { host_to_device, device_to_host, device_to_device };
-// Copies on the library stream; device_to_host waits for the copy to finish.
+// Copies on the library stream; copies to or from the host wait for the copy to finish.
 void memcpy(void* dst, const void* src, size_t nbytes, CopyKind kind);
 
 // cuBLAS math mode for f32 matmuls: false (default) = exact f32, true = TF32 tensor cores.

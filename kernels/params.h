@@ -65,7 +65,7 @@ struct UnaryParams {
   double alpha;
 };
 
-// out = a op b with broadcasting: `out` is contiguous of shape out_sizes; a and b are read
+// out = a op b with broadcasting: `out` is contiguous of shape a_layout.sizes; a and b are read
 // through their own (possibly zero) strides over the same index space. Comparisons write b8.
 enum class BinaryOp { GG_BINARY_OPS(GG_ENUM_ENTRY) };
 #undef GG_ENUM_ENTRY

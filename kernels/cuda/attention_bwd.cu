@@ -1,4 +1,4 @@
-// attention_bwd: softmax attention backward on the GPU (FlashAttention-2 schedule, no atomics).
+// attention_bwd: softmax attention backward on the GPU (FlashAttention-2 schedule; sm_90a, d = 64: an f32 dQ buffer).
 //
 // Math (one head), forward lines on the left, what undoes them on the right
 // (as kernels/cpu/attention_bwd.cpp):

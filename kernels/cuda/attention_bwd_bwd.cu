@@ -25,7 +25,7 @@
 //   grad_Q_i  = s·(XA_i - E_i·X2_i - F_i·X3_i)
 //       XA = [P∘((dP - D)∘G + H)]·K + dS·Kt,   X2 = (P∘dP)·K,   X3 = P·K
 //   grad_dO_i = Y_i - E_i·O_i,   Y = (P∘G)·V + P·Vt                   (using P·V = O)
-//   0. D = rowsum(dO∘O): one warp per row.
+//   0. D = rowsum(dO∘O) - dL: launch_row_dot (16-bit, d = 32/64/128: d / 8 lanes per row).
 //   1. Query-parallel, one block per (b, h, query block [, column slice]) sweeping the key blocks:
 //      score tiles S, dP, G (2 products), H; output products C1·K, dS·Kt (into XA), (P∘dP)·K,
 //      P·K, (P∘G)·V, P·Vt (into Y): 5 + 6 = 11 N²·d products. Writes E, F, grad_Q, grad_dO.
@@ -252,9 +252,6 @@ __global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_bob_pass
 
 // ------------------------------------------------------------------------ tensor-core kernels
 
-// Pass 1's epilogue, shared by the mma.sync and wgmma kernels: E and F of this warp's rows from
-// the per-thread partial sums (written by the blocks of the first column slice), then
-// grad_Q = s·(XA - E·X2 - F·X3) and grad_dO = Y - E·O on columns [c0, c0 + kCols).
 // One entry of the coefficient tiles of pass 2 and of the E/F-first pass 1, in place, from
 // P = exp(S - L) and the row's D, E, F: S <- S̄ = P∘(P̄ - F), G <- dP̄ = P∘(G·s - E),
 // dP <- dS = P∘(dP - D), where P̄ = (dP - D)∘G·s - dP∘E + H. With u = G·s - E the same P̄ is
@@ -269,7 +266,7 @@ __device__ __forceinline__ void coef_entry(float P, float scale, float D, float 
 
 // One entry of the split pass 1 (the sm_80 kernel), in place, from P = exp(S - L):
 // S <- P, dP <- P∘dP, G <- P∘G·s, Hs <- C1 = P∘((dP - D)∘G·s + H), dS = P∘(dP - D); the row sums
-// e += P∘G·s and f += P∘(dP∘G·s + H) (E and F, before the epilogue's -2·D·E).
+// e += P∘G·s and f += P∘(dP∘G·s + H) (E and F, before the epilogue's -(2·D + dL)·E).
 __device__ __forceinline__ void split_pass1_entry(float P, float scale, float D, float& S, float& dP, float& G,
                                                   float& Hs, float& dS, float& e, float& f) {
   const float g = G * scale;
@@ -284,6 +281,9 @@ __device__ __forceinline__ void split_pass1_entry(float P, float scale, float D,
   S = P;
 }
 
+// The sm_80 pass 1's epilogue: E and F of this warp's rows from the per-thread partial sums
+// (written by the blocks of the first column slice), then grad_Q = s·(XA - E·X2 - F·X3) and
+// grad_dO = Y - E·O on columns [c0, c0 + kCols).
 template <typename T, int kD, int kCols, bool kGiven>
 __device__ __forceinline__ void bob_pass1_epilogue(const Params<T>& p, const float (&XA)[kCols / 8][4],
                                                    const float (&X2)[kCols / 8][4], const float (&X3)[kCols / 8][4],
@@ -803,7 +803,7 @@ void launch_bob_pass2_ws(const Params<T>& p, const SweepMaps& maps) {
 // set_attention_deterministic(false). Of those, P·Vt and dS·Kt need no E or F, so the
 // query-parallel pass 0 (kEF0Fused, 6 products per tile, at a higher rate than this sweep's) puts
 // them into the buffers as their starting values: 5 + 3 + 2 = 10 products per tile here, 16 in
-// all with pass 0 (the deterministic BoB: 21).
+// all with pass 0 (the three-pass BoB: 21).
 //
 // Blocks of 128 keys, two consumers of 64 keys, query tiles of 32. Each consumer stores its two
 // coefficient tiles S̄ and dP̄ (its 64 keys, transposed back to rows of queries by stmatrix) into
@@ -883,7 +883,7 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
     wgmma_fence_regs(G);
     wgmma_fence_regs(Hs);
 
-    // in place: S <- S̄ᵀ, dP <- dSᵀ, G <- dP̄ᵀ; then the three coefficient tiles of this
+    // in place: S <- S̄ᵀ, dP <- dSᵀ, G <- dP̄ᵀ; then the two coefficient tiles (S̄, dP̄) of this
     // consumer's keys into the tile's buffer
     for_key_tile_entries<kBN, kOpts>(S, p, t, sw.tile(qt) * kBN, j0, jw, sl2, lane, [&](int j, int e, float P, int li) {
       coef_entry(P, p.scale, t.D[li], t.E[li], t.F[li], S[j][e], dP[j][e], G[j][e], Hs[j][e]);
@@ -898,7 +898,7 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
     fence_proxy_async();
 
     // gK += S̄ᵀ·Q + dSᵀ·Qt, gV += dP̄ᵀ·dO (issued before the barrier: they need no row of the other
-    // consumer); then, a group of its own, part += (K|V)ᵀ·(S̄|dP̄)ᵀ (+ Ktᵀ·dSᵀ) over the 128 keys
+    // consumer); then, a group of its own, part += (K|V)ᵀ·(S̄|dP̄)ᵀ over the 128 keys (dS·Kt: pass 0)
     wgmma_fence_regs(gK);
     wgmma_fence_regs(gV);
     wgmma_fence();
@@ -992,7 +992,7 @@ __global__ void __launch_bounds__(384, 1)
 
 // Pass 0 of the fused BoB (d = 64), the warp's rows from iw: grad_Q's f32 buffer starts as dS·Kt
 // (this thread's values gQ), grad_dO's as P·Vt (gdO), in the buffers' register order (layout:
-// launch_bob_fused_ws). Padding rows past N get finite values that the conversion never reads.
+// launch_bob_sm90_fused). Padding rows past N get finite values that the conversion never reads.
 template <typename T>
 __device__ __forceinline__ void fill_fused_bob_acc(const Params<T>& p, int64_t head, int iw, int lane,
                                                    const float (&gQ)[8][4], const float (&gdO)[8][4]) {
@@ -1202,7 +1202,7 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
   } else {
     // kPV: the sums times s; f_part += dO∘(P·Vt) and D's part += dO∘O of the thread's entries;
     // P·Vt to p.PV (rows), or, in the fused BoB, into grad_dO's f32 buffer as its starting value
-    // (and grad_Q's buffer zeroed), which leaves the sweep no memset and its conversion no P·Vt
+    // (and grad_Q's buffer started at dS·Kt), which leaves the sweep no memset and its conversion no P·Vt
     float d_part[2] = {0.f, 0.f};
     if constexpr (kPV) {
 #pragma unroll
@@ -1244,7 +1244,7 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
 
 // The query passes' kernel: blocks of 128 query rows, a producer warpgroup and two consumer
 // warpgroups each running ef_rows on 64 rows (HopperQuerySweepWs); registers move from the
-// producer to the consumers with setmaxnreg. kEF0, kEF1: pass 0 and pass 1 with a cotangent absent.
+// producer to the consumers with setmaxnreg. kEF0, kEF1: pass 0 and pass 1 with a cotangent absent, and the BoB stages.
 // kEF0PV, kEF1PV (all cotangents): pass 0 writes P·Vt to p.PV in place of the score product H,
 // pass 1 adds it to grad_dO (ef_rows, kPV). kEF0Fused (d = 64): the fused BoB's pass 0, which
 // starts the fused sweep's f32 buffers at dS·Kt and P·Vt (ef_rows, kDs).
@@ -1256,7 +1256,7 @@ __global__ void __launch_bounds__(384, 1)
 #if defined(GG_WGMMA_AVAILABLE)
   using Cfg = BobQuerySm90Traits<kD>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  // the fused BoB's sweep may start on the SMs this pass leaves free (launch_bob_fused_ws)
+  // the fused BoB's sweep may start on the SMs this pass leaves free (launch_bob_sm90_fused)
   if constexpr (kPass == QueryPass::kEF0Fused) griddep_launch_dependents();
   query_sweep_ws_block<T, kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 3, 4, kOpts>(
       smem_raw, p, maps, [](const Params<T>& q) { return bob_present(q); }, [&](auto& sw, int64_t head, int i0, int n, int tid) {
@@ -1266,7 +1266,7 @@ __global__ void __launch_bounds__(384, 1)
           ef_rows<T, kD, false, AllCotangentsNoH, true, true, kOpts>(sw, p, head, i0, n, tid);
         else if constexpr (kPass == QueryPass::kEF1PV)
           ef_rows<T, kD, true, AllCotangents, true, false, kOpts>(sw, p, head, i0, n, tid);
-        else  // a cotangent absent: all three go to kEF0PV, kEF1PV or the fused BoB
+        else  // a cotangent absent, or a BoB stage; whole BoBs with all three: kEF0PV/kEF1PV or fused
           ef_rows<T, kD, kPass == QueryPass::kEF1, Cotangents, false, false, kOpts>(sw, p, head, i0, n, tid);
       });
   if constexpr (kPass == QueryPass::kEF0Fused) {

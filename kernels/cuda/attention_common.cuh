@@ -110,9 +110,9 @@ struct Params {
   Acc *D, *E, *F;         // (BH, N) row scalars, stream-ordered scratch
   T *out0, *out1, *out2, *out3;  // fwd O; bwd dQ dK dV; BoB gQ gK gV gdO (shaped like their inputs)
   Acc* L_out;             // (BH, N) fwd: L
-  Acc* PV;                // (BH, N, d) deterministic BoB: P·Vt, from its pass 0 to its pass 1
+  Acc* PV;                // (BH, N, d) three-pass BoB, all cotangents: P·Vt, pass 0 to pass 1
   float* fused_acc;       // fused BoB: its f32 buffers (attention_sweeps.cuh), which pass 0 fills
-  int* head_done;         // fused BoB: per head, pass 0's finished blocks (launch_bob_fused_ws)
+  int* head_done;         // fused BoB: per head, pass 0's finished blocks (launch_bob_sm90_fused)
   int* add_order;         // fused sweeps: counters of ordered additions (attention_sweeps.cuh), or
                           // nullptr: atomic additions in any order
   int64_t BH;
@@ -342,8 +342,8 @@ __device__ __forceinline__ GenThread gen_thread() { return {static_cast<int>(thr
 // (qhead = bh·N) and its K, V, Kt, Vt at its key/value head (khead). A key-side block owns key
 // rows of key/value head bh; K, V, Kt, Vt start there and Q, dO, Qt, O at the first query head
 // of its group (the next ones follow N rows apart: group_rows). Shared memory is carved in the
-// order of the calls: stage() one staged operand chunk, tile() one coefficient tile (kStages,
-// kTiles of them: gen_smem_bytes, launch_generic).
+// order of the calls: stage() one staged operand chunk, tile() one coefficient tile (`stages`,
+// `tiles` of them: launch_generic's arguments, which size the shared memory).
 template <typename T, bool kKeySide = false>
 struct GenBlock {
   using Acc = typename Elem<T>::Acc;

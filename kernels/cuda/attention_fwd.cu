@@ -360,7 +360,7 @@ __device__ __forceinline__ void fwd_partial_epilogue(float* piece, const float (
   }
 }
 
-// kFwdMergeRows rows of a split unit per block (fwd_merge_blocks blocks per unit), 16 threads per
+// kFwdMergeRows rows of a split unit per block (kBlockM / kFwdMergeRows blocks per unit), 16 threads per
 // row, each with kD / 32 column pairs: one row per thread and every piece's loads issued together,
 // so that the merge waits for about two memory round trips (one block per unit, each thread going
 // round its rows one after another, waited for about fifty).
@@ -425,8 +425,8 @@ __global__ void __launch_bounds__(FwdSm90Traits<kD>::kThreads, 1)
   uint64_t* barQ = bars;            // Q landed
   uint64_t* fullK = bars + 1;       // [kS] K tile landed
   uint64_t* fullV = fullK + kS;     // [kS] V tile landed
-  uint64_t* emptyK = fullV + kS;    // [kS] both consumers done with the K tile
-  uint64_t* emptyV = emptyK + kS;   // [kS] both consumers done with the V tile
+  uint64_t* emptyK = fullV + kS;    // [kS] every consumer done with the K tile
+  uint64_t* emptyV = emptyK + kS;   // [kS] every consumer done with the V tile
 
   // the block's unit (rows [i0, i0 + kBlockM) of head bh) and its key tiles [t0, t0 + n_tiles)
   // (split: sweep_unit, never causal)

@@ -423,14 +423,14 @@ struct SmemAfterSweep {
   __host__ __device__ static constexpr size_t total() { return offset<Sweep>() + Layout::kBytes; }
 };
 
-// ---- pipelined row loops of the warp-specialised backward kernels (attention_bwd.cu: dK dV, dQ
-// and the fused backward; their rings have three stages, so a consumer can hold tile t + 1 before
+// ---- pipelined row loops of the warp-specialised backward kernels (attention_bwd.cu: the fused
+// backward and the d = 128 dQ sweep; their rings have three stages, so a consumer can hold tile t + 1 before
 // releasing tile t): per tile, the score products of tile t + 1 are issued together with the
 // output products of tile t, in one ping-pong turn, and the elementwise work of tile t + 1 runs
 // while the output products are on the tensor cores. Tiles a warpgroup skips (causal) are still
 // taken and released, with their turn.
 
-// The tile loop of those three: tiles [lo, hi) of the sweep are taken and released in order; those
+// The tile loop of those two: tiles [lo, hi) of the sweep are taken and released in order; those
 // in [first, end) (not empty) are computed, the others only take their turn. The callables:
 // scores(t) / outputs(t) issue and commit tile t's score / output products; fence_scores() and
 // fence_acc() fence the score and accumulator registers; coefficients(t) is tile t's elementwise
