@@ -72,8 +72,11 @@ __device__ __forceinline__ void fwd_epilogue(const Params<T>& p, const float (&a
 
 // ------------------------------------------------------------------------ generic kernel
 
+// Three blocks per SM with f32 accumulators (at most 80 registers): at 95 registers two blocks
+// fit, and the f32 forward took 1.3-1.6x as long (its P·V reads global memory, latency-bound).
 template <typename T>
-__global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_fwd_generic_kernel(const Params<T> p) {
+__global__ void __launch_bounds__(GenericTraits::kThreads, GenericTraits::min_blocks<T>(3))
+    attention_fwd_generic_kernel(const Params<T> p) {
   using Acc = typename Elem<T>::Acc;
   using C = GenericTraits;
   // ---- prologue: query rows [i0, i0 + kRows), output columns [c0, c0 + kCols)

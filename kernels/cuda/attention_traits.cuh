@@ -76,6 +76,10 @@ struct GenericTraits {
   static constexpr int kColsPerThread = kCols / kLanes;
   static constexpr int kStage = kRows * kStride;      // one staged operand chunk (Acc elements)
   static constexpr int kTile = kRows * kStride;       // one coefficient tile (own x other)
+  // Blocks per SM that a kernel's registers leave room for (__launch_bounds__): `blocks` with f32
+  // accumulators (16-bit and f32 elements), one in f64.
+  template <typename T>
+  static constexpr int min_blocks(int blocks) { return sizeof(T) <= 4 ? blocks : 1; }
   static_assert(kRows * kLanes == kThreads, "one thread group of kLanes per own row");
   static_assert(kRows == kOther, "staging helper assumes square tiles");
   static_assert(kLanes == 8, "row reductions use shuffles over 8 lanes");
