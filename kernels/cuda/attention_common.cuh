@@ -431,20 +431,27 @@ __device__ __forceinline__ void gen_dot(Acc (&s)[GenericTraits::kPerThread], con
 }
 
 // acc[k] += Σ_{x < nx} C[o][x] · Other[x][c0 + r + 8k]: a coefficient tile (smem) times the other
-// side's rows (global memory, the head's rows x0 ..), output columns of this block's slice.
+// side's rows (global memory, the head's rows x0 ..), output columns of this block's slice. Each
+// row's values are loaded before they are used, so that ptxas issues a row's loads together
+// (written as one loop with the loads beside their uses, it interleaved load and use and waited
+// on every pair of loads).
 template <typename T>
 __device__ __forceinline__ void gen_accumulate(typename Elem<T>::Acc (&acc)[GenericTraits::kColsPerThread],
                                                const typename Elem<T>::Acc* sC, const T* other, int x0, int nx,
                                                int c0, int d, GenThread th) {
+  constexpr int kCols = GenericTraits::kColsPerThread;
   const typename Elem<T>::Acc* crow = sC + th.o * GenericTraits::kStride;
-  for (int x = 0; x < nx; ++x) {
-    const auto cv = crow[x];
-    const T* orow = other + static_cast<int64_t>(x0 + x) * d;
+  const int col = c0 + th.r;  // this thread's columns: col + 8k
+  const T* orow = other + static_cast<int64_t>(x0) * d + col;
+#pragma unroll 2
+  for (int x = 0; x < nx; ++x, orow += d) {
+    T v[kCols];
 #pragma unroll
-    for (int k = 0; k < GenericTraits::kColsPerThread; ++k) {
-      const int c = c0 + th.r + 8 * k;
-      if (c < d) acc[k] += cv * Elem<T>::to_acc(orow[c]);
-    }
+    for (int k = 0; k < kCols; ++k) v[k] = col + 8 * k < d ? orow[8 * k] : T{};
+    const auto cv = crow[x];
+#pragma unroll
+    for (int k = 0; k < kCols; ++k)
+      if (col + 8 * k < d) acc[k] += cv * Elem<T>::to_acc(v[k]);
   }
 }
 
