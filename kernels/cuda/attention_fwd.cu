@@ -34,7 +34,8 @@
 //   two consumers they issue their products in turns (ping-pong). Tiles are 128-byte swizzled
 //   (attention_common.cuh); the wgmma accumulators have the mma.sync tile layout, so the softmax
 //   and the epilogue are shared with the sm_80 kernel. Tail split (non-causal): the units of a
-//   last, partial wave are swept in pieces whose partial rows fwd_merge_kernel combines.
+//   last, partial wave are swept in pieces whose partial rows fwd_merge_kernel combines. Windows
+//   bounded on both sides: persistent blocks, one per SM, taking units in turn.
 // Generic kernel (f64, f32 exact FFMA, bf16/f16 with other d; GenericTraits): 32 query rows x 8
 //   lanes per block, score dots from staged chunks, P·V from global rows, d split over grid.y.
 
@@ -411,7 +412,11 @@ __global__ void __launch_bounds__(256) fwd_merge_kernel(const Params<T> p, const
 
 // kOpts: grouped heads, Nq != Nk or a window: K and V tiles of the query head's key/value head,
 // the band of key tiles the block's rows see (no tail split), the general mask, and rows that see
-// no key written as O = 0, L = -inf.
+// no key written as O = 0, L = -inf. With three consumers (d = 64, no turns) each consumer takes
+// only the tiles its own 64 rows see and lets the others pass. A kOpts launch with fewer blocks
+// than units (windows bounded on both sides: every band about as long) is persistent: block b
+// takes units b, b + gridDim.x, ..., and the producer loads the next unit's Q and first tiles
+// while the consumers finish the last tile and write the rows out.
 template <typename T, int kD, bool kOpts>
 __global__ void __launch_bounds__(FwdSm90Traits<kD>::kThreads, 1)
     attention_fwd_ws_kernel(const Params<T> p, const __grid_constant__ CUtensorMap tmQ,
@@ -430,23 +435,36 @@ __global__ void __launch_bounds__(FwdSm90Traits<kD>::kThreads, 1)
   uint64_t* fullV = fullK + kS;     // [kS] V tile landed
   uint64_t* emptyK = fullV + kS;    // [kS] every consumer done with the K tile
   uint64_t* emptyV = emptyK + kS;   // [kS] every consumer done with the V tile
+  uint64_t* emptyQ = emptyV + kS;   // every consumer done with Q (kOpts: the next unit's may load)
 
-  // the block's unit (rows [i0, i0 + kBlockM) of head bh) and its key tiles [t0, t0 + n_tiles)
-  // (split: sweep_unit, never causal)
-  const SweepUnit unit = kOpts || p.causal ? sweep_unit<Cfg::kBlockM, kBN>(p.N, false)
-                                           : sweep_unit<Cfg::kBlockM, kBN>(p.N, false, split);
-  const BlockCoord bc{unit.bh, unit.blk};
-  const int i0 = bc.blk * Cfg::kBlockM;
-  const int bh = static_cast<int>(bc.bh);
-  // kOpts: the band of key tiles the rows see (no row sees a key: one tile, all of it masked)
-  const int lo = kOpts ? p.key_lo(i0) : 0, hi = kOpts ? p.key_hi(min(i0 + Cfg::kBlockM, p.N) - 1) : 0;
-  const int t0 = kOpts ? lo / kBN : unit.t_begin;
-  const int n_tiles = kOpts ? (hi > lo ? cdiv(hi, kBN) - t0 : 1)
-                            : p.causal ? cdiv(min(p.N, i0 + Cfg::kBlockM), kBN) : unit.t_end - t0;
-  const int kvh = kOpts ? static_cast<int>(p.kv_head(bh)) : bh;  // the key/value head
+  // The block's unit (rows [i0, i0 + kBlockM) of head bh) and its key tiles [t0, t0 + n_tiles)
+  // (split: sweep_unit, never causal). kOpts: unit u of `units`; the band of key tiles the rows
+  // see (no row sees a key: one tile, all of it masked).
+  const int per_head = cdiv(p.N, Cfg::kBlockM);
+  const int64_t units = kOpts ? p.BH * per_head : 1;
+  struct Unit {
+    int64_t bh;
+    int i0, t0, n_tiles;
+  };
+  auto unit_at = [&](int64_t u) {
+    if constexpr (kOpts) {
+      const BlockCoord bc = unit_coord(u, per_head);
+      const int i0 = bc.blk * Cfg::kBlockM;
+      const int lo = p.key_lo(i0), hi = p.key_hi(min(i0 + Cfg::kBlockM, p.N) - 1);
+      return Unit{bc.bh, i0, lo / kBN, hi > lo ? cdiv(hi, kBN) - lo / kBN : 1};
+    } else {
+      const SweepUnit su = p.causal ? sweep_unit<Cfg::kBlockM, kBN>(p.N, false)
+                                    : sweep_unit<Cfg::kBlockM, kBN>(p.N, false, split);
+      const int i0 = su.blk * Cfg::kBlockM;
+      return Unit{su.bh, i0, su.t_begin,
+                  p.causal ? cdiv(min(p.N, i0 + Cfg::kBlockM), kBN) : su.t_end - su.t_begin};
+    }
+  };
+  const int64_t first = kOpts ? int64_t{blockIdx.x} : 0, stride = kOpts ? int64_t{gridDim.x} : 1;
   constexpr uint32_t kTileBytes = Cfg::kTileElems * 2;
   if (threadIdx.x == 0) {
     mbar_init(barQ, 1);
+    mbar_init(emptyQ, 128 * kC);
     for (int s = 0; s < kS; ++s) {
       mbar_init(&fullK[s], 1);
       mbar_init(&fullV[s], 1);
@@ -459,23 +477,32 @@ __global__ void __launch_bounds__(FwdSm90Traits<kD>::kThreads, 1)
 
   const int wg = warpgroup_index();
   if (wg == 0) {
-    // ---- phase 1 (producer): Q once, then K_j and V_j into stage j % kS once it is released
+    // ---- phase 1 (producer): per unit Q (once the previous unit's is released), then K_j and V_j
+    // into ring stage g % kS (g counting the block's tiles) once it is released
     setmaxnreg_dec<Cfg::kProducerRegs>();
     if (threadIdx.x == 0) {
-      mbar_expect_tx(barQ, kC * Cfg::kQElems * 2);
-      for (int c = 0; c < kC; ++c)
-        for (int h = 0; h < kD / 64; ++h)
-          tma_load_3d(sQ + c * Cfg::kQElems + h * 64 * 64, &tmQ, barQ, 64 * h, i0 + 64 * c, bh);
-      for (int j = 0; j < n_tiles; ++j) {
-        const int s = j % kS;
-        if (j >= kS) mbar_wait(&emptyK[s], ((j / kS) - 1) & 1);  // the stage's previous tile released
-        mbar_expect_tx(&fullK[s], kTileBytes);
-        for (int h = 0; h < kD / 64; ++h)
-          tma_load_3d(sK + s * Cfg::kTileElems + h * kBN * 64, &tmK, &fullK[s], 64 * h, (t0 + j) * kBN, kvh);
-        if (j >= kS) mbar_wait(&emptyV[s], ((j / kS) - 1) & 1);
-        mbar_expect_tx(&fullV[s], kTileBytes);
-        for (int h = 0; h < kD / 64; ++h)
-          tma_load_3d(sV + s * Cfg::kTileElems + h * kBN * 64, &tmV, &fullV[s], 64 * h, (t0 + j) * kBN, kvh);
+      int g0 = 0, k = 0;
+      for (int64_t u = first; u < units; u += stride, ++k) {
+        const Unit un = unit_at(u);
+        const int bh = static_cast<int>(un.bh);
+        const int kvh = kOpts ? static_cast<int>(p.kv_head(un.bh)) : bh;  // the key/value head
+        if (k > 0) mbar_wait(emptyQ, (k - 1) & 1);
+        mbar_expect_tx(barQ, kC * Cfg::kQElems * 2);
+        for (int c = 0; c < kC; ++c)
+          for (int h = 0; h < kD / 64; ++h)
+            tma_load_3d(sQ + c * Cfg::kQElems + h * 64 * 64, &tmQ, barQ, 64 * h, un.i0 + 64 * c, bh);
+        for (int j = 0; j < un.n_tiles; ++j) {
+          const int g = g0 + j, s = g % kS;
+          if (g >= kS) mbar_wait(&emptyK[s], ((g / kS) - 1) & 1);  // the stage's previous tile released
+          mbar_expect_tx(&fullK[s], kTileBytes);
+          for (int h = 0; h < kD / 64; ++h)
+            tma_load_3d(sK + s * Cfg::kTileElems + h * kBN * 64, &tmK, &fullK[s], 64 * h, (un.t0 + j) * kBN, kvh);
+          if (g >= kS) mbar_wait(&emptyV[s], ((g / kS) - 1) & 1);
+          mbar_expect_tx(&fullV[s], kTileBytes);
+          for (int h = 0; h < kD / 64; ++h)
+            tma_load_3d(sV + s * Cfg::kTileElems + h * kBN * 64, &tmV, &fullV[s], 64 * h, (un.t0 + j) * kBN, kvh);
+        }
+        g0 += un.n_tiles;
       }
     }
   } else {
@@ -483,85 +510,114 @@ __global__ void __launch_bounds__(FwdSm90Traits<kD>::kThreads, 1)
     setmaxnreg_inc<Cfg::kConsumerRegs>();
     const int c = wg - 1;
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-    const int iw = i0 + 64 * c + 16 * warp;
-    const int64_t head = bc.bh * p.N;
     const float sl2 = p.scale * kLog2e;
     const uint64_t dQ = make_desc_sw128(sQ + c * Cfg::kQElems);
     PingPong pp;  // turns: the first scores, then per tile the next scores with P·V
     pp.ping_pong_open(c, kC == 2 && ping_pong);  // turns are for two consumers
-    float s[kBN / 8][4];  // scores of the next tile, then its P in place
-    auto issue_scores = [&](int j) {  // s = Q·K_jᵀ, issued and committed (not waited)
-      mbar_wait(&fullK[j % kS], (j / kS) & 1);
-      wgmma_fence();
-      wgmma_fence_regs(s);
-      const int st = warp_uniform(j % kS);  // the descriptor in uniform registers
-      wgmma_score_product<T, kD, kBN>(s, dQ, make_desc_sw128(sK + st * Cfg::kTileElems));
-      wgmma_commit();
-    };
+    int g0 = 0, k = 0;
+    for (int64_t u = first; u < units; u += stride, ++k) {
+      const Unit un = unit_at(u);
+      const int i0 = un.i0, t0 = un.t0, n_tiles = un.n_tiles;
+      const int iw = i0 + 64 * c + 16 * warp;
+      const int64_t head = un.bh * p.N;
+      // this consumer's tiles [ja, jb) of the unit's (kOpts without turns: those its rows see)
+      int ja = 0, jb = n_tiles;
+      if constexpr (kOpts && !Cfg::kPingPong) {
+        const int r0 = i0 + 64 * c, lo = p.key_lo(r0), hi = p.key_hi(min(r0 + 64, p.N) - 1);
+        if (r0 < p.N && hi > lo) {
+          ja = lo / kBN - t0;
+          jb = cdiv(hi, kBN) - t0;
+        }
+      }
+      // a tile this consumer does not take: released once it has landed
+      auto pass = [&](int j) {
+        const int g = g0 + j;
+        mbar_wait(&fullK[g % kS], (g / kS) & 1);
+        mbar_arrive(&emptyK[g % kS]);
+        mbar_wait(&fullV[g % kS], (g / kS) & 1);
+        mbar_arrive(&emptyV[g % kS]);
+      };
+      float s[kBN / 8][4];  // scores of the next tile, then its P in place
+      auto issue_scores = [&](int j) {  // s = Q·K_jᵀ, issued and committed (not waited)
+        const int g = g0 + j;
+        mbar_wait(&fullK[g % kS], (g / kS) & 1);
+        wgmma_fence();
+        wgmma_fence_regs(s);
+        const int st = warp_uniform(g % kS);  // the descriptor in uniform registers
+        wgmma_score_product<T, kD, kBN>(s, dQ, make_desc_sw128(sK + st * Cfg::kTileElems));
+        wgmma_commit();
+      };
 
-    // Per tile j: issue S_{j+1} = Q·K_{j+1}ᵀ and O += P_j·V_j (P_j: bf16/f16 A fragments from the
-    // previous step), wait for S_{j+1} only, run its softmax while P_j·V_j is still on the tensor
-    // cores, then wait for that and rescale O by the new row maxima.
-    float m[2] = {-INFINITY, -INFINITY};
-    float l[2] = {0.f, 0.f}, alpha[2];
-    float acc[kD / 8][4];
-    zero(acc);
-    uint32_t pa[kBN / 16][4];  // P_j
-    mbar_wait(barQ, 0);
-    pp.turn_begin();
-    issue_scores(0);
-    pp.turn_end();
-    wgmma_wait<0>();
-    wgmma_fence_regs(s);
-    mbar_arrive(&emptyK[0]);
-    auto softmax = [&](int j0) {
-      if constexpr (kOpts) softmax_scores<kBN>(s, m, l, alpha, sl2, j0, iw, p, lane);
-      else softmax_scores<kBN>(s, m, l, alpha, sl2, j0, iw, p.N, p.causal, lane);
-    };
-    softmax(t0 * kBN);  // O = 0: nothing to rescale
-    tile_to_a_frags<T, kBN>(pa, s);
-    auto issue_pv = [&](int j) {  // acc += P_j·V_j, issued and committed
-      wgmma_fence();
-      const int st = warp_uniform(j % kS);
-      wgmma_coef_product<T, kD, kBN>(acc, pa, make_desc_sw128(sV + st * Cfg::kTileElems));
-      wgmma_commit();
-    };
-    for (int j = 0; j + 1 < n_tiles; ++j) {
-      mbar_wait(&fullV[j % kS], (j / kS) & 1);
-      wgmma_fence_regs(acc);
+      // Per tile j: issue S_{j+1} = Q·K_{j+1}ᵀ and O += P_j·V_j (P_j: bf16/f16 A fragments from the
+      // previous step), wait for S_{j+1} only, run its softmax while P_j·V_j is still on the tensor
+      // cores, then wait for that and rescale O by the new row maxima.
+      float m[2] = {-INFINITY, -INFINITY};
+      float l[2] = {0.f, 0.f}, alpha[2];
+      float acc[kD / 8][4];
+      zero(acc);
+      uint32_t pa[kBN / 16][4];  // P_j
+      for (int j = 0; j < ja; ++j) pass(j);
+      mbar_wait(barQ, k & 1);
       pp.turn_begin();
-      issue_scores(j + 1);
-      issue_pv(j);
+      issue_scores(ja);
       pp.turn_end();
-      wgmma_wait<1>();  // S_{j+1} landed (groups complete in order); P_j·V_j may still run
-      wgmma_fence_regs(s);
-      mbar_arrive(&emptyK[(j + 1) % kS]);
-      softmax((t0 + j + 1) * kBN);
       wgmma_wait<0>();
-      wgmma_fence_regs(acc);
-      mbar_arrive(&emptyV[j % kS]);
-      rescale_rows<kD>(acc, alpha);
+      wgmma_fence_regs(s);
+      mbar_arrive(&emptyK[(g0 + ja) % kS]);
+      auto softmax = [&](int j0) {
+        if constexpr (kOpts) softmax_scores<kBN>(s, m, l, alpha, sl2, j0, iw, p, lane);
+        else softmax_scores<kBN>(s, m, l, alpha, sl2, j0, iw, p.N, p.causal, lane);
+      };
+      softmax((t0 + ja) * kBN);  // O = 0: nothing to rescale
       tile_to_a_frags<T, kBN>(pa, s);
-    }
-    {  // the last tile: P·V alone
-      const int j = n_tiles - 1;
-      mbar_wait(&fullV[j % kS], (j / kS) & 1);
-      wgmma_fence_regs(acc);
-      pp.turn_begin();
-      issue_pv(j);
-      pp.turn_end();
-      wgmma_wait<0>();
-      wgmma_fence_regs(acc);
-      mbar_arrive(&emptyV[j % kS]);
-    }
+      auto issue_pv = [&](int j) {  // acc += P_j·V_j, issued and committed
+        wgmma_fence();
+        const int st = warp_uniform((g0 + j) % kS);
+        wgmma_coef_product<T, kD, kBN>(acc, pa, make_desc_sw128(sV + st * Cfg::kTileElems));
+        wgmma_commit();
+      };
+      for (int j = ja; j + 1 < jb; ++j) {
+        const int g = g0 + j;
+        mbar_wait(&fullV[g % kS], (g / kS) & 1);
+        wgmma_fence_regs(acc);
+        pp.turn_begin();
+        issue_scores(j + 1);
+        issue_pv(j);
+        pp.turn_end();
+        wgmma_wait<1>();  // S_{j+1} landed (groups complete in order); P_j·V_j may still run
+        wgmma_fence_regs(s);
+        mbar_arrive(&emptyK[(g + 1) % kS]);
+        softmax((t0 + j + 1) * kBN);
+        wgmma_wait<0>();
+        wgmma_fence_regs(acc);
+        mbar_arrive(&emptyV[g % kS]);
+        rescale_rows<kD>(acc, alpha);
+        tile_to_a_frags<T, kBN>(pa, s);
+      }
+      if constexpr (kOpts) mbar_arrive(emptyQ);  // every score product is complete
+      {  // the last tile: P·V alone
+        const int g = g0 + jb - 1;
+        mbar_wait(&fullV[g % kS], (g / kS) & 1);
+        wgmma_fence_regs(acc);
+        pp.turn_begin();
+        issue_pv(jb - 1);
+        pp.turn_end();
+        wgmma_wait<0>();
+        wgmma_fence_regs(acc);
+        mbar_arrive(&emptyV[g % kS]);
+      }
+      for (int j = jb; j < n_tiles; ++j) pass(j);
 
-    pp.ping_pong_close();
-    const int piece = static_cast<int>(blockIdx.x) - split.whole;
-    if (piece >= 0)  // a piece of a split unit
-      fwd_partial_epilogue<Cfg::kBlockM, kD>(split.scratch + static_cast<int64_t>(piece) * Cfg::kBlockM * (kD + 2), acc,
-                                             m, l, iw - i0, lane);
-    else
-      fwd_epilogue<T, kD, kOpts>(p, acc, m, l, head, iw, lane);
+      if constexpr (!kOpts) pp.ping_pong_close();
+      const int piece = static_cast<int>(blockIdx.x) - split.whole;
+      if (!kOpts && piece >= 0)  // a piece of a split unit
+        fwd_partial_epilogue<Cfg::kBlockM, kD>(split.scratch + static_cast<int64_t>(piece) * Cfg::kBlockM * (kD + 2),
+                                               acc, m, l, iw - i0, lane);
+      else
+        fwd_epilogue<T, kD, kOpts>(p, acc, m, l, head, iw, lane);
+      g0 += n_tiles;
+    }
+    if constexpr (kOpts) pp.ping_pong_close();
   }
 #else
   __trap();  // launched only where sm_90a code was built and the device is 9.x
@@ -594,7 +650,11 @@ void launch_fwd_sm90(const Params<T>& p) {
                                              p.causal || p.opts, tail_split_sms(), Cfg::kMinSplitTiles);
   Scratch scratch(static_cast<size_t>(plan.split_units) * plan.pieces * Cfg::kBlockM * (kD + 2) * sizeof(float));
   const TailSplit split{plan.whole, plan.pieces, plan.split_units, plan.pieces, scratch.as<float>()};
-  kernel<<<split.blocks(), Cfg::kThreads, Cfg::kSmemBytes, cuda_stream()>>>(
+  // a window bounded on both sides: bands of about one length, so one block per SM takes units in
+  // turn (each block's prologue and epilogue overlap its neighbours' tiles)
+  const bool persistent = p.opts && p.wl >= 0 && p.right() >= 0;
+  const int blocks = persistent ? static_cast<int>(std::min<int64_t>(split.blocks(), tail_split_sms())) : split.blocks();
+  kernel<<<blocks, Cfg::kThreads, Cfg::kSmemBytes, cuda_stream()>>>(
       p, tmQ, tmK, tmV, Cfg::kPingPong, split);  // turns as an argument, as the kernel was measured
   CUDA_CHECK_LAUNCH();
   if (plan.split_units > 0) {

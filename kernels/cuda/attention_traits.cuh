@@ -124,7 +124,7 @@ struct FwdSm90Traits {
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file");
   static constexpr int kQElems = 64 * kD;  // per consumer
   static constexpr int kTileElems = kBlockN * kD;
-  static constexpr size_t kBarBytes = 128;  // 1 + 4·kStages mbarriers of 8 bytes
+  static constexpr size_t kBarBytes = 128;  // 2 + 4·kStages mbarriers of 8 bytes
   static constexpr size_t kSmemBytes = (kConsumers * kQElems + 2 * kStages * kTileElems) * 2 + kBarBytes;
   static constexpr int kMinSplitTiles = 16;  // tail split: pieces of at least 16 key tiles
 };

@@ -24,6 +24,9 @@
 //                      of the fused sweeps at d = 64 on sm_90a): bitwise identical across runs.
 //   GroupedTailSplit   grouped heads with the key sweeps' last wave split (full masks): within
 //                      twice the unsplit error, bitwise reproducible, atomic mode too.
+//   PersistentWindowForward  the sm_90a forward's persistent blocks (windows bounded on both
+//                      sides): bitwise equal to one block per unit, rows without keys O = 0.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -394,6 +397,61 @@ TEST(CudaAttentionOptionsEdges, Deterministic) {
   EXPECT_EQ(a.L, b.L);
   EXPECT_EQ(a.bwd, b.bwd);
   EXPECT_EQ(a.bob, b.bob);
+}
+
+// The sm_90a forward under windows bounded on both sides runs persistent blocks (one per SM, each
+// taking units in turn: its ring of K and V stages and its Q buffer carry over from unit to unit).
+// Planned for 5 SMs (kernels.h, testing::ScopedTailSplitSms) each block takes about ten units; O and
+// L must be bitwise equal to the launch of one block per unit, rows that see no key O = 0 and
+// L = -inf. d = 64 (three consumers, each taking only the tiles its rows see) and d = 128 (two in
+// turns), bf16, grouped heads, Nq = Nk and both orders of Nq != Nk.
+TEST(CudaAttentionOptionsEdges, PersistentWindowForward) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  if (!kernels::cuda::testing::sm90_path_available()) GTEST_SKIP() << "needs the sm_90a kernels";
+  using kernels::cuda::testing::ScopedTailSplitSms;
+  constexpr int64_t B = 2;
+  constexpr int kSms = 5, kOneUnitEach = 1 << 30;
+  const std::vector<OptCase> cases = {{"d64_causal_window", 4, 2, 1000, 1000, 64, true, 200, {}},
+                                      {"d64_two_sided_nq_gt_nk", 4, 1, 1000, 700, 64, false, 100, 20},
+                                      {"d128_two_sided_nq_lt_nk", 4, 1, 700, 1000, 128, false, 150, 60}};
+  for (const OptCase& c : cases) {
+    const std::string what = describe(c);
+    const int64_t rows = c.d == 64 ? 192 : 128;  // query rows per unit
+    ASSERT_GT(B * c.Hq * ((c.Nq + rows - 1) / rows), 4 * kSms) << what;
+    const OptInputs in = opt_inputs(c, B, 1300 + c.d + c.Nq, DType::bf16);
+    auto put = [&](const Tensor& t) { return to(to(t, DType::bf16), kGpu); };
+    const Tensor q = put(in.qkv[0]), k = put(in.qkv[1]), v = put(in.qkv[2]);
+    Values O1, L1, Op, Lp;
+    {
+      ScopedTailSplitSms one(kOneUnitEach);
+      const AttentionForward f = attention_forward(q, k, v, options_of(c));
+      O1 = host_values(f.O);
+      L1 = host_values(f.L);
+    }
+    {
+      ScopedTailSplitSms few(kSms);
+      const AttentionForward f = attention_forward(q, k, v, options_of(c));
+      Op = host_values(f.O);
+      Lp = host_values(f.L);
+    }
+    EXPECT_EQ(Op, O1) << what << " O";
+    EXPECT_EQ(Lp, L1) << what << " L";
+    // rows without keys (the window's shift leaves the first rows of Nq > Nk none)
+    int64_t empty = 0;
+    for (int64_t bh = 0; bh < B * c.Hq; ++bh)
+      for (int64_t i = 0; i < c.Nq; ++i) {
+        const int64_t at = i + c.Nk - c.Nq, right = c.causal ? 0 : c.right.value_or(c.Nk);  // i' (params.h)
+        const bool sees = std::max<int64_t>(0, at - c.left.value_or(c.Nk)) <= std::min(c.Nk - 1, at + right);
+        if (sees) {
+          EXPECT_TRUE(std::isfinite(Lp[bh * c.Nq + i])) << what << " row " << i;
+          continue;
+        }
+        ++empty;
+        EXPECT_EQ(Lp[bh * c.Nq + i], -std::numeric_limits<double>::infinity()) << what << " row " << i;
+        for (int64_t col = 0; col < c.d; ++col) EXPECT_EQ(Op[(bh * c.Nq + i) * c.d + col], 0.0) << what << " row " << i;
+      }
+    if (c.Nq > c.Nk) EXPECT_GT(empty, 0) << what;
+  }
 }
 
 }  // namespace
