@@ -390,6 +390,16 @@ __device__ __forceinline__ TileRange gen_tiles(const P& p, int r0) {
   const int begin = lo / GenericTraits::kOther;
   return {begin, hi > lo ? cdiv(hi, GenericTraits::kOther) : begin};
 }
+// The key tiles (kTile keys each) that hold a key some query of rows [r0, r_end) sees (r_end
+// clipped to N): the band a query block of the tensor-core kernels sweeps. Where no query of the
+// rows sees a key the range is empty, or with kAtLeastOne the one tile at begin, all of it masked
+// (the kernels that give every block a tile).
+template <int kTile, bool kAtLeastOne, typename P>
+__device__ __forceinline__ TileRange key_tiles(const P& p, int r0, int r_end) {
+  const int lo = p.key_lo(r0), hi = p.key_hi(min(r_end, p.N) - 1);
+  const int begin = lo / kTile;
+  return {begin, hi > lo ? cdiv(hi, kTile) : begin + (kAtLeastOne ? 1 : 0)};
+}
 
 // Sum / max over the 8 lanes of a row group.
 template <typename Acc>
@@ -735,9 +745,9 @@ struct Sm80QueryBlock {
     begin = 0;
     end = p.causal ? cdiv(min(p.N, i0 + kBM), kBN) : cdiv(p.N, kBN);
     if constexpr (kOpts) {
-      const int lo = p.key_lo(i0), hi = p.key_hi(min(i0 + kBM, p.N) - 1);
-      begin = lo / kBN;
-      end = hi > lo ? cdiv(hi, kBN) : begin;
+      const TileRange band = key_tiles<kBN, false>(p, i0, i0 + kBM);
+      begin = band.begin;
+      end = band.end;
     }
   }
   // The warp's 16 rows against keys [js, js + 16): -1 none of them or of any later keys (stop),

@@ -450,8 +450,8 @@ __global__ void __launch_bounds__(FwdSm90Traits<kD>::kThreads, 1)
     if constexpr (kOpts) {
       const BlockCoord bc = unit_coord(u, per_head);
       const int i0 = bc.blk * Cfg::kBlockM;
-      const int lo = p.key_lo(i0), hi = p.key_hi(min(i0 + Cfg::kBlockM, p.N) - 1);
-      return Unit{bc.bh, i0, lo / kBN, hi > lo ? cdiv(hi, kBN) - lo / kBN : 1};
+      const TileRange band = key_tiles<kBN, true>(p, i0, i0 + Cfg::kBlockM);
+      return Unit{bc.bh, i0, band.begin, band.end - band.begin};
     } else {
       const SweepUnit su = p.causal ? sweep_unit<Cfg::kBlockM, kBN>(p.N, false)
                                     : sweep_unit<Cfg::kBlockM, kBN>(p.N, false, split);
@@ -523,10 +523,11 @@ __global__ void __launch_bounds__(FwdSm90Traits<kD>::kThreads, 1)
       // this consumer's tiles [ja, jb) of the unit's (kOpts without turns: those its rows see)
       int ja = 0, jb = n_tiles;
       if constexpr (kOpts && !Cfg::kPingPong) {
-        const int r0 = i0 + 64 * c, lo = p.key_lo(r0), hi = p.key_hi(min(r0 + 64, p.N) - 1);
-        if (r0 < p.N && hi > lo) {
-          ja = lo / kBN - t0;
-          jb = cdiv(hi, kBN) - t0;
+        const int r0 = i0 + 64 * c;
+        const TileRange own = key_tiles<kBN, false>(p, r0, r0 + 64);
+        if (r0 < p.N && own.end > own.begin) {
+          ja = own.begin - t0;
+          jb = own.end - t0;
         }
       }
       // a tile this consumer does not take: released once it has landed

@@ -970,9 +970,9 @@ __device__ __forceinline__ void query_sweep_ws_block(unsigned char* smem, const 
   int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + 128), kBN) : cdiv(p.N, kBN);
   int kvh = static_cast<int>(bc.bh);
   if constexpr (kOpts) {
-    const int lo = p.key_lo(i0), hi = p.key_hi(min(i0 + 128, p.N) - 1);
-    sw.k0 = lo / kBN;
-    num_k_tiles = hi > lo ? cdiv(hi, kBN) - sw.k0 : 1;
+    const TileRange band = key_tiles<kBN, true>(p, i0, i0 + 128);
+    sw.k0 = band.begin;
+    num_k_tiles = band.end - band.begin;
     kvh = static_cast<int>(p.kv_head(bc.bh));
   }
   if (threadIdx.x == 0) sw.init_barriers();
