@@ -678,12 +678,14 @@ __global__ void __launch_bounds__(384, 1)
   unsigned char* extra = smem_raw + FusedBwdSmem::offset<Sweep>();
   KeyBand band{};
   const SweepUnit unit = key_sweep_unit<kOpts, Cfg::kBlockN>(p, split, band);
+  const int segment = kOpts && kOrdered ? add_segment(p, unit.blk) : 0;  // of the ordered additions
+  float* const segment_acc = dq_acc + segment * p.add_floats;
   key_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 2, 3, kOpts>(
       smem_raw, p, maps, unit, band, [](const Params<T>&) { return bwd_present(); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
         dkdv_rows_pipelined<T, 64, kOpts>(
             sw, own, p, head, j0, q_begin, n, tid,
-            FusedDqPart<T, kOrdered, kOpts>(extra, dq_acc, p, head, q_begin, n, tid, band), split);
+            FusedDqPart<T, kOrdered, kOpts>(extra, segment_acc, p, head, q_begin, n, tid, band), split);
       },
       reinterpret_cast<T*>(extra), [&](int warp, int lane) {
         // deterministic: the owners' additions of each tile of dQ in turn (owner: the step's parity)
@@ -692,7 +694,9 @@ __global__ void __launch_bounds__(384, 1)
           const int tiles = cdiv(p.N, 64);
           if constexpr (kOpts)
             order_additions<false>(
-                [&](int t) { return p.add_order + band.query_head(t) * tiles + band.tile(t); },
+                [&, counters = p.add_order + segment * p.add_counters](int t) {
+                  return counters + band.query_head(t) * tiles + band.tile(t);
+                },
                 [&](int t) { return band_position<Cfg::kBlockN>(p, unit.blk, cdiv(p.Nk, 128), band.tile(t)); },
                 band.lo, band.hi, [&](int t) { return (t - band.lo) & 1; }, lane);
           else
@@ -736,11 +740,16 @@ void launch_bwd_sm90_fused(const Params<T>& p) {
   const bool det = attention_deterministic();
   using Sweep = HopperKeySweepWs<T, 64, kBN, Cfg::kStages>;
   const int tiles = cdiv(p.N, 64);  // of dQ, per query head
-  Scratch acc(static_cast<size_t>(p.BH) * tiles * 4096 * sizeof(float));
-  CUDA_CHECK(cudaMemsetAsync(acc.as<float>(), 0, acc.bytes(), cuda_stream()));
-  // deterministic: dQ's additions in a fixed order (a counter per tile), the split's rows per piece
-  Scratch order(det ? static_cast<size_t>(p.BH) * tiles * sizeof(int) : 0);
+  // deterministic: dQ's additions in a fixed order (a counter per tile; general masks: in
+  // segments, ordered_add_segments), the split's rows per piece
+  const int segments = det && p.opts ? ordered_add_segments(p.N, p.Nk, p.group, p.wl >= 0, tail_split_sms()) : 1;
   Params<T> q = p;
+  q.add_floats = static_cast<int64_t>(p.BH) * tiles * 4096;
+  q.add_counters = static_cast<int>(p.BH * tiles);
+  while ((1 << q.add_segments_log2) < segments) ++q.add_segments_log2;
+  Scratch acc(segments * q.add_floats * sizeof(float));
+  CUDA_CHECK(cudaMemsetAsync(acc.as<float>(), 0, acc.bytes(), cuda_stream()));
+  Scratch order(det ? segments * static_cast<size_t>(q.add_counters) * sizeof(int) : 0);
   if (det) {
     q.add_order = order.as<int>();
     CUDA_CHECK(cudaMemsetAsync(q.add_order, 0, order.bytes(), cuda_stream()));
@@ -755,7 +764,8 @@ void launch_bwd_sm90_fused(const Params<T>& p) {
   CUDA_CHECK_LAUNCH();
   tail.finish(p, p.scale);
   rows_from_acc_kernel<T, 64, 1>
-      <<<grid_x(p.BH, tiles), 256, 0, cuda_stream()>>>(acc.as<float>(), p.out0, nullptr, p.N, p.scale, 1.f);
+      <<<grid_x(p.BH, tiles), 256, 0, cuda_stream()>>>(acc.as<float>(), p.out0, nullptr, p.N, p.scale, 1.f, segments,
+                                                        q.add_floats);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -952,6 +952,8 @@ __global__ void __launch_bounds__(384, 1)
   T* const extra = reinterpret_cast<T*>(smem_raw + FusedBobSmem::offset<Sweep>());
   KeyBand band{};
   const SweepUnit unit = key_sweep_unit<kOpts, Cfg::kBlockN>(p, split, band);
+  const int segment = kOpts && kOrdered ? add_segment(p, unit.blk) : 0;  // of the ordered additions
+  float* const segment_acc = acc + segment * p.add_floats;
   // launched while pass 0 may still run: its head's (kOpts: its group's heads') row scalars and
   // buffer rows must be complete (pass 0: blocks of 128 rows)
   if (p.head_done != nullptr) {
@@ -964,7 +966,7 @@ __global__ void __launch_bounds__(384, 1)
   key_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 4, 3, kOpts>(
       smem_raw, p, maps, unit, band, [](const Params<T>& q) { return bob_present(q); },
       [&](auto& sw, const auto&, int64_t head, int j0, int q_begin, int n, int tid) {
-        bob_fused_rows<T, kOrdered, kOpts>(sw, p, head, j0, q_begin, n, tid, extra, acc, split, band);
+        bob_fused_rows<T, kOrdered, kOpts>(sw, p, head, j0, q_begin, n, tid, extra, segment_acc, split, band);
       },
       extra, [&](int warp, int lane) {
         // deterministic: consumer w's additions to output w (grad_Q, grad_dO), tile by tile in turn
@@ -972,7 +974,9 @@ __global__ void __launch_bounds__(384, 1)
           const int w = warp - 2, tiles = cdiv(p.N, Cfg::kBlockN);
           if constexpr (kOpts)
             order_additions<true>(
-                [&](int t) { return p.add_order + (band.query_head(t) * 2 + w) * tiles + band.tile(t); },
+                [&, counters = p.add_order + segment * p.add_counters](int t) {
+                  return counters + (band.query_head(t) * 2 + w) * tiles + band.tile(t);
+                },
                 [&](int t) { return band_position<Cfg::kBlockN>(p, unit.blk, cdiv(p.Nk, 128), band.tile(t)); },
                 band.lo, band.hi, [w](int) { return w; }, lane);
           else
@@ -1309,17 +1313,27 @@ void launch_bob_sm90_fused(const Params<T>& p) {
   const int tiles = cdiv(p.N, kBN);
   const size_t per_output = static_cast<size_t>(p.BH) * tiles * kBN * 64;  // floats
   // [head][grad_Q, grad_dO][tile]: pass 0 starts grad_Q's at dS·Kt and grad_dO's at P·Vt
-  Scratch acc(2 * per_output * sizeof(float));
+  // Deterministic (ordered) under a general mask: the key blocks add into `segments` copies of
+  // the buffers (ordered_add_segments), the first of which pass 0 starts, the others zeroed here.
+  const bool ordered = attention_deterministic();
+  const int segments = ordered && p.opts ? ordered_add_segments(p.N, p.Nk, p.group, p.wl >= 0, tail_split_sms()) : 1;
+  Scratch acc(segments * 2 * per_output * sizeof(float));
   Params<T> q = p;
   q.fused_acc = acc.as<float>();
+  q.add_floats = static_cast<int64_t>(2 * per_output);
+  q.add_counters = static_cast<int>(p.BH * 2 * tiles);
+  while ((1 << q.add_segments_log2) < segments) ++q.add_segments_log2;
+  if (segments > 1)
+    CUDA_CHECK(cudaMemsetAsync(acc.as<float>() + q.add_floats, 0, (segments - 1) * q.add_floats * sizeof(float),
+                               cuda_stream()));
   // Programmatic dependent launch: the sweep starts once every block of pass 0 has started, on the
   // SMs pass 0's last wave leaves free, and each of its blocks waits until pass 0's blocks of its
   // head are done (q.head_done: a counter per head, zeroed here). Stream work between the two
   // launches would void the overlap, so the tail split's memset comes first.
   // Deterministic (ordered): a counter per (head, output, tile) for the ordered additions
-  // (order_additions), zeroed with the per-head counters; the tail split's pieces store their rows.
-  const bool ordered = attention_deterministic();
-  Scratch done(static_cast<size_t>(p.BH) * (1 + (ordered ? 2 * tiles : 0)) * sizeof(int));
+  // (order_additions; per segment), zeroed with the per-head counters; the tail split's pieces
+  // store their rows.
+  Scratch done(static_cast<size_t>(p.BH) * (1 + (ordered ? 2 * tiles * segments : 0)) * sizeof(int));
   const TailSplitRun tail = TailSplitRun::for_key_sweep(p, kBN, /*ordered=*/ordered, 64);
   q.head_done = done.as<int>();
   if (ordered) q.add_order = q.head_done + p.BH;
@@ -1346,7 +1360,8 @@ void launch_bob_sm90_fused(const Params<T>& p) {
   tail.finish(p, p.scale);
   // per head: tiles of grad_Q, then tiles of grad_dO; one block per (head, output, tile)
   rows_from_acc_kernel<T, kBN, 2><<<grid_x(2 * p.BH, tiles), 256, 0, cuda_stream()>>>(acc.as<float>(), p.out0, p.out3,
-                                                                                     p.N, p.scale, 1.f);
+                                                                                     p.N, p.scale, 1.f, segments,
+                                                                                     q.add_floats);
   CUDA_CHECK_LAUNCH();
 }
 

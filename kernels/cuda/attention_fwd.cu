@@ -697,6 +697,14 @@ TailSplitPlan plan_group_split(int64_t units, int group, int sms) {
   return pieces <= 1 ? none : TailSplitPlan{0, pieces, static_cast<int>(units)};
 }
 
+int ordered_add_segments(int64_t nq, int64_t nk, int group, bool left_bounded, int sms) {
+  if (left_bounded || nq < 1 || nk < 1 || group < 1 || sms < 1) return 1;
+  const int64_t steps = group * ((nq + 127) / 128), chain = std::min<int64_t>(sms, (nk + 127) / 128);
+  int s = 1;
+  while (s < 8 && 2 * s * steps <= 4 * chain && 2 * s * nq * group <= nk) s *= 2;
+  return s;
+}
+
 TailSplitPlan plan_tail_split(int64_t units, int tiles, bool causal, int sms, int min_tiles) {
   const TailSplitPlan none{static_cast<int>(units), 1, 0};
   if (sms <= 0 || causal || units <= sms || units % sms == 0) return none;

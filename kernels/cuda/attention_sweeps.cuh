@@ -640,18 +640,25 @@ __device__ __forceinline__ void order_additions(Counter&& counter, Position&& po
 }
 
 // The ordered additions' position of key block blk (of per_head) for query tile t of its band
-// (kernels.h: band_add_position).
+// (kernels.h: band_add_position) among the adders of its segment (ordered_add_segments): the
+// adders of a tile are consecutive blocks, so each segment's are every S-th of them, in order.
 template <int kBN, typename T>
 __device__ __forceinline__ int band_position(const Params<T>& p, int blk, int per_head, int t) {
-  return band_add_position(blk, per_head, t, kBN, p.right() >= 0, p.wl, p.Nk - p.N);
+  return band_add_position(blk, per_head, t, kBN, p.right() >= 0, p.wl, p.Nk - p.N) >> p.add_segments_log2;
+}
+// Key block blk's segment of the ordered additions (0 where there is one).
+template <typename T>
+__device__ __forceinline__ int add_segment(const Params<T>& p, int blk) {
+  return blk & ((1 << p.add_segments_log2) - 1);
 }
 
 // out_o = scale_o · the f32 buffer of output o < kOutputs (per head, the cdiv(N, kRows) tiles of
 // output 0, then those of output 1), one block per (head, output, tile): the tile's values in
-// register order are put back into rows in shared memory, then written row by row.
+// register order are put back into rows in shared memory, then written row by row. With segments
+// > 1 the buffer is the sum of that many, segment_floats apart, added in their order.
 template <typename T, int kRows, int kOutputs>
 __global__ void __launch_bounds__(256) rows_from_acc_kernel(const float* acc, T* out0, T* out1, int N, float scale0,
-                                                            float scale1) {
+                                                            float scale1, int segments, int64_t segment_floats) {
   __shared__ float s[kRows][65];  // [row][column]
   const int tiles = cdiv(N, kRows), qt = static_cast<int>(blockIdx.x % tiles);
   const int64_t g = blockIdx.x / tiles, bh = g / kOutputs;
@@ -660,7 +667,11 @@ __global__ void __launch_bounds__(256) rows_from_acc_kernel(const float* acc, T*
   const float scale = second ? scale1 : scale0;
   const float4* a = reinterpret_cast<const float4*>(acc + static_cast<int64_t>(blockIdx.x) * kRows * 64);
   for (int f = threadIdx.x; f < kRows * 16; f += 256) {
-    const float4 v = a[f];
+    float4 v = a[f];
+    for (int s = 1; s < segments; ++s) {
+      const float4 w = a[f + s * (segment_floats / 4)];
+      v.x += w.x, v.y += w.y, v.z += w.z, v.w += w.w;
+    }
     const int j = f / 128, warp = (f / 32) % 4, lane = f % 32;
     const int q = 8 * j + 2 * (lane % 4), col = 16 * warp + lane / 4;  // d[j][e]: row q + e % 2, column col + 8·(e / 2)
     s[q][col] = v.x;

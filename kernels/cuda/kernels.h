@@ -54,6 +54,19 @@ TailSplitPlan plan_tail_split(int64_t units, int tiles, bool causal, int sms, in
 // with the units launched shortest first, so there is no split from 2 units per SM up). Else none.
 TailSplitPlan plan_group_split(int64_t units, int group, int sms);
 
+// How many segments (1, 2, 4 or 8) the fused sweeps' ordered additions are spread over under a
+// general mask (d = 64, deterministic mode): key block b adds its parts into segment b mod S, an
+// f32 buffer and counters of its own, and the conversion sums the S buffers in a fixed order.
+// Without a left bound (left_bounded false) every key block's band ends at the last query tile,
+// so the blocks running at once, up to chain = min(sms, cdiv(nk, 128)) of a head, meet each tile
+// at the same step and take their turns there one after the other; a block with few steps
+// (steps = group * cdiv(nq, 128)) spends much of its time waiting in that chain, which S segments
+// make S times shorter. S is the largest power of two up to 8 with S * steps <= 4 * chain and
+// S * nq * group <= nk (the extra buffers, per output, under twice the bytes of bf16 K and V's
+// heads); 1 with a left bound (the bands slide: each block meets a tile a step after the one
+// before it).
+int ordered_add_segments(int64_t nq, int64_t nk, int group, bool left_bounded, int sms);
+
 // The position of key unit blk (of per_head units of 128 keys in its head, launched in the order
 // blk = per_head - 1, ..., 0) among the units that add a part to the buffer tile t (rows
 // [t·tile_rows, (t + 1)·tile_rows)) when the fused sweeps' additions are ordered: its launch rank

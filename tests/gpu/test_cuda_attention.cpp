@@ -31,7 +31,8 @@
 //                          bitwise equal in both orders; the ordered ones bitwise equal across runs.
 //   TailSplitPlan          (no GPU needed) the split of the fused sweeps' last wave for known shapes.
 //   OrderedAddPositions    (no GPU needed) the fused sweeps' units take turns 0, 1, ... per tile;
-//   BandAddPositions       likewise under general masks; DivByMatchesDivision: the bands' divider.
+//   BandAddPositions       likewise under general masks, and within segments; OrderedAddSegments:
+//                          how many; DivByMatchesDivision: the bands' divider.
 //   HopperFusedTailSplit   the key sweeps with their last wave split (planned for 20 SMs), fused
 //                          and deterministic: every output within 2 x the unsplit deterministic
 //                          kernels' error; the deterministic ones bitwise equal across runs.
@@ -42,6 +43,7 @@
 //                          runs where the sm_90a kernels apply (H100/H200 with a 90a build).
 // Errors are max|Δ| / max|ref over the output's family| (see family_scale); NaN/Inf never pass
 // (checked explicitly). GG_ATTN_VERBOSE=1 prints every error measured.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -883,7 +885,9 @@ TEST(CudaAttention, OrderedAddPositions) {
 // i' - window_left <= j <= i' + right, i' = i + Nk - Nq; a band that no query reaches is the one
 // tile where its first query would be, as key_band makes it); for every tile, the blocks whose
 // band holds it take the positions 0, 1, ... in launch order (from block 0 under a right bound,
-// from the last block otherwise).
+// from the last block otherwise). In segments (kernels.h: ordered_add_segments, S = 2, 4, 8): the
+// blocks of segment b mod S take the positions 0, 1, ... among themselves, in the same order
+// (band_add_position(...) >> log2 S, as the sweeps' band_position forms it).
 TEST(CudaAttention, BandAddPositions) {
   using kernels::cuda::band_add_position;
   struct Mask {
@@ -917,21 +921,52 @@ TEST(CudaAttention, BandAddPositions) {
         first[b] = (lo < 0 ? query_lo : lo) / tile_rows;
         end[b] = lo < 0 ? first[b] + 1 : hi / tile_rows + 1;
       }
-      int checked = 0;
-      for (int t = 0; t < tiles; ++t) {
-        int next = 0;
-        for (int k = 0; k < per_head; ++k) {  // launch order within the head (KeyBand)
-          const int blk = right >= 0 ? k : per_head - 1 - k;
-          if (t < first[blk] || t >= end[blk]) continue;
-          EXPECT_EQ(band_add_position(blk, per_head, t, tile_rows, right >= 0, m.wl, shift), next)
-              << "Nq=" << m.nq << " Nk=" << m.nk << " wl=" << m.wl << " wr=" << m.wr << " causal=" << m.causal
-              << " tile_rows=" << tile_rows << " t=" << t << " blk=" << blk;
-          ++next;
+      for (int log2s = 0; log2s <= 3; ++log2s) {
+        const int segments = 1 << log2s;
+        int checked = 0;
+        for (int t = 0; t < tiles; ++t) {
+          std::vector<int> next(segments, 0);
+          for (int k = 0; k < per_head; ++k) {  // launch order within the head (KeyBand)
+            const int blk = right >= 0 ? k : per_head - 1 - k;
+            if (t < first[blk] || t >= end[blk]) continue;
+            int& n = next[blk % segments];
+            EXPECT_EQ(band_add_position(blk, per_head, t, tile_rows, right >= 0, m.wl, shift) >> log2s, n)
+                << "Nq=" << m.nq << " Nk=" << m.nk << " wl=" << m.wl << " wr=" << m.wr << " causal=" << m.causal
+                << " tile_rows=" << tile_rows << " segments=" << segments << " t=" << t << " blk=" << blk;
+            ++n;
+          }
+          for (int n : next) checked += n;
         }
-        checked += next;
+        EXPECT_GE(checked, per_head) << "Nq=" << m.nq << " Nk=" << m.nk << ": every block adds somewhere";
       }
-      EXPECT_GE(checked, per_head) << "Nq=" << m.nq << " Nk=" << m.nk << ": every block adds somewhere";
     }
+}
+
+// ordered_add_segments (no GPU needed): 1 under a left bound; else the largest power of two up to
+// 8 with S * steps <= 4 * chain and S * Nq * group <= Nk (steps = group * cdiv(Nq, 128), chain =
+// min(SMs, cdiv(Nk, 128))).
+TEST(CudaAttention, OrderedAddSegments) {
+  using kernels::cuda::ordered_add_segments;
+  EXPECT_EQ(ordered_add_segments(1024, 65536, 1, false, 132), 8);   // 8 steps, chain 132
+  EXPECT_EQ(ordered_add_segments(4096, 16384, 1, false, 132), 4);   // 4 * Nq = Nk
+  EXPECT_EQ(ordered_add_segments(16384, 65536, 1, false, 132), 4);  // 128 steps: 4 * 128 <= 4 * 132
+  EXPECT_EQ(ordered_add_segments(16384, 65536, 1, false, 100), 2);  // chain 100: 4 * 128 > 400
+  EXPECT_EQ(ordered_add_segments(1024, 65536, 1, true, 132), 1);    // a left bound
+  EXPECT_EQ(ordered_add_segments(65536, 65536, 16, false, 132), 1);  // grouped, square: memory
+  EXPECT_EQ(ordered_add_segments(2048, 2048, 2, false, 132), 1);
+  EXPECT_EQ(ordered_add_segments(1000, 700, 1, false, 132), 1);     // Nq > Nk
+  EXPECT_EQ(ordered_add_segments(200, 2000, 1, false, 1), 2);       // chain 1, 2 steps
+  for (int64_t nq : {1, 100, 1000, 5000})
+    for (int64_t nk : {1, 300, 4096, 70000})
+      for (int group : {1, 2, 8})
+        for (int sms : {1, 20, 132}) {
+          const int s = ordered_add_segments(nq, nk, group, false, sms);
+          const int64_t steps = group * ((nq + 127) / 128), chain = std::min<int64_t>(sms, (nk + 127) / 128);
+          EXPECT_TRUE(s == 1 || s == 2 || s == 4 || s == 8) << s;
+          if (s > 1) EXPECT_LE(s * steps, 4 * chain) << nq << " " << nk << " " << group << " " << sms;
+          if (s > 1) EXPECT_LE(s * nq * group, nk) << nq << " " << nk << " " << group << " " << sms;
+          if (s < 8) EXPECT_TRUE(2 * s * steps > 4 * chain || 2 * s * nq * group > nk) << nq << " " << nk;
+        }
 }
 
 // DivBy (the key sweeps' steps into query head and tile) against integer division.

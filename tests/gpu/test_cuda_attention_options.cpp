@@ -20,6 +20,8 @@
 //                      CUDA kernels (forced) in the same dtype: bands of tiles cut by windows at
 //                      both ends, grouped heads up to 8 per key/value head, blocks whose rows or
 //                      keys see nothing.
+//   SegmentedAdditions the fused sweeps' ordered additions in segments (Nq << Nk, no left bound):
+//                      within twice the one-segment error, bitwise reproducible.
 //   Deterministic      the backward and the BoB of a grouped, windowed case (the ordered additions
 //                      of the fused sweeps at d = 64 on sm_90a): bitwise identical across runs.
 //   GroupedTailSplit   grouped heads with the key sweeps' last wave split (full masks): within
@@ -384,6 +386,42 @@ TEST(CudaAttentionOptionsEdges, GroupedTailSplit) {
     gg::set_attention_deterministic(true);
     expect_family_within(any.bwd, whole.bwd, ref.bwd, DType::bf16, what + " split atomic bwd");
     expect_family_within(any.bob, whole.bob, ref.bob, DType::bf16, what + " split atomic bob");
+  }
+}
+
+// The fused sweeps' ordered additions in segments (kernels.h: ordered_add_segments): queries far
+// fewer than keys and no left bound, planned for 64 SMs (4 or 8 segments, asserted) and for 1 SM
+// (one segment). Every level against the CPU f64 within twice the one-segment run's error, two
+// segmented runs bitwise equal (the segments are summed in a fixed order). d = 64, bf16: the
+// sm_90a fused backward and BoB.
+TEST(CudaAttentionOptionsEdges, SegmentedAdditions) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  if (!kernels::cuda::testing::sm90_path_available()) GTEST_SKIP() << "needs the sm_90a kernels";
+  using kernels::cuda::ordered_add_segments;
+  using kernels::cuda::testing::ScopedTailSplitSms;
+  constexpr int kSms = 64;
+  const std::vector<OptCase> cases = {{"rect_causal", 2, 2, 300, 4000, 64, true, {}, {}},
+                                      {"rect_gqa_full", 4, 2, 300, 4000, 64, false, {}, {}},
+                                      {"rect_right_window", 2, 2, 300, 4000, 64, false, {}, 30}};
+  for (const OptCase& c : cases) {
+    const std::string what = describe(c);
+    const int group = static_cast<int>(c.Hq / c.Hkv);
+    ASSERT_EQ(ordered_add_segments(c.Nq, c.Nk, group, false, kSms), group == 1 ? 8 : 4) << what;
+    ASSERT_EQ(ordered_add_segments(c.Nq, c.Nk, group, false, 1), 1) << what;
+    const OptInputs in = opt_inputs(c, 1, 1300 + c.Hq, DType::bf16);
+    const AttentionOptions o = options_of(c);
+    const Levels ref = run_levels(in, o, DType::f64, Device::cpu(), 7);
+    Levels one;
+    {
+      ScopedTailSplitSms unsegmented(1);
+      one = run_levels(in, o, DType::bf16, kGpu, 7);
+    }
+    ScopedTailSplitSms segmented(kSms);
+    const Levels a = run_levels(in, o, DType::bf16, kGpu, 7), b = run_levels(in, o, DType::bf16, kGpu, 7);
+    EXPECT_EQ(a.bwd, b.bwd) << what;
+    EXPECT_EQ(a.bob, b.bob) << what;
+    expect_family_within(a.bwd, one.bwd, ref.bwd, DType::bf16, what + " segmented bwd");
+    expect_family_within(a.bob, one.bob, ref.bob, DType::bf16, what + " segmented bob");
   }
 }
 
