@@ -701,7 +701,7 @@ int ordered_add_segments(int64_t nq, int64_t nk, int group, bool left_bounded, i
   if (left_bounded || nq < 1 || nk < 1 || group < 1 || sms < 1) return 1;
   const int64_t steps = group * ((nq + 127) / 128), chain = std::min<int64_t>(sms, (nk + 127) / 128);
   int s = 1;
-  while (s < 8 && 2 * s * steps <= 4 * chain && 2 * s * nq * group <= nk) s *= 2;
+  while (s < 8 && 2 * s * steps <= chain && 2 * s * nq * group <= nk) s *= 2;
   return s;
 }
 

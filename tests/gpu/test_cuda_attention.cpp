@@ -943,19 +943,21 @@ TEST(CudaAttention, BandAddPositions) {
 }
 
 // ordered_add_segments (no GPU needed): 1 under a left bound; else the largest power of two up to
-// 8 with S * steps <= 4 * chain and S * Nq * group <= Nk (steps = group * cdiv(Nq, 128), chain =
+// 8 with S * steps <= chain and S * Nq * group <= Nk (steps = group * cdiv(Nq, 128), chain =
 // min(SMs, cdiv(Nk, 128))).
 TEST(CudaAttention, OrderedAddSegments) {
   using kernels::cuda::ordered_add_segments;
   EXPECT_EQ(ordered_add_segments(1024, 65536, 1, false, 132), 8);   // 8 steps, chain 132
-  EXPECT_EQ(ordered_add_segments(4096, 16384, 1, false, 132), 4);   // 4 * Nq = Nk
-  EXPECT_EQ(ordered_add_segments(16384, 65536, 1, false, 132), 4);  // 128 steps: 4 * 128 <= 4 * 132
-  EXPECT_EQ(ordered_add_segments(16384, 65536, 1, false, 100), 2);  // chain 100: 4 * 128 > 400
+  EXPECT_EQ(ordered_add_segments(4096, 65536, 1, false, 132), 4);   // 32 steps: 8 * 32 > 132
+  EXPECT_EQ(ordered_add_segments(4096, 16384, 1, false, 132), 4);   // chain 128 = 4 * 32; 4 * Nq = Nk
+  EXPECT_EQ(ordered_add_segments(16384, 65536, 1, false, 132), 1);  // 128 steps: 2 * 128 > 132
+  EXPECT_EQ(ordered_add_segments(8192, 65536, 1, false, 132), 2);   // 64 steps
   EXPECT_EQ(ordered_add_segments(1024, 65536, 1, true, 132), 1);    // a left bound
   EXPECT_EQ(ordered_add_segments(65536, 65536, 16, false, 132), 1);  // grouped, square: memory
   EXPECT_EQ(ordered_add_segments(2048, 2048, 2, false, 132), 1);
   EXPECT_EQ(ordered_add_segments(1000, 700, 1, false, 132), 1);     // Nq > Nk
-  EXPECT_EQ(ordered_add_segments(200, 2000, 1, false, 1), 2);       // chain 1, 2 steps
+  EXPECT_EQ(ordered_add_segments(200, 2000, 1, false, 2), 1);       // chain 2, 2 steps
+  EXPECT_EQ(ordered_add_segments(100, 2000, 1, false, 2), 2);       // chain 2, 1 step
   for (int64_t nq : {1, 100, 1000, 5000})
     for (int64_t nk : {1, 300, 4096, 70000})
       for (int group : {1, 2, 8})
@@ -963,9 +965,9 @@ TEST(CudaAttention, OrderedAddSegments) {
           const int s = ordered_add_segments(nq, nk, group, false, sms);
           const int64_t steps = group * ((nq + 127) / 128), chain = std::min<int64_t>(sms, (nk + 127) / 128);
           EXPECT_TRUE(s == 1 || s == 2 || s == 4 || s == 8) << s;
-          if (s > 1) EXPECT_LE(s * steps, 4 * chain) << nq << " " << nk << " " << group << " " << sms;
+          if (s > 1) EXPECT_LE(s * steps, chain) << nq << " " << nk << " " << group << " " << sms;
           if (s > 1) EXPECT_LE(s * nq * group, nk) << nq << " " << nk << " " << group << " " << sms;
-          if (s < 8) EXPECT_TRUE(2 * s * steps > 4 * chain || 2 * s * nq * group > nk) << nq << " " << nk;
+          if (s < 8) EXPECT_TRUE(2 * s * steps > chain || 2 * s * nq * group > nk) << nq << " " << nk;
         }
 }
 
