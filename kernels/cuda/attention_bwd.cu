@@ -742,11 +742,8 @@ void launch_bwd_sm90_fused(const Params<T>& p) {
   const int tiles = cdiv(p.N, 64);  // of dQ, per query head
   // deterministic: dQ's additions in a fixed order (a counter per tile; general masks: in
   // segments, ordered_add_segments), the split's rows per piece
-  const int segments = det && p.opts ? ordered_add_segments(p.N, p.Nk, p.group, p.wl >= 0, tail_split_sms()) : 1;
   Params<T> q = p;
-  q.add_floats = static_cast<int64_t>(p.BH) * tiles * 4096;
-  q.add_counters = static_cast<int>(p.BH * tiles);
-  while ((1 << q.add_segments_log2) < segments) ++q.add_segments_log2;
+  const int segments = plan_add_segments(q, det, static_cast<int64_t>(p.BH) * tiles * 4096, p.BH * tiles);
   Scratch acc(segments * q.add_floats * sizeof(float));
   CUDA_CHECK(cudaMemsetAsync(acc.as<float>(), 0, acc.bytes(), cuda_stream()));
   Scratch order(det ? segments * static_cast<size_t>(q.add_counters) * sizeof(int) : 0);

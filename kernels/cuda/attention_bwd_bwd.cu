@@ -1316,13 +1316,10 @@ void launch_bob_sm90_fused(const Params<T>& p) {
   // Deterministic (ordered) under a general mask: the key blocks add into `segments` copies of
   // the buffers (ordered_add_segments), the first of which pass 0 starts, the others zeroed here.
   const bool ordered = attention_deterministic();
-  const int segments = ordered && p.opts ? ordered_add_segments(p.N, p.Nk, p.group, p.wl >= 0, tail_split_sms()) : 1;
-  Scratch acc(segments * 2 * per_output * sizeof(float));
   Params<T> q = p;
+  const int segments = plan_add_segments(q, ordered, static_cast<int64_t>(2 * per_output), p.BH * 2 * tiles);
+  Scratch acc(segments * 2 * per_output * sizeof(float));
   q.fused_acc = acc.as<float>();
-  q.add_floats = static_cast<int64_t>(2 * per_output);
-  q.add_counters = static_cast<int>(p.BH * 2 * tiles);
-  while ((1 << q.add_segments_log2) < segments) ++q.add_segments_log2;
   if (segments > 1)
     CUDA_CHECK(cudaMemsetAsync(acc.as<float>() + q.add_floats, 0, (segments - 1) * q.add_floats * sizeof(float),
                                cuda_stream()));

@@ -911,6 +911,19 @@ inline int tail_split_sms() {
   return sms < 0 ? sm_count() : sms;
 }
 
+// The segments of a fused sweep's ordered additions (kernels.h: ordered_add_segments; planned for
+// tail_split_sms()), set in q for buffers of `floats` floats and `counters` counters per segment:
+// one in the any-order mode and for the plain kernels. Returns how many.
+template <typename T>
+int plan_add_segments(Params<T>& q, bool ordered, int64_t floats, int64_t counters) {
+  const int segments = ordered && q.opts ? ordered_add_segments(q.N, q.Nk, q.group, q.wl >= 0, tail_split_sms()) : 1;
+  q.add_floats = floats;
+  q.add_counters = static_cast<int>(counters);
+  q.add_segments_log2 = 0;
+  while ((1 << q.add_segments_log2) < segments) ++q.add_segments_log2;
+  return segments;
+}
+
 // Whether the key sweeps' units (blocks of 128 keys) differ in length: a causal mask or a window.
 template <typename T>
 bool key_units_differ(const Params<T>& p) {
