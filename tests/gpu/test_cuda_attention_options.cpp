@@ -173,6 +173,27 @@ void expect_family_within(const std::vector<Values>& fused_f, const std::vector<
   }
 }
 
+// Every level of `in` in bf16 with the kernels' plans made for `sms` SMs (kernels.h,
+// testing::ScopedTailSplitSms) against the same with the plans for `base_sms`: two runs bitwise
+// equal in the backward and the BoB (pieces and segments are summed in a fixed order), and each
+// output within twice the base run's error against the f64 reference. Returns the base run.
+Levels expect_plan_within_base(const OptInputs& in, const AttentionOptions& o, const Levels& ref, int base_sms,
+                               int sms, const std::string& what) {
+  using kernels::cuda::testing::ScopedTailSplitSms;
+  Levels base;
+  {
+    ScopedTailSplitSms planned(base_sms);
+    base = run_levels(in, o, DType::bf16, kGpu, 7);
+  }
+  ScopedTailSplitSms planned(sms);
+  const Levels a = run_levels(in, o, DType::bf16, kGpu, 7), b = run_levels(in, o, DType::bf16, kGpu, 7);
+  EXPECT_EQ(a.bwd, b.bwd) << what;
+  EXPECT_EQ(a.bob, b.bob) << what;
+  expect_family_within(a.bwd, base.bwd, ref.bwd, DType::bf16, what + " bwd");
+  expect_family_within(a.bob, base.bob, ref.bob, DType::bf16, what + " bob");
+  return base;
+}
+
 class CudaAttentionOptionsLowPrecision : public ::testing::TestWithParam<std::tuple<int64_t, bool>> {};
 
 TEST_P(CudaAttentionOptionsLowPrecision, WithinTwiceComposite) {
@@ -370,17 +391,8 @@ TEST(CudaAttentionOptionsEdges, GroupedTailSplit) {
     const OptInputs in = opt_inputs(c, 2, 900 + c.d + c.Nq, DType::bf16);
     const AttentionOptions o = options_of(c);
     const Levels ref = run_levels(in, o, DType::f64, Device::cpu(), 7);
-    Levels whole;
-    {
-      ScopedTailSplitSms unsplit(kWholeSms);
-      whole = run_levels(in, o, DType::bf16, kGpu, 7);
-    }
+    const Levels whole = expect_plan_within_base(in, o, ref, kWholeSms, kSms, what + " split");
     ScopedTailSplitSms split(kSms);
-    const Levels a = run_levels(in, o, DType::bf16, kGpu, 7), b = run_levels(in, o, DType::bf16, kGpu, 7);
-    EXPECT_EQ(a.bwd, b.bwd) << what;
-    EXPECT_EQ(a.bob, b.bob) << what;
-    expect_family_within(a.bwd, whole.bwd, ref.bwd, DType::bf16, what + " split bwd");
-    expect_family_within(a.bob, whole.bob, ref.bob, DType::bf16, what + " split bob");
     gg::set_attention_deterministic(false);
     const Levels any = run_levels(in, o, DType::bf16, kGpu, 7);
     gg::set_attention_deterministic(true);
@@ -398,7 +410,6 @@ TEST(CudaAttentionOptionsEdges, SegmentedAdditions) {
   GG_REQUIRE_GPU_OR_SKIP();
   if (!kernels::cuda::testing::sm90_path_available()) GTEST_SKIP() << "needs the sm_90a kernels";
   using kernels::cuda::ordered_add_segments;
-  using kernels::cuda::testing::ScopedTailSplitSms;
   constexpr int kSms = 64;
   const std::vector<OptCase> cases = {{"rect_causal", 2, 2, 300, 4000, 64, true, {}, {}},
                                       {"rect_gqa_full", 4, 2, 300, 4000, 64, false, {}, {}},
@@ -411,17 +422,7 @@ TEST(CudaAttentionOptionsEdges, SegmentedAdditions) {
     const OptInputs in = opt_inputs(c, 1, 1300 + c.Hq, DType::bf16);
     const AttentionOptions o = options_of(c);
     const Levels ref = run_levels(in, o, DType::f64, Device::cpu(), 7);
-    Levels one;
-    {
-      ScopedTailSplitSms unsegmented(1);
-      one = run_levels(in, o, DType::bf16, kGpu, 7);
-    }
-    ScopedTailSplitSms segmented(kSms);
-    const Levels a = run_levels(in, o, DType::bf16, kGpu, 7), b = run_levels(in, o, DType::bf16, kGpu, 7);
-    EXPECT_EQ(a.bwd, b.bwd) << what;
-    EXPECT_EQ(a.bob, b.bob) << what;
-    expect_family_within(a.bwd, one.bwd, ref.bwd, DType::bf16, what + " segmented bwd");
-    expect_family_within(a.bob, one.bob, ref.bob, DType::bf16, what + " segmented bob");
+    expect_plan_within_base(in, o, ref, 1, kSms, what + " segmented");
   }
 }
 
