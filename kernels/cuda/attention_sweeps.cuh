@@ -19,6 +19,8 @@
 // tail split (TailSplitRun), the ordered additions of the fused sweeps, and the block bodies
 // (query_sweep_ws_block, key_sweep_ws_block) around a row loop.
 #pragma once
+#include <algorithm>
+
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_hopper.cuh"
 #include "kernels/cuda/kernels.h"
@@ -310,10 +312,17 @@ struct KeyBand {
   }
   __device__ int64_t query_head(int s) const { return qh0 + member(s); }
 };
+// The band of the key block from j0: its first query tile and tile count (nb).
+template <typename T>
+__host__ __device__ __forceinline__ int2 key_band_tiles(const Params<T>& p, int j0, int kBN) {
+  const int lo = p.query_lo(j0), hi = p.query_hi((j0 + 128 < p.Nk ? j0 + 128 : p.Nk) - 1);
+  const int q_begin = lo / kBN;
+  return make_int2(q_begin, hi > lo ? cdiv(hi, kBN) - q_begin : 1);
+}
 template <int kBN, typename T>
 __device__ __forceinline__ KeyBand key_band(const Params<T>& p, int64_t bh_kv, int j0) {
-  const int lo = p.query_lo(j0), hi = p.query_hi(min(j0 + 128, p.Nk) - 1);
-  const int q_begin = lo / kBN, nb = hi > lo ? cdiv(hi, kBN) - q_begin : 1;
+  const int2 band = key_band_tiles(p, j0, kBN);
+  const int q_begin = band.x, nb = band.y;
   return {q_begin, nb, p.group * nb, p.first_query_head(bh_kv), q_begin, q_begin + p.group * nb, false,
           q_begin, 0, q_begin, DivBy(static_cast<uint32_t>(nb))};
 }
@@ -949,13 +958,16 @@ class TailSplitRun {
   }
   // The split of a key sweep with query tiles of kBN rows (blocks of 128 keys of each key/value
   // head): of its last wave where every unit sweeps the same steps (those of every query head of
-  // the group), else, for grouped heads, of every unit where they are few (plan_group_split).
+  // the group), else, for grouped heads, of every unit where they are few or the longest of them
+  // long (plan_group_split).
   template <typename T>
   static TailSplitRun for_key_sweep(const Params<T>& p, int kBN, bool ordered, int d) {
     const int64_t units = p.BHkv() * cdiv(p.Nk, 128);
-    return TailSplitRun(key_units_differ(p) ? plan_group_split(units, p.group, tail_split_sms())
-                                            : plan_tail_split(units, p.group * cdiv(p.N, kBN), false, tail_split_sms()),
-                        ordered, d);
+    const int sms = tail_split_sms();
+    if (!key_units_differ(p))
+      return TailSplitRun(plan_tail_split(units, p.group * cdiv(p.N, kBN), false, sms), ordered, d);
+    const double share = p.group > 1 ? longest_key_unit_share(p.N, p.Nk, p.causal, p.wl, p.wr, p.BHkv(), kBN, sms) : 0;
+    return TailSplitRun(plan_group_split(units, p.group, sms, share), ordered, d);
   }
   const TailSplit& split() const { return ts_; }
   template <typename T>

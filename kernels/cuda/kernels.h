@@ -45,14 +45,28 @@ struct TailSplitPlan {
 };
 TailSplitPlan plan_tail_split(int64_t units, int tiles, bool causal, int sms, int min_tiles = 8);
 // The key sweeps of grouped heads whose units differ in length (a causal mask or a window: a unit
-// near the start of a causal sequence sweeps it all, once per query head of the group): with
-// fewer than 2 units per SM the longest units decide the time, so every unit is swept as
-// `pieces` pieces, the largest divisor of group up to ceil(4·sms / units): each piece then takes
-// whole query heads of the group and sweeps them in the unit's order (KeyBand), as the fused
-// sweeps' ordered additions need to run without waits (pieces cut inside a head measured 2x
-// slower; at 3.9 units per SM, 2 pieces gained 7% at Hkv 4, N 16K and lost 3% at Hkv 1, N 64K,
-// with the units launched shortest first, so there is no split from 2 units per SM up). Else none.
-TailSplitPlan plan_group_split(int64_t units, int group, int sms);
+// near the start of a causal sequence sweeps it all, once per query head of the group) are split
+// into `pieces` pieces of whole query heads of the group, each sweeping its heads in the unit's
+// order (KeyBand), as the fused sweeps' ordered additions need to run without waits (pieces cut
+// inside a head measured 2x slower). pieces is the larger of two counts, each a divisor of group:
+// - fill: with fewer than 2 units per SM the longest units decide the time: the largest divisor
+//   up to ceil(4·sms / units);
+// - tail: longest_share, the longest unit's steps over the average steps per SM (units launch
+//   longest first, so the SMs that take the longest units finish last): the smallest divisor up to
+//   group / 4 that brings the longest piece to at most a sixth of an SM's average, else the largest
+//   up to group / 4 (more pieces cost an f32 scratch of 8 bytes per key element and piece, which
+//   would take the peak above the ungrouped one's; Hkv 1, N 64K, causal on an H200: 4 pieces
+//   (share 0.13) took the chain from 1.044x to 1.012x the Hkv 16 one, 2 pieces 1.026x, 8 pieces
+//   1.079x; Hkv 4, 16K: 4 pieces 0.8% faster, but a peak above the Hkv 16 one's).
+// pieces 1: no split.
+TailSplitPlan plan_group_split(int64_t units, int group, int sms, double longest_share = 0);
+// plan_group_split's longest_share for key sweeps (blocks of 128 keys over query tiles of
+// tile_rows rows) of bh_kv key/value heads under the mask (nq, nk, causal, window_left,
+// window_right; -1: unbounded), from the blocks' bands. 0 under a left bound: the units are then
+// alike but at the ends of the sequence, and a split would only change the count of waves (not
+// measured).
+double longest_key_unit_share(int64_t nq, int64_t nk, bool causal, int64_t window_left, int64_t window_right,
+                              int64_t bh_kv, int tile_rows, int sms);
 
 // How many segments (1, 2, 4 or 8) the fused sweeps' ordered additions are spread over under a
 // general mask (d = 64, deterministic mode): key block b adds its parts into segment b mod S, an

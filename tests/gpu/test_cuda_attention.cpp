@@ -32,7 +32,8 @@
 //   TailSplitPlan          (no GPU needed) the split of the fused sweeps' last wave for known shapes.
 //   OrderedAddPositions    (no GPU needed) the fused sweeps' units take turns 0, 1, ... per tile;
 //   BandAddPositions       likewise under general masks, and within segments; OrderedAddSegments:
-//                          how many; DivByMatchesDivision: the bands' divider.
+//                          how many; GroupSplitPlan: the grouped key sweeps' pieces;
+//                          DivByMatchesDivision: the bands' divider.
 //   HopperFusedTailSplit   the key sweeps with their last wave split (planned for 20 SMs), fused
 //                          and deterministic: every output within 2 x the unsplit deterministic
 //                          kernels' error; the deterministic ones bitwise equal across runs.
@@ -969,6 +970,52 @@ TEST(CudaAttention, OrderedAddSegments) {
           if (s > 1) EXPECT_LE(s * nq * group, nk) << nq << " " << nk << " " << group << " " << sms;
           if (s < 8) EXPECT_TRUE(2 * s * steps > chain || 2 * s * nq * group > nk) << nq << " " << nk;
         }
+}
+
+// plan_group_split and longest_key_unit_share (no GPU needed). Causal, N = 64K, one key/value
+// head: block b's band is 1024 - 2b tiles of 64 rows, so the longest unit is 1024 · 132 / 262,656
+// = 0.515 of an SM's average; a window gives 0. The count is the larger of the fill count (fewer
+// than 2 units per SM: the largest divisor of the group up to ceil(4 · SMs / units)) and the tail
+// count (the smallest divisor up to group / 4 that brings the longest piece to a sixth of an SM's
+// average, else the largest).
+TEST(CudaAttention, GroupSplitPlan) {
+  using kernels::cuda::longest_key_unit_share;
+  using kernels::cuda::plan_group_split;
+  const double share64k = longest_key_unit_share(65536, 65536, true, -1, -1, 1, 64, 132);
+  EXPECT_NEAR(share64k, 1024.0 * 132 / 262656, 1e-12);
+  EXPECT_NEAR(longest_key_unit_share(65536, 65536, true, -1, -1, 4, 64, 132), share64k / 4, 1e-12);
+  EXPECT_NEAR(longest_key_unit_share(65536, 65536, false, -1, 0, 1, 32, 132), share64k, 1e-12);  // window_right 0
+  EXPECT_EQ(longest_key_unit_share(65536, 65536, true, 4096, -1, 1, 64, 132), 0.0);  // a left bound
+  EXPECT_NEAR(longest_key_unit_share(1024, 1024, false, -1, -1, 1, 64, 8), 1.0, 1e-12);  // full: 8 alike on 8 SMs
+  EXPECT_EQ(plan_group_split(512, 16, 132, share64k).pieces, 4);  // Hkv 1, 64K: 0.515 / 4 <= 1/6
+  EXPECT_EQ(plan_group_split(512, 16, 132, 0).split_units, 0);
+  EXPECT_EQ(plan_group_split(1024, 16, 132, share64k / 2).pieces, 2);  // 128K
+  EXPECT_EQ(plan_group_split(1024, 8, 132, share64k / 2).pieces, 2);   // Hkv 2, 64K
+  EXPECT_EQ(plan_group_split(2048, 4, 132, share64k / 4).split_units, 0);  // Hkv 4: group / 4 = 1
+  EXPECT_EQ(plan_group_split(512, 4, 132, 4 * share64k).split_units, 0);
+  EXPECT_EQ(plan_group_split(128, 16, 132, 2.05).pieces, 4);  // fill 4 (wants 5), tail 4 (at most 16 / 4)
+  EXPECT_EQ(plan_group_split(64, 16, 132, 4.1).pieces, 8);    // fill 8 (wants 9)
+  EXPECT_EQ(plan_group_split(512, 16, 132, 1.0 / 6).split_units, 0);
+  for (int64_t units : {1, 16, 100, 263, 264, 512, 5000})
+    for (int group : {1, 2, 4, 8, 12, 16})
+      for (double share : {0.0, 0.1, 0.2, 0.5, 1.0, 3.0}) {
+        const auto plan = plan_group_split(units, group, 132, share);
+        const std::string at = std::to_string(units) + " " + std::to_string(group) + " " + std::to_string(share);
+        if (plan.split_units == 0) {
+          EXPECT_EQ(plan.pieces, 1) << at;
+          EXPECT_TRUE(group <= 1 || (units >= 264 && (group < 8 || share <= 1.0 / 6))) << at;
+          continue;
+        }
+        EXPECT_EQ(plan.split_units, units) << at;
+        EXPECT_EQ(plan.whole, 0) << at;
+        EXPECT_EQ(group % plan.pieces, 0) << at;
+        if (units >= 264) {
+          EXPECT_LE(plan.pieces, group / 4) << at;
+          EXPECT_GT(share, 1.0 / 6) << at;
+          for (int q = 2; q < plan.pieces; ++q)  // no smaller divisor would do
+            if (group % q == 0) EXPECT_GT(share / q, 1.0 / 6) << at << " " << q;
+        }
+      }
 }
 
 // DivBy (the key sweeps' steps into query head and tile) against integer division.

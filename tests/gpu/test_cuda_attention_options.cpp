@@ -26,6 +26,8 @@
 //                      of the fused sweeps at d = 64 on sm_90a): bitwise identical across runs.
 //   GroupedTailSplit   grouped heads with the key sweeps' last wave split (full masks): within
 //                      twice the unsplit error, bitwise reproducible, atomic mode too.
+//   GroupedLongestSplit  grouped causal key sweeps split for their longest units: within twice
+//                      the unsplit error, bitwise reproducible.
 //   PersistentWindowForward  the sm_90a forward's persistent blocks (windows bounded on both
 //                      sides): bitwise equal to one block per unit, rows without keys O = 0.
 #include <algorithm>
@@ -398,6 +400,28 @@ TEST(CudaAttentionOptionsEdges, GroupedTailSplit) {
     gg::set_attention_deterministic(true);
     expect_family_within(any.bwd, whole.bwd, ref.bwd, DType::bf16, what + " split atomic bwd");
     expect_family_within(any.bob, whole.bob, ref.bob, DType::bf16, what + " split atomic bob");
+  }
+}
+
+// Grouped causal key sweeps split for their longest units (kernels.h: plan_group_split's tail
+// count): Hq 8 over one key/value head, N 2048 (16 units), whose first unit is 16/136 of the work:
+// planned for 4 SMs (share 0.47: 2 pieces, asserted) against 1 SM (0.12: no split). Every level
+// against the CPU f64 within twice the unsplit run's error, two split runs bitwise equal.
+TEST(CudaAttentionOptionsEdges, GroupedLongestSplit) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  using kernels::cuda::longest_key_unit_share;
+  using kernels::cuda::plan_group_split;
+  for (int64_t d : {64, 128}) {
+    const OptCase c{"mqa_causal_longest_split", 8, 1, 2048, 2048, d, true, {}, {}};
+    const std::string what = describe(c);
+    for (int rows : {32, 64, 128}) {  // the key sweeps' query tiles
+      ASSERT_EQ(plan_group_split(16, 8, 1, longest_key_unit_share(2048, 2048, true, -1, -1, 1, rows, 1)).pieces, 1);
+      ASSERT_EQ(plan_group_split(16, 8, 4, longest_key_unit_share(2048, 2048, true, -1, -1, 1, rows, 4)).pieces, 2);
+    }
+    const OptInputs in = opt_inputs(c, 1, 1500 + d, DType::bf16);
+    const AttentionOptions o = options_of(c);
+    const Levels ref = run_levels(in, o, DType::f64, Device::cpu(), 7);
+    expect_plan_within_base(in, o, ref, 1, 4, what + " split");
   }
 }
 
