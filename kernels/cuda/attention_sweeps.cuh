@@ -677,8 +677,8 @@ __global__ void __launch_bounds__(256) rows_from_acc_kernel(const float* acc, T*
   const float4* a = reinterpret_cast<const float4*>(acc + static_cast<int64_t>(blockIdx.x) * kRows * 64);
   for (int f = threadIdx.x; f < kRows * 16; f += 256) {
     float4 v = a[f];
-    for (int s = 1; s < segments; ++s) {
-      const float4 w = a[f + s * (segment_floats / 4)];
+    for (int seg = 1; seg < segments; ++seg) {
+      const float4 w = a[f + seg * (segment_floats / 4)];
       v.x += w.x, v.y += w.y, v.z += w.z, v.w += w.w;
     }
     const int j = f / 128, warp = (f / 32) % 4, lane = f % 32;
