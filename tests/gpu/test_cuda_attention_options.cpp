@@ -411,13 +411,13 @@ TEST(CudaAttentionOptionsEdges, GroupedLongestSplit) {
   GG_REQUIRE_GPU_OR_SKIP();
   using kernels::cuda::longest_key_unit_share;
   using kernels::cuda::plan_group_split;
+  for (int rows : {32, 64, 128}) {  // the key sweeps' query tiles
+    ASSERT_EQ(plan_group_split(16, 8, 1, longest_key_unit_share(2048, 2048, true, -1, -1, 1, rows, 1)).pieces, 1);
+    ASSERT_EQ(plan_group_split(16, 8, 4, longest_key_unit_share(2048, 2048, true, -1, -1, 1, rows, 4)).pieces, 2);
+  }
   for (int64_t d : {64, 128}) {
     const OptCase c{"mqa_causal_longest_split", 8, 1, 2048, 2048, d, true, {}, {}};
     const std::string what = describe(c);
-    for (int rows : {32, 64, 128}) {  // the key sweeps' query tiles
-      ASSERT_EQ(plan_group_split(16, 8, 1, longest_key_unit_share(2048, 2048, true, -1, -1, 1, rows, 1)).pieces, 1);
-      ASSERT_EQ(plan_group_split(16, 8, 4, longest_key_unit_share(2048, 2048, true, -1, -1, 1, rows, 4)).pieces, 2);
-    }
     const OptInputs in = opt_inputs(c, 1, 1500 + d, DType::bf16);
     const AttentionOptions o = options_of(c);
     const Levels ref = run_levels(in, o, DType::f64, Device::cpu(), 7);
