@@ -19,8 +19,6 @@
 // tail split (TailSplitRun), the ordered additions of the fused sweeps, and the block bodies
 // (query_sweep_ws_block, key_sweep_ws_block) around a row loop.
 #pragma once
-#include <algorithm>
-
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_hopper.cuh"
 #include "kernels/cuda/kernels.h"
