@@ -32,6 +32,7 @@
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "kernels/cuda/attention_traits.cuh"
+#include "kernels/cuda/kernels.h"
 #include "kernels/params.h"
 
 namespace gg::kernels::cuda::attn {
@@ -130,26 +131,15 @@ struct Params {
   const Acc* dL;  // (BH, N) cotangent of L or nullptr: D holds D - dL (docs/attention.md); last, so
                   // that adding it left the other fields' offsets, and the kernels' code, as they were
 
-  // The mask, as AttentionShape::first_key / last_key: query i sees keys [key_lo(i), key_hi(i)),
-  // key j is seen by queries [query_lo(j), query_hi(j)); all four are non-decreasing.
+  // The mask (kernels.h MaskBand, AttentionShape::first_key / last_key on 32-bit indices): query
+  // i sees keys [key_lo(i), key_hi(i)), key j is seen by queries [query_lo(j), query_hi(j)).
   __host__ __device__ int right() const { return causal ? 0 : wr; }
-  __host__ __device__ int key_lo(int i) const {
-    const int lo = i + (Nk - N) - wl;
-    return (wl < 0 || lo < 0) ? 0 : lo;
-  }
-  __host__ __device__ int key_hi(int i) const {
-    const int hi = i + (Nk - N) + right() + 1;
-    return (right() < 0 || hi > Nk) ? Nk : (hi < 0 ? 0 : hi);
-  }
-  __host__ __device__ int query_lo(int j) const {
-    const int lo = j - (Nk - N) - right();
-    return (right() < 0 || lo < 0) ? 0 : lo;
-  }
-  __host__ __device__ int query_hi(int j) const {
-    const int hi = j - (Nk - N) + wl + 1;
-    return (wl < 0 || hi > N) ? N : (hi < 0 ? 0 : hi);
-  }
-  __host__ __device__ bool sees(int i, int j) const { return i < N && j >= key_lo(i) && j < key_hi(i); }
+  __host__ __device__ MaskBand mask() const { return {N, Nk, wl, right()}; }
+  __host__ __device__ int key_lo(int i) const { return mask().key_lo(i); }
+  __host__ __device__ int key_hi(int i) const { return mask().key_hi(i); }
+  __host__ __device__ int query_lo(int j) const { return mask().query_lo(j); }
+  __host__ __device__ int query_hi(int j) const { return mask().query_hi(j); }
+  __host__ __device__ bool sees(int i, int j) const { return mask().sees(i, j); }
   // The cotangent of L of row `row` of the query head starting at row `head` (0 without dL, or
   // for a row past N).
   __device__ Acc row_dL(int64_t head, int row) const { return dL && row < N ? dL[head + row] : Acc(0); }

@@ -312,7 +312,7 @@ __device__ __forceinline__ void softmax_scores(float (&s)[kBN / 8][4], float (&m
     online_softmax<kBN>(s, m, l, alpha, sl2);
   });
 }
-// The same under the general mask (Params::sees; rows past N see nothing).
+// The same under the general mask (MaskBand::keys_of of the thread's rows; none past N).
 template <int kBN, typename T>
 __device__ __forceinline__ void softmax_scores(float (&s)[kBN / 8][4], float (&m)[2], float (&l)[2],
                                                float (&alpha)[2], float sl2, int j0, int iw, const Params<T>& p,
@@ -320,13 +320,13 @@ __device__ __forceinline__ void softmax_scores(float (&s)[kBN / 8][4], float (&m
   with_mask(j0 < p.key_lo(iw + 15) || j0 + kBN > p.key_hi(iw), [&](auto tag) {
     constexpr bool kMasked = decltype(tag)::value;
     if constexpr (kMasked) {
+      const MaskBand::Range seen[2] = {p.mask().keys_of(iw + frag_row(lane, 0)),
+                                       p.mask().keys_of(iw + frag_row(lane, 2))};
 #pragma unroll
       for (int j = 0; j < kBN / 8; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = j0 + frag_col(lane, j, e), row = iw + frag_row(lane, e);
-          if (!p.sees(row, key)) s[j][e] = -INFINITY;
-        }
+        for (int e = 0; e < 4; ++e)
+          if (!seen[e / 2].holds(j0 + frag_col(lane, j, e))) s[j][e] = -INFINITY;
     }
     online_softmax<kBN>(s, m, l, alpha, sl2);
   });

@@ -98,7 +98,7 @@ __device__ __forceinline__ void row_scalars(const Params<T>& p, int64_t head, in
 // The entries of a transposed score tile Sᵀ (64 keys [j0, j0 + 64) x the kBN queries [i0, i0 + kBN)
 // of the query tile t; this warp's keys from jw) of a key-side row loop: f(j, e, P, li) for each,
 // P = exp(S - L) (0 where masked), li the query within the tile. kOpts: the general mask
-// (Params::sees).
+// (MaskBand::queries_of of the thread's keys).
 template <int kBN, bool kOpts = false, typename T, typename F>
 __device__ __forceinline__ void for_key_tile_entries(const float (&st)[kBN / 8][4], const Params<T>& p,
                                                      const QueryTiles& t, int i0, int j0, int jw, float sl2, int lane,
@@ -107,13 +107,16 @@ __device__ __forceinline__ void for_key_tile_entries(const float (&st)[kBN / 8][
                             : i0 + kBN > p.N || (p.causal && j0 + 64 - 1 > i0);
   with_mask(masked, [&](auto tag) {
     constexpr bool kMasked = decltype(tag)::value;
+    MaskBand::Range seen_by[2] = {};  // kOpts, masked: the queries that see the thread's two keys
+    if constexpr (kOpts && kMasked)
+      for (int h = 0; h < 2; ++h) seen_by[h] = p.mask().queries_of(jw + frag_row(lane, 2 * h));
 #pragma unroll
     for (int j = 0; j < kBN / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int li = frag_col(lane, j, e);  // query within the tile
         const int key = jw + frag_row(lane, e);
-        const bool visible = !kMasked || (kOpts ? p.sees(i0 + li, key)
+        const bool visible = !kMasked || (kOpts ? seen_by[e / 2].holds(i0 + li)
                                                 : i0 + li < p.N && (!p.causal || key <= i0 + li));
         const float P = visible ? fast_exp2(st[j][e] * sl2 - t.L[li] * kLog2e) : 0.f;
         f(j, e, P, li);
@@ -123,7 +126,8 @@ __device__ __forceinline__ void for_key_tile_entries(const float (&st)[kBN / 8][
 
 // The entries of a score tile S (this warp's query rows from iw, of the warpgroup's 64 from i0 x
 // the kN keys [js, js + kN)) of a query-side row loop: f(n, e, P) for each, P = exp(S - L) (0
-// where masked; L2: L·log2e of the thread's rows g, g + 8). kOpts: the general mask (Params::sees).
+// where masked; L2: L·log2e of the thread's rows g, g + 8). kOpts: the general mask
+// (MaskBand::keys_of of the thread's rows).
 template <int kN, bool kOpts = false, typename T, typename F>
 __device__ __forceinline__ void for_query_tile_entries(const float (&s)[kN / 8][4], const Params<T>& p, int js, int i0,
                                                        int iw, const float (&L2)[2], float sl2, int lane, F&& f) {
@@ -131,12 +135,15 @@ __device__ __forceinline__ void for_query_tile_entries(const float (&s)[kN / 8][
                             : js + kN > p.N || (p.causal && js + kN - 1 > i0);
   with_mask(masked, [&](auto tag) {
     constexpr bool kMasked = decltype(tag)::value;
+    MaskBand::Range seen[2] = {};  // kOpts, masked: the keys the thread's two rows see
+    if constexpr (kOpts && kMasked)
+      for (int h = 0; h < 2; ++h) seen[h] = p.mask().keys_of(iw + frag_row(lane, 2 * h));
 #pragma unroll
     for (int n = 0; n < kN / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = js + frag_col(lane, n, e), row = iw + frag_row(lane, e);
-        const bool visible = !kMasked || (kOpts ? p.sees(row, key) : key < p.N && (!p.causal || key <= row));
+        const bool visible = !kMasked || (kOpts ? seen[e / 2].holds(key) : key < p.N && (!p.causal || key <= row));
         const float P = visible ? fast_exp2(s[n][e] * sl2 - L2[e / 2]) : 0.f;
         f(n, e, P);
       }

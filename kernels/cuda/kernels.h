@@ -120,6 +120,54 @@ constexpr int band_add_position(int blk, int per_head, int t, int tile_rows, boo
   return blk - (x > 0 ? x / 128 : 0);
 }
 
+#if defined(__CUDACC__)
+#define GG_MASK_FN __host__ __device__
+#else
+#define GG_MASK_FN
+#endif
+// The general mask on 32-bit indices (AttentionShape's, for the kOpts kernels): query i < nq sees
+// key j < nk when i' - wl <= j <= i' + right, i' = i + nk - nq; wl, right = -1: unbounded (right
+// is 0 when causal). Query i sees the keys [key_lo(i), key_hi(i)), key j is seen by the queries
+// [query_lo(j), query_hi(j)); all four are non-decreasing. keys_of and queries_of give the same
+// as a Range, empty past nq or nk, whose test is one subtraction and one unsigned compare (the
+// masked tiles' per-entry test: a thread forms the Range of each of its rows or keys once per
+// tile). Tests: MaskBandMatchesDefinition.
+struct MaskBand {
+  int nq, nk, wl, right;
+  struct Range {
+    int lo, n;
+    GG_MASK_FN bool holds(int x) const {
+      return static_cast<unsigned>(x) - static_cast<unsigned>(lo) < static_cast<unsigned>(n);
+    }
+  };
+  GG_MASK_FN int key_lo(int i) const {
+    const int lo = i + (nk - nq) - wl;
+    return (wl < 0 || lo < 0) ? 0 : lo;
+  }
+  GG_MASK_FN int key_hi(int i) const {
+    const int hi = i + (nk - nq) + right + 1;
+    return (right < 0 || hi > nk) ? nk : (hi < 0 ? 0 : hi);
+  }
+  GG_MASK_FN int query_lo(int j) const {
+    const int lo = j - (nk - nq) - right;
+    return (right < 0 || lo < 0) ? 0 : lo;
+  }
+  GG_MASK_FN int query_hi(int j) const {
+    const int hi = j - (nk - nq) + wl + 1;
+    return (wl < 0 || hi > nq) ? nq : (hi < 0 ? 0 : hi);
+  }
+  GG_MASK_FN Range keys_of(int i) const {
+    const int lo = key_lo(i), hi = key_hi(i);
+    return {lo, i < nq && hi > lo ? hi - lo : 0};
+  }
+  GG_MASK_FN Range queries_of(int j) const {
+    const int lo = query_lo(j), hi = query_hi(j);
+    return {lo, j < nk && hi > lo ? hi - lo : 0};
+  }
+  GG_MASK_FN bool sees(int i, int j) const { return keys_of(i).holds(j); }
+};
+#undef GG_MASK_FN
+
 // n / d for 0 <= n < 2^31 by a multiply-high and a shift (the key sweeps' steps into query head
 // and tile, per step): for d > 1, l = ceil(log2 d), mul = ceil(2^(31 + l) / d), n / d =
 // (n·mul) >> (31 + l); the rounding error of mul adds less than n / 2^(31 + l) < 1 / d to n / d,

@@ -33,7 +33,8 @@
 //   OrderedAddPositions    (no GPU needed) the fused sweeps' units take turns 0, 1, ... per tile;
 //   BandAddPositions       likewise under general masks, and within segments; OrderedAddSegments:
 //                          how many; GroupSplitPlan: the grouped key sweeps' pieces;
-//                          DivByMatchesDivision: the bands' divider.
+//                          DivByMatchesDivision: the bands' divider; MaskBandMatchesDefinition:
+//                          the general mask's bounds and per-entry test.
 //   HopperFusedTailSplit   the key sweeps with their last wave split (planned for 20 SMs), fused
 //                          and deterministic: every output within 2 x the unsplit deterministic
 //                          kernels' error; the deterministic ones bitwise equal across runs.
@@ -52,6 +53,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "../test_util.h"
 #include "gpu_util.h"
@@ -1027,6 +1029,42 @@ TEST(CudaAttention, DivByMatchesDivision) {
     const DivBy by(d);
     for (uint32_t n : ns) ASSERT_EQ(by.div(n), n / d) << n << " / " << d;
   }
+}
+
+// MaskBand (no GPU needed) against the mask's definition (query i sees key j when
+// i' - window_left <= j <= i' + right, i' = i + Nk - Nq, 0 <= i < Nq, 0 <= j < Nk): sees, the
+// Range of every row (keys_of) and of every key (queries_of), and the four bounds, for rows and keys
+// up to two past the matrix, with bounds absent, zero, inside and past either side.
+TEST(CudaAttention, MaskBandMatchesDefinition) {
+  using kernels::cuda::MaskBand;
+  std::vector<MaskBand> masks;  // {nq, nk, wl, right}
+  for (auto [nq, nk] : {std::pair{37, 37}, {20, 53}, {53, 20}, {1, 9}, {9, 1}})
+    for (int wl : {-1, 0, 1, 5, 36, 52})
+      for (int right : {-1, 0, 3, 19}) masks.push_back({nq, nk, wl, right});
+  int seen = 0, hidden = 0;
+  for (const MaskBand& m : masks) {
+    const std::string at = "Nq=" + std::to_string(m.nq) + " Nk=" + std::to_string(m.nk) +
+                           " wl=" + std::to_string(m.wl) + " right=" + std::to_string(m.right);
+    auto want = [&](int i, int j) {
+      const int a = i + m.nk - m.nq;
+      return i >= 0 && i < m.nq && j >= 0 && j < m.nk && (m.wl < 0 || j >= a - m.wl) &&
+             (m.right < 0 || j <= a + m.right);
+    };
+    for (int i = 0; i < m.nq + 2; ++i)
+      for (int j = 0; j < m.nk + 2; ++j) {
+        const bool w = want(i, j);
+        ASSERT_EQ(m.sees(i, j), w) << at << " i=" << i << " j=" << j;
+        ASSERT_EQ(m.keys_of(i).holds(j), w) << at << " i=" << i << " j=" << j;
+        ASSERT_EQ(m.queries_of(j).holds(i), w) << at << " i=" << i << " j=" << j;
+        if (i < m.nq && j < m.nk) {  // the bounds, where the row and the key exist
+          ASSERT_EQ(j >= m.key_lo(i) && j < m.key_hi(i), w) << at << " i=" << i << " j=" << j;
+          ASSERT_EQ(i >= m.query_lo(j) && i < m.query_hi(j), w) << at << " i=" << i << " j=" << j;
+        }
+        (w ? seen : hidden) += 1;
+      }
+  }
+  EXPECT_GT(seen, 1000);
+  EXPECT_GT(hidden, 1000);
 }
 
 // The key sweeps with their last wave split: B = 2, H = 3, N = 1000 are 48 units of 128 keys,
