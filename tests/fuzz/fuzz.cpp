@@ -9,8 +9,11 @@
 // Every fourth program is also rebuilt from smooth differentiable ops on f64 leaves and passed
 // to gradcheck (and every eighth to gradgradcheck).
 //
-//   gg_fuzz [--seconds S] [--programs N] [--seed X] [--verbose]
-// prints the seed first, and at the end the number of programs, ops and programs per second.
+//   gg_fuzz [--programs N | --seconds S] [--seed X] [--verbose]
+// runs N programs (default kDefaultPrograms) from seed X (default 1): a fixed amount of work, the
+// same verdict on any machine. --seconds S runs for S seconds instead, from a fresh seed unless
+// --seed is given: for hunting, never for a pass/fail check. It prints the seed first, and at the
+// end the number of programs, ops and programs per second.
 // A failure prints the seed, the program number and the program's ops so far, and exits 1.
 #include <csignal>
 #include <chrono>
@@ -756,20 +759,26 @@ SmoothProgram smooth_program(std::mt19937_64& rng) {
 
 int main(int argc, char** argv) {
   using namespace gg::fuzz;
-  double seconds = 60;
-  int64_t max_programs = -1;
-  uint64_t seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  constexpr int64_t kDefaultPrograms = 400000;
+  double seconds = -1;  // < 0: stop after max_programs
+  int64_t max_programs = kDefaultPrograms;
+  bool seed_given = false;
+  uint64_t seed = 1;
   bool verbose = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
     else if (a == "--programs" && i + 1 < argc) max_programs = std::atoll(argv[++i]);
-    else if (a == "--seed" && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 0);
+    else if (a == "--seed" && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 0), seed_given = true;
     else if (a == "--verbose") verbose = true;
     else {
-      std::fprintf(stderr, "usage: %s [--seconds S] [--programs N] [--seed X] [--verbose]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--programs N | --seconds S] [--seed X] [--verbose]\n", argv[0]);
       return 2;
     }
+  }
+  if (seconds >= 0) {
+    max_programs = -1;
+    if (!seed_given) seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   }
   std::printf("gg_fuzz: seed %llu (rerun with --seed %llu)\n", static_cast<unsigned long long>(seed),
               static_cast<unsigned long long>(seed));
