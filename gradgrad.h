@@ -1,5 +1,11 @@
 // gradgrad: a small C++17 tensor and autograd engine whose tape differentiates its own
 // backward pass, so derivatives of any order come for free. Include this one header.
+//
+// Rule for every header of the library: it includes the library's other headers by paths
+// relative to its own folder ("../core/tensor.h"), never by paths that depend on the include
+// path ("core/tensor.h"), so that an installed header resolves to its own package whatever a
+// consumer puts on its include path (tests/package/check.sh proves it against a clashing copy
+// of every header path).
 #pragma once
 
 #include "autograd/engine.h"

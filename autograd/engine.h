@@ -4,7 +4,7 @@
 #include <functional>
 #include <initializer_list>
 
-#include "core/tensor.h"
+#include "../core/tensor.h"
 
 namespace gg {
 

@@ -3,7 +3,7 @@
 #pragma once
 #include <functional>
 
-#include "core/tensor.h"
+#include "../core/tensor.h"
 
 namespace gg {
 

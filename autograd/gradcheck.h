@@ -4,7 +4,7 @@
 #include <functional>
 #include <string>
 
-#include "core/tensor.h"
+#include "../core/tensor.h"
 
 namespace gg {
 

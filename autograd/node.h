@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
+#include "../core/tensor.h"
 
 namespace gg {
 

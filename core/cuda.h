@@ -1,7 +1,7 @@
 // The CUDA backend's public switches. Everything here is safe to call in a build without CUDA
 // or on a machine without a GPU: is_available() is then false and the rest throw DeviceError.
 #pragma once
-#include "core/storage.h"
+#include "storage.h"
 
 namespace gg::cuda {
 

@@ -31,7 +31,7 @@
 #include <functional>
 #include <memory>
 
-#include "core/tensor.h"
+#include "tensor.h"
 
 namespace gg::cuda {
 

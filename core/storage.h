@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "core/device.h"
+#include "device.h"
 
 namespace gg {
 

@@ -17,8 +17,8 @@
 #include <memory>
 #include <vector>
 
-#include "core/error.h"
-#include "core/tensor.h"
+#include "../core/error.h"
+#include "../core/tensor.h"
 
 namespace gg::dist {
 

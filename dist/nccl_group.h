@@ -22,7 +22,7 @@
 #include <memory>
 #include <string>
 
-#include "dist/group.h"
+#include "group.h"
 
 namespace gg::dist {
 

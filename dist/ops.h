@@ -18,10 +18,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "autograd/engine.h"
-#include "core/tensor.h"
-#include "dist/group.h"
-#include "ops/ops.h"
+#include "../autograd/engine.h"
+#include "../core/tensor.h"
+#include "group.h"
+#include "../ops/ops.h"
 
 namespace gg::dist {
 

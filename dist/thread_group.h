@@ -13,7 +13,7 @@
 #pragma once
 #include <functional>
 
-#include "dist/group.h"
+#include "group.h"
 
 namespace gg::dist {
 

@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/error.h"
-#include "core/tensor.h"
+#include "../core/error.h"
+#include "../core/tensor.h"
 
 namespace gg::io {
 

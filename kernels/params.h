@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/dtype.h"
-#include "kernels/elementwise_ops.h"
+#include "../core/dtype.h"
+#include "elementwise_ops.h"
 
 namespace gg::kernels {
 

@@ -12,9 +12,9 @@
 #include <optional>
 #include <vector>
 
-#include "core/device.h"
-#include "core/dtype.h"
-#include "nn/module.h"
+#include "../core/device.h"
+#include "../core/dtype.h"
+#include "module.h"
 
 namespace gg::nn {
 

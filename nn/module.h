@@ -14,9 +14,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/tensor.h"
+#include "../core/tensor.h"
 #if defined(GG_HAS_SAFETENSORS)  // built where nlohmann-json was found (CMakeLists.txt)
-#include "io/safetensors.h"
+#include "../io/safetensors.h"
 #endif
 
 namespace gg::nn {

@@ -1,11 +1,11 @@
 // Helpers shared by the op files (not part of the public API).
 #pragma once
-#include "autograd/grad_mode.h"
-#include "autograd/node.h"
-#include "core/error.h"
-#include "kernels/params.h"
-#include "ops/dispatch.h"
-#include "ops/ops.h"
+#include "../autograd/grad_mode.h"
+#include "../autograd/node.h"
+#include "../core/error.h"
+#include "../kernels/params.h"
+#include "dispatch.h"
+#include "ops.h"
 
 namespace gg::detail {
 

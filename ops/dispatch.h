@@ -4,8 +4,8 @@
 #pragma once
 #include <cstddef>
 
-#include "core/device.h"
-#include "kernels/params.h"
+#include "../core/device.h"
+#include "../kernels/params.h"
 
 namespace gg::dispatch {
 

@@ -17,7 +17,7 @@
 #include <optional>
 #include <vector>
 
-#include "core/tensor.h"
+#include "../core/tensor.h"
 
 namespace gg {
 

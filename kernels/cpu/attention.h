@@ -29,7 +29,7 @@
 #include <omp.h>
 #endif
 
-#include "kernels/params.h"
+#include "../params.h"
 
 namespace gg::kernels::cpu {
 

@@ -1,6 +1,6 @@
 // CPU kernels: one function per parameter struct. Each is plain loops or Eigen maps.
 #pragma once
-#include "kernels/params.h"
+#include "../params.h"
 
 namespace gg::kernels::cpu {
 

@@ -8,7 +8,7 @@
 #pragma once
 #include <cstdint>
 
-#include "kernels/params.h"
+#include "../params.h"
 
 namespace gg::kernels::cpu {
 

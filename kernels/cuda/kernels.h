@@ -2,7 +2,7 @@
 // library's stream for the current device (core/cuda_runtime.h). This header includes no CUDA
 // headers, so host code that dispatches here compiles with the plain C++ compiler.
 #pragma once
-#include "kernels/params.h"
+#include "../params.h"
 
 namespace gg::kernels::cuda {
 
