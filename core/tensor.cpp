@@ -2,7 +2,7 @@
 
 #include <cmath>
 #include <cstring>
-#include <iomanip>
+#include <string>
 
 #include "ops/dispatch.h"  // the only way to the kernels (copies for to_vector)
 
@@ -146,29 +146,89 @@ Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides, i
 }
 
 namespace {
-void print_rec(std::ostream& os, const std::vector<double>& v, const Shape& shape, size_t d,
+// Printing summarises as torch's _tensor_str does: a tensor of more than kPrintThreshold elements
+// shows only the first and last kPrintEdgeItems entries of each dimension longer than
+// 2 * kPrintEdgeItems, with "..." between them, and only those entries are read.
+constexpr int64_t kPrintThreshold = 1000;
+constexpr int64_t kPrintEdgeItems = 3;
+
+void print_entry(std::ostream& os, double v) {
+  if (std::isnan(v)) os << "nan";  // whatever its sign bit
+  else os << v;                     // inf and -inf as the stream writes them
+}
+void print_entry(std::ostream& os, int64_t v) { os << v; }
+
+// The printed entries of `t`, row-major over `kept` (the kept size of each dimension). A cut
+// dimension keeps its first and last kPrintEdgeItems indices, so the entries come from 2^cuts
+// corner blocks, each a view of t copied on its own: nothing else of t is read or moved.
+template <typename T>
+std::vector<T> gather_printed(const Tensor& t, const Shape& kept, const std::vector<bool>& cut) {
+  const size_t nd = kept.size();
+  std::vector<size_t> cut_dims;
+  for (size_t d = 0; d < nd; ++d)
+    if (cut[d]) cut_dims.push_back(d);
+  if (cut_dims.empty()) return t.to_vector<T>();
+  const Shape kept_strides = contiguous_strides(kept);
+  std::vector<T> out(static_cast<size_t>(numel_of(kept)));
+  for (uint64_t corner = 0; corner < (uint64_t(1) << cut_dims.size()); ++corner) {
+    Shape block_shape = t.shape();
+    int64_t offset = t.offset(), out_base = 0;
+    for (size_t c = 0; c < cut_dims.size(); ++c) {
+      const size_t d = cut_dims[c];
+      block_shape[d] = kPrintEdgeItems;
+      if (corner >> c & 1) {  // the last kPrintEdgeItems of dimension d
+        offset += (t.shape()[d] - kPrintEdgeItems) * t.strides()[d];
+        out_base += kPrintEdgeItems * kept_strides[d];
+      }
+    }
+    const std::vector<T> block = make_view(t, block_shape, t.strides(), offset).to_vector<T>();
+    Shape index(nd, 0);  // row-major walk over the block, placing each entry in `out`
+    for (const T& v : block) {
+      int64_t at = out_base;
+      for (size_t d = 0; d < nd; ++d) at += index[d] * kept_strides[d];
+      out[static_cast<size_t>(at)] = v;
+      for (size_t d = nd; d-- > 0 && ++index[d] == block_shape[d];) index[d] = 0;
+    }
+  }
+  return out;
+}
+
+template <typename T>
+void print_rec(std::ostream& os, const std::vector<T>& v, const Shape& kept, const std::vector<bool>& cut, size_t d,
                int64_t& pos, int indent) {
-  if (d == shape.size()) {
-    os << v[static_cast<size_t>(pos++)];
+  if (d == kept.size()) {
+    print_entry(os, v[static_cast<size_t>(pos++)]);
     return;
   }
+  const auto separate = [&] {
+    os << ",";
+    if (d + 1 < kept.size()) os << "\n" << std::string(static_cast<size_t>(indent + 1), ' ');
+    else os << " ";
+  };
   os << "[";
-  for (int64_t i = 0; i < shape[d]; ++i) {
-    if (i) {
-      os << ",";
-      if (d + 1 < shape.size()) os << "\n" << std::string(static_cast<size_t>(indent + 1), ' ');
-      else os << " ";
-    }
-    if (shape[d] > 12 && i == 6) {  // elide the middle of long dims
+  for (int64_t i = 0; i < kept[d]; ++i) {
+    if (i) separate();
+    if (cut[d] && i == kPrintEdgeItems) {
       os << "...";
-      int64_t skip = (shape[d] - 12) * numel_of(Shape(shape.begin() + d + 1, shape.end()));
-      pos += skip;
-      i += shape[d] - 12 - 1;
-      continue;
+      separate();
     }
-    print_rec(os, v, shape, d + 1, pos, indent + 1);
+    print_rec(os, v, kept, cut, d + 1, pos, indent + 1);
   }
   os << "]";
+}
+
+template <typename T>
+void print_values(std::ostream& os, const Tensor& t) {
+  const bool summarise = t.numel() > kPrintThreshold;
+  Shape kept = t.shape();
+  std::vector<bool> cut(kept.size(), false);
+  for (size_t d = 0; d < kept.size(); ++d) {
+    cut[d] = summarise && kept[d] > 2 * kPrintEdgeItems;
+    if (cut[d]) kept[d] = 2 * kPrintEdgeItems;
+  }
+  const std::vector<T> v = gather_printed<T>(t, kept, cut);
+  int64_t pos = 0;
+  print_rec(os, v, kept, cut, 0, pos, 0);
 }
 }  // namespace
 
@@ -178,13 +238,13 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
      << ", device=" << t.device().str();
   if (t.requires_grad()) os << ", requires_grad";
   os << ")\n";
-  if (t.dtype() == DType::bf16 || t.dtype() == DType::f16) return os << "<low-precision data>";
-  std::vector<double> v = t.to_vector<double>();
-  int64_t pos = 0;
-  auto flags = os.flags();
-  os << std::setprecision(6);
-  print_rec(os, v, t.shape(), 0, pos, 0);
+  const auto flags = os.flags();
+  const auto precision = os.precision(6);
+  os.unsetf(std::ios_base::floatfield);
+  if (t.dtype() == DType::i64) print_values<int64_t>(os, t);  // exact beyond 2^53
+  else print_values<double>(os, t);
   os.flags(flags);
+  os.precision(precision);
   return os;
 }
 

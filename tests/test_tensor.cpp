@@ -1,5 +1,9 @@
 // Tensors: factories, views, printing, dtype/device bookkeeping and error messages.
+#include <cmath>
+#include <iomanip>
+#include <limits>
 #include <sstream>
+#include <string>
 
 #include "test_util.h"
 
@@ -103,6 +107,83 @@ TEST(Tensor, PrintsShapeDtypeDeviceAndValues) {
   EXPECT_NE(s.find("device=cpu"), std::string::npos) << s;
   EXPECT_NE(s.find("requires_grad"), std::string::npos) << s;
   EXPECT_NE(s.find("[[1, 2],\n [3, 4]]"), std::string::npos) << s;
+}
+
+std::string printed(const Tensor& t) {
+  std::ostringstream os;
+  os << t;
+  return os.str();
+}
+
+// "[a, b, c, ..., x, y, z]" of the six shown entries of one summarised row.
+std::string summary_row(const std::vector<std::string>& six) {
+  return "[" + six[0] + ", " + six[1] + ", " + six[2] + ", ..., " + six[3] + ", " + six[4] + ", " + six[5] + "]";
+}
+
+// As PyTorch: up to 1000 elements everything is printed; beyond, each dimension longer than 6
+// shows its first and last 3 entries around "...". No newline at the end.
+TEST(Tensor, PrintSummarisesAboveAThousandElements) {
+  std::string all = "[0";
+  for (int i = 1; i < 1000; ++i) all += ", " + std::to_string(i);
+  EXPECT_EQ(printed(arange(0, 1000, 1, DType::f64)), "tensor(shape=[1000], dtype=f64, device=cpu)\n" + all + "]");
+  EXPECT_EQ(printed(arange(0, 1001, 1, DType::f64)),
+            "tensor(shape=[1001], dtype=f64, device=cpu)\n" + summary_row({"0", "1", "2", "998", "999", "1000"}));
+
+  std::string want = "tensor(shape=[40, 50], dtype=f64, device=cpu)\n[";
+  for (int r : {0, 1, 2, -1, 37, 38, 39}) {
+    if (r != 0) want += ",\n ";
+    if (r < 0) {
+      want += "...";
+      continue;
+    }
+    std::vector<std::string> six;
+    for (int c : {0, 1, 2, 47, 48, 49}) six.push_back(std::to_string(50 * r + c));
+    want += summary_row(six);
+  }
+  want += "]";
+  EXPECT_EQ(printed(reshape(arange(0, 2000, 1, DType::f64), {40, 50})), want);
+  // Dimensions of 6 or fewer are kept whole.
+  const std::string head =
+      "tensor(shape=[200, 6], dtype=f64, device=cpu)\n[[0, 1, 2, 3, 4, 5],\n [6, 7, 8, 9, 10, 11],\n";
+  EXPECT_EQ(printed(reshape(arange(0, 1200, 1, DType::f64), {200, 6})).substr(0, head.size()), head);
+}
+
+TEST(Tensor, PrintSummaryReadsStridedViewsAtTheirOffset) {
+  // v[i, j, k] = x[k, j + 1, i] = 132 k + 12 (j + 1) + i: permuted, with an offset, not contiguous.
+  const Tensor x = reshape(arange(0, 1320, 1, DType::f64), {10, 11, 12});
+  const Tensor v = transpose(slice(x, 1, 1, 11), 0, 2);  // (12, 10, 10)
+  const std::string s = printed(v);
+  const std::string head = "tensor(shape=[12, 10, 10], dtype=f64, device=cpu)\n[[" +
+                           summary_row({"12", "144", "276", "936", "1068", "1200"}) + ",\n  [";
+  EXPECT_EQ(s.substr(0, head.size()), head) << s;
+  EXPECT_EQ(s.substr(s.size() - 7), "1319]]]") << s;
+  EXPECT_EQ(s, printed(contiguous(v)));
+}
+
+// A 2^20 x 2^20 broadcast view (2^40 elements, 8 bytes of storage) prints at once: only the
+// shown corners are read, never the whole tensor.
+TEST(Tensor, PrintOfAHugeBroadcastViewReadsOnlyTheCorners) {
+  const int64_t n = int64_t(1) << 20;
+  const Tensor big = expand(full({1, 1}, 7.0), {n, n});
+  std::string want = "tensor(shape=[1048576, 1048576], dtype=f32, device=cpu)\n[";
+  for (int r = 0; r < 7; ++r) {
+    if (r) want += ",\n ";
+    want += r == 3 ? "..." : summary_row({"7", "7", "7", "7", "7", "7"});
+  }
+  EXPECT_EQ(printed(big), want + "]");
+}
+
+TEST(Tensor, PrintsNanInfAndExactIntegers) {
+  const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
+  for (const DType dt : {DType::f64, DType::f32, DType::bf16, DType::f16}) {
+    const std::string s = printed(from_vector({std::copysign(nan, -1.0), nan, inf, -inf, 1.5}, {5}, dt));
+    EXPECT_EQ(s.substr(s.find('\n') + 1), "[nan, nan, inf, -inf, 1.5]") << dtype_name(dt);
+  }
+  const std::string s = printed(from_indices({7, -3, (int64_t(1) << 60) + 1}, {3}));
+  EXPECT_EQ(s.substr(s.find('\n') + 1), "[7, -3, 1152921504606846977]");
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(2) << scalar_tensor(0.126, DType::f64) << " " << 0.126;
+  EXPECT_EQ(os.str(), "tensor(shape=[], dtype=f64, device=cpu)\n0.126 0.13");  // the stream's own format kept
 }
 
 // Bad input: typed exceptions whose message names the op and both offending shapes/dtypes.
