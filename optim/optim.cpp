@@ -1,6 +1,7 @@
 #include "optim/optim.h"
 
 #include <cmath>
+#include <string>
 
 #include "autograd/grad_mode.h"
 #include "core/error.h"
@@ -106,16 +107,35 @@ void AdamW::update(size_t i, const Tensor& grad) {
   adam_update(i, grad);
 }
 
-double clip_grad_norm(TensorList& grads, double max_norm) {
+double clip_grad_norm(TensorList& grads, double max_norm, double norm_type, bool error_if_nonfinite) {
+  GG_CHECK(norm_type > 0, ValueError, "gg::optim::clip_grad_norm: norm_type must be positive or infinity, got ",
+           norm_type);
   NoGradGuard no_grad;
-  double sq = 0.0;
-  for (const Tensor& g : grads)
-    if (g.defined()) sq += sum(g * g).item();
-  const double norm = std::sqrt(sq);
-  if (max_norm > 0 && norm > max_norm) {
-    const double scale = max_norm / norm;
-    for (Tensor& g : grads)
-      if (g.defined()) g = g * scale;
+  const bool inf_norm = std::isinf(norm_type);
+  // Per gradient: max |g| (p = inf), Σ g² (p = 2) or Σ |g|^p; then combined across gradients.
+  double acc = 0.0;
+  for (const Tensor& g : grads) {
+    if (!g.defined() || g.numel() == 0) continue;
+    if (inf_norm) {
+      const double m = max(abs(g)).item();
+      acc = std::isnan(m) || m > acc ? m : acc;  // NaN sticks (std::max would drop it)
+    } else {
+      acc += (norm_type == 2.0 ? sum(g * g) : sum(pow(abs(g), norm_type))).item();
+    }
+  }
+  const double norm = inf_norm ? acc : norm_type == 2.0 ? std::sqrt(acc) : std::pow(acc, 1.0 / norm_type);
+  GG_CHECK(!error_if_nonfinite || std::isfinite(norm), ValueError,
+           "gg::optim::clip_grad_norm: the total norm of order ", norm_type, " of the gradients is ",
+           std::isnan(norm) ? "nan" : std::to_string(norm),
+           ", so they cannot be clipped (error_if_nonfinite = false scales them by it anyway)");
+  if (max_norm > 0) {
+    // A NaN coefficient must reach the gradients, so the clamp keeps it (std::min would give 1);
+    // a coefficient of exactly 1 changes nothing and is skipped.
+    const double coef = max_norm / (norm + 1e-6);
+    const double clamped = coef > 1.0 ? 1.0 : coef;
+    if (clamped != 1.0)
+      for (Tensor& g : grads)
+        if (g.defined()) g = g * clamped;
   }
   return norm;
 }

@@ -98,10 +98,15 @@ class AdamW : public Adam {
   void update(size_t i, const Tensor& g) override;
 };
 
-// Scales every gradient by min(1, max_norm / ‖g‖) where ‖g‖ is the L2 norm of all of them
-// together (torch.nn.utils.clip_grad_norm_); returns ‖g‖ before clipping. Undefined entries are
-// skipped; max_norm <= 0 only measures. Runs under NoGradGuard.
-double clip_grad_norm(TensorList& grads, double max_norm);
+// torch.nn.utils.clip_grad_norm_: ‖g‖ is the p-norm (p = norm_type) of all the gradients
+// together, as one vector; each gradient is replaced by g · min(1, max_norm / (‖g‖ + 1e-6)) and
+// ‖g‖ (before clipping) is returned. p may be any positive number or infinity (the largest |g|).
+// A non-finite norm is handled as PyTorch does: with error_if_nonfinite a ValueError naming the
+// norm, otherwise the gradients are scaled by the coefficient anyway (a NaN norm makes them all
+// NaN; an infinite one gives 0, and NaN where they were infinite). Undefined entries are skipped;
+// max_norm <= 0 only measures (gradgrad's own convention; PyTorch would zero or negate them).
+// Runs under NoGradGuard.
+double clip_grad_norm(TensorList& grads, double max_norm, double norm_type = 2.0, bool error_if_nonfinite = false);
 
 // A plain, differentiable SGD step: θ − lr·g for each pair (no in-place update, nothing
 // detached). With gradients from gg::grad(..., create_graph=true) this is the inner step of

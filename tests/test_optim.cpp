@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
+#include <string>
 #include <ostream>
 
 #include "gradgrad.h"
@@ -174,12 +176,68 @@ TEST(Optim, AdamWReducesLoss) {
 TEST(Optim, ClipGradNorm) {
   TensorList g = {from_vector({3.0, 0.0}, {2}, DType::f64), Tensor(), from_vector({4.0}, {1}, DType::f64)};
   EXPECT_DOUBLE_EQ(optim::clip_grad_norm(g, 1.0), 5.0);
-  expect_close(g[0].to_vector<double>(), {0.6, 0.0}, 1e-15, 0, "clipped");
-  expect_close(g[2].to_vector<double>(), {0.8}, 1e-15, 0, "clipped");
+  const double coef = 1.0 / (5.0 + 1e-6);  // PyTorch's max_norm / (‖g‖ + 1e-6)
+  expect_close(g[0].to_vector<double>(), {3 * coef, 0.0}, 1e-15, 0, "clipped");
+  expect_close(g[2].to_vector<double>(), {4 * coef}, 1e-15, 0, "clipped");
   EXPECT_FALSE(g[1].defined());
   const Values before = g[2].to_vector<double>();
-  EXPECT_NEAR(optim::clip_grad_norm(g, 10.0), 1.0, 1e-15);  // below the bound: unchanged
+  EXPECT_NEAR(optim::clip_grad_norm(g, 10.0), 1.0, 1e-6);  // below the bound: unchanged
   EXPECT_EQ(g[2].to_vector<double>(), before);
+}
+
+TEST(Optim, ClipGradNormOtherOrders) {
+  TensorList g = {from_vector({3.0, -4.0}, {2}, DType::f64), from_vector({-6.0}, {1}, DType::f64)};
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_DOUBLE_EQ(optim::clip_grad_norm(g, 3.0, inf), 6.0);  // max |g|
+  const double coef = 3.0 / (6.0 + 1e-6);
+  expect_close(g[0].to_vector<double>(), {3 * coef, -4 * coef}, 1e-15, 0, "inf-norm clipped");
+  expect_close(g[1].to_vector<double>(), {-6 * coef}, 1e-15, 0, "inf-norm clipped");
+  TensorList h = {from_vector({1.0, -2.0}, {2}, DType::f64), from_vector({3.0}, {1}, DType::f64)};
+  EXPECT_DOUBLE_EQ(optim::clip_grad_norm(h, 0.0, 1.0), 6.0);  // Σ|g|; max_norm 0 only measures
+  EXPECT_NEAR(optim::clip_grad_norm(h, 0.0, 3.0), std::cbrt(36.0), 1e-14);
+  EXPECT_EQ(h[0].to_vector<double>(), (Values{1.0, -2.0}));
+  EXPECT_THROW(optim::clip_grad_norm(h, 1.0, 0.0), ValueError);
+  EXPECT_THROW(optim::clip_grad_norm(h, 1.0, -2.0), ValueError);
+}
+
+// As torch.nn.utils.clip_grad_norm_: a NaN norm makes every gradient NaN; an infinite one scales
+// by 0 (so inf·0 = NaN where a gradient was infinite, 0 elsewhere); error_if_nonfinite throws
+// before touching them.
+TEST(Optim, ClipGradNormNonFinite) {
+  const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
+  for (const DType dt : {DType::f64, DType::f32}) {
+    SCOPED_TRACE(dtype_name(dt));
+    TensorList g = {from_vector({1.0, nan}, {2}, dt), from_vector({2.0}, {1}, dt)};
+    EXPECT_TRUE(std::isnan(optim::clip_grad_norm(g, 1.0)));
+    for (const Tensor& t : g)
+      for (double v : t.to_vector<double>()) EXPECT_TRUE(std::isnan(v)) << v;
+
+    g = {from_vector({1.0, inf}, {2}, dt), from_vector({-2.0}, {1}, dt)};
+    EXPECT_EQ(optim::clip_grad_norm(g, 1.0), inf);
+    const Values g0 = g[0].to_vector<double>();
+    EXPECT_EQ(g0[0], 0.0);
+    EXPECT_TRUE(std::isnan(g0[1])) << g0[1];
+    EXPECT_EQ(g[1].to_vector<double>(), (Values{0.0}));
+
+    g = {from_vector({1.0, -inf}, {2}, dt)};
+    EXPECT_EQ(optim::clip_grad_norm(g, 1.0, inf), inf);
+    EXPECT_TRUE(std::isnan(g[0].to_vector<double>()[1]));
+
+    for (const double bad : {nan, inf}) {
+      g = {from_vector({1.0, 2.0}, {2}, dt), from_vector({bad}, {1}, dt)};
+      try {
+        optim::clip_grad_norm(g, 1.0, 2.0, /*error_if_nonfinite=*/true);
+        ADD_FAILURE() << "no ValueError for a norm of " << bad;
+      } catch (const ValueError& e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find("clip_grad_norm"), std::string::npos) << m;
+        EXPECT_NE(m.find(std::isnan(bad) ? "is nan" : "is inf"), std::string::npos) << m;
+      }
+      EXPECT_EQ(g[0].to_vector<double>(), (Values{1.0, 2.0}));  // untouched
+    }
+    g = {from_vector({3.0, 4.0}, {2}, dt)};  // finite: no error, clipped as usual
+    EXPECT_DOUBLE_EQ(optim::clip_grad_norm(g, 1.0, 2.0, true), 5.0);
+  }
 }
 
 TEST(Optim, Schedules) {
