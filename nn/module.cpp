@@ -77,7 +77,9 @@ void Module::load_state_dict(const NamedTensors& state, bool strict) {
   NamedTensors mine = named_parameters();
   std::map<std::string, Tensor*> by_name;
   for (auto& [name, t] : mine) by_name[name] = &t;
+  // Every check runs before the first copy, so a rejected state changes no parameter.
   std::set<std::string> seen;
+  std::vector<std::pair<Tensor*, const Tensor*>> copies;  // (parameter, value)
   for (const auto& [name, value] : state) {
     auto it = by_name.find(name);
     if (it == by_name.end()) {
@@ -91,13 +93,14 @@ void Module::load_state_dict(const NamedTensors& state, bool strict) {
              shape_str(value.shape()), ", the parameter has shape ", shape_str(p.shape()));
     GG_CHECK(is_floating(value.dtype()) == is_floating(p.dtype()), DTypeError, "gg::nn::Module::load_state_dict: '",
              name, "' is ", dtype_name(value.dtype()), ", the parameter is ", dtype_name(p.dtype()));
-    NoGradGuard no_grad;
-    copy_(p, to(to(value.detach(), p.device()), p.dtype()));
+    copies.emplace_back(&p, &value);
   }
   if (strict && seen.size() != mine.size()) {
     for (const auto& [name, t] : mine)
       GG_CHECK(seen.count(name), ValueError, "gg::nn::Module::load_state_dict: missing key '", name, "'");
   }
+  NoGradGuard no_grad;
+  for (const auto& [p, value] : copies) copy_(*p, to(to(value->detach(), p->device()), p->dtype()));
 }
 
 void Module::zero_grad() {

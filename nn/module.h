@@ -65,7 +65,9 @@ class Module {
   NamedTensors state_dict() const;
   // Copies values into the parameters (under NoGradGuard). strict: every parameter must be
   // present and no unknown name may appear. Shapes must match (ShapeError), names must exist
-  // (ValueError), values are cast to the parameter's dtype and device.
+  // (ValueError), values are cast to the parameter's dtype and device. All or nothing: every
+  // name, shape and dtype is checked before the first copy, so a rejected state leaves every
+  // parameter as it was.
   void load_state_dict(const NamedTensors& state, bool strict = true);
   // Drops every parameter's accumulated .grad().
   void zero_grad();
@@ -117,7 +119,8 @@ NamedTensors with_values(const NamedTensors& named, const TensorList& values);
 // named_parameters() names, so "attn.q_proj.weight" in the file is that parameter.
 void save(const Module& module, const std::string& path, const io::Metadata& metadata = {});
 // Loads the file and copies its tensors into the module (Module::load_state_dict). Returns the
-// file's __metadata__.
+// file's __metadata__. All or nothing: the whole file is read and checked (format, then every
+// name, shape and dtype) before any parameter changes.
 io::Metadata load(Module& module, const std::string& path, bool strict = true);
 #endif
 

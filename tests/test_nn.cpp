@@ -265,6 +265,23 @@ TEST(NN, StateDictRoundTripAndErrors) {
   }
 }
 
+// All or nothing: a state rejected at its second entry, or for a missing last one, leaves even
+// the first parameter as it was.
+TEST(NN, LoadStateDictChangesNothingWhenRejected) {
+  manual_seed(23);
+  nn::MLP a({2, 3, 1}), b({2, 3, 1});
+  const NamedTensors sd = a.state_dict();
+  const Values first = b.parameters()[0].to_vector<double>();
+  ASSERT_NE(first, sd[0].second.to_vector<double>());
+  NamedTensors wrong = sd;
+  wrong[1].second = zeros({4});
+  EXPECT_THROW(b.load_state_dict(wrong), ShapeError);
+  EXPECT_EQ(b.parameters()[0].to_vector<double>(), first);
+  NamedTensors missing(sd.begin(), sd.end() - 1);
+  EXPECT_THROW(b.load_state_dict(missing), ValueError);
+  EXPECT_EQ(b.parameters()[0].to_vector<double>(), first);
+}
+
 TEST(NN, ZeroGradDropsGradients) {
   nn::Linear fc(2, 2);
   sum(fc(ones({1, 2}))).backward();

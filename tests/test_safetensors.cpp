@@ -199,6 +199,42 @@ TEST(Safetensors, ModuleStateDictThroughFile) {
   EXPECT_THROW(nn::load(other, path), ValueError);
 }
 
+// nn::load is all or nothing: a file whose second tensor has the wrong shape or dtype, or that
+// lacks the last one, is refused before the first tensor is copied.
+TEST(Safetensors, ModuleLoadChangesNothingWhenAnyTensorIsRejected) {
+  manual_seed(3);
+  nn::MLP a({2, 3, 1}), b({2, 3, 1});
+  const nn::NamedTensors good = a.state_dict();
+  ASSERT_EQ(good.size(), 4u);
+  std::vector<Values> before;
+  for (const Tensor& t : b.parameters()) before.push_back(t.to_vector<double>());
+  ASSERT_NE(before[0], good[0].second.to_vector<double>());
+
+  nn::NamedTensors wrong_shape = good, wrong_dtype = good, missing_last = good;
+  wrong_shape[1].second = zeros({4});
+  wrong_dtype[1].second = from_indices({0, 0, 0}, {3});
+  missing_last.pop_back();
+  const std::string path = temp_path("bad_model.safetensors");
+  const auto expect_unchanged = [&](const char* what) {
+    const TensorList now = b.parameters();
+    for (size_t i = 0; i < now.size(); ++i) EXPECT_EQ(now[i].to_vector<double>(), before[i]) << what << ", " << i;
+  };
+  io::save_safetensors(path, wrong_shape);
+  EXPECT_THROW(nn::load(b, path), ShapeError);
+  expect_unchanged("second tensor of the wrong shape");
+  io::save_safetensors(path, wrong_dtype);
+  EXPECT_THROW(nn::load(b, path), DTypeError);
+  expect_unchanged("second tensor of the wrong dtype");
+  io::save_safetensors(path, missing_last);
+  EXPECT_THROW(nn::load(b, path), ValueError);
+  expect_unchanged("last tensor missing");
+
+  io::save_safetensors(path, good);  // the same file, complete, loads
+  nn::load(b, path);
+  for (size_t i = 0; i < good.size(); ++i)
+    EXPECT_EQ(b.parameters()[i].to_vector<double>(), good[i].second.to_vector<double>()) << i;
+}
+
 // ------------------------------------------------------------------ malformed files
 TEST(SafetensorsBad, ShorterThanTheLengthField) { expect_format_error(std::string(5, '\0'), "shorter than the 8-byte"); }
 
