@@ -243,6 +243,7 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   os.unsetf(std::ios_base::floatfield);
   if (t.dtype() == DType::i64) print_values<int64_t>(os, t);  // exact beyond 2^53
   else print_values<double>(os, t);
+  os << "\n";
   os.flags(flags);
   os.precision(precision);
   return os;

@@ -93,8 +93,8 @@ class Tensor {
 // "tensor(shape=[2, 2], dtype=f64, device=cpu)\n[[1, 2],\n [3, 4]]": a header line, then the
 // values with 6 significant digits (nan, inf, -inf; i64 exactly). Above 1000 elements the output
 // is summarised as PyTorch's is: each dimension longer than 6 shows its first and last 3 entries
-// around "...", and only the shown entries are read (copied alone from a GPU). Like str(t) in
-// PyTorch the text does not end in a newline: `std::cout << t << "\n"` is print(t).
+// around "...", and only the shown entries are read (copied alone from a GPU). The text ends in
+// a newline, so `std::cout << t` is PyTorch's print(t).
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 // A new tensor with fresh contiguous storage; contents uninitialised.

@@ -109,10 +109,14 @@ TEST(Tensor, PrintsShapeDtypeDeviceAndValues) {
   EXPECT_NE(s.find("[[1, 2],\n [3, 4]]"), std::string::npos) << s;
 }
 
+// The printed text less its final newline, which every print ends with.
 std::string printed(const Tensor& t) {
   std::ostringstream os;
   os << t;
-  return os.str();
+  std::string s = os.str();
+  EXPECT_FALSE(s.empty() || s.back() != '\n') << "the print does not end in a newline: " << s;
+  if (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
 }
 
 // "[a, b, c, ..., x, y, z]" of the six shown entries of one summarised row.
@@ -183,7 +187,7 @@ TEST(Tensor, PrintsNanInfAndExactIntegers) {
   EXPECT_EQ(s.substr(s.find('\n') + 1), "[7, -3, 1152921504606846977]");
   std::ostringstream os;
   os << std::fixed << std::setprecision(2) << scalar_tensor(0.126, DType::f64) << " " << 0.126;
-  EXPECT_EQ(os.str(), "tensor(shape=[], dtype=f64, device=cpu)\n0.126 0.13");  // the stream's own format kept
+  EXPECT_EQ(os.str(), "tensor(shape=[], dtype=f64, device=cpu)\n0.126\n 0.13");  // the stream's own format kept
 }
 
 // Bad input: typed exceptions whose message names the op and both offending shapes/dtypes.
