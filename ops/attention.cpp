@@ -195,9 +195,10 @@ TensorList bob_composite_vjp(const TensorList& inputs, const TensorList& cots, c
 
 // The reference: every step an ordinary differentiable op, N×N scores stored. Grouped heads
 // are expanded to one key/value head per query head (a view, then a copy by reshape); the mask
-// is the fused op's (resolve_mask), added as 0 / -inf. A row that sees no key would make the
-// softmax 0/0, so its additive mask stays 0 and the row's probabilities are multiplied by 0
-// instead: O = 0 there, and every derivative of that row is an exact zero.
+// is the fused op's (resolve_mask), applied by where(). A row that sees no key would make the
+// softmax 0/0, so its scores become 0 instead of -inf and its O is set to 0 by where(): O = 0
+// and L = -inf there whatever the data, and with finite data every derivative of that row is an
+// exact zero.
 namespace {
 AttentionForward composite_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o,
                                    bool want_lse) {
@@ -232,42 +233,39 @@ AttentionForward composite_forward(const Tensor& q, const Tensor& k, const Tenso
   m.Nk = nk;
   resolve_mask(op, nq, nk, o, m);
   Tensor s = matmul(q, transpose(kk, -1, -2)) * scale;  // (.., Nq, Nk)
-  // Row i sees keys [first_key(i), last_key(i)] (first_key >= 0, last_key <= nk - 1). A row with
-  // no visible key keeps its scores and gets zero probabilities; the others get -inf added
-  // outside their keys, by an (Nq, Nk) mask made only when some row has a key it does not see.
+  // Row i sees keys [first_key(i), last_key(i)] (first_key >= 0, last_key <= nk - 1). The scores
+  // of the keys a row does not see are replaced (not added to, so a NaN there stays out) by
+  // -inf, or by 0 in a row that sees no key, whose softmax is then finite and whose O is set to
+  // 0; an (Nq, Nk) mask is made only when some row has a key it does not see.
   std::vector<double> keep(static_cast<size_t>(nq), 1.0);
   bool any_masked = false, any_empty = false;
   for (int64_t i = 0; i < nq; ++i) {
     const int64_t lo = m.first_key(i), hi = m.last_key(i);
-    if (hi < lo) {
-      keep[static_cast<size_t>(i)] = 0.0;
-      any_empty = true;
-    } else if (lo > 0 || hi < nk - 1) {
-      any_masked = true;
-    }
+    if (hi < lo) keep[static_cast<size_t>(i)] = 0.0;
+    any_empty = any_empty || hi < lo;
+    any_masked = any_masked || lo > 0 || hi < nk - 1;
   }
   if (any_masked) {
-    std::vector<double> add(static_cast<size_t>(nq * nk), 0.0);
+    std::vector<double> seen(static_cast<size_t>(nq * nk), 0.0), fill(static_cast<size_t>(nq * nk), 0.0);
     for (int64_t i = 0; i < nq; ++i) {
       const int64_t lo = m.first_key(i), hi = m.last_key(i);
       if (hi < lo) continue;
-      double* row = add.data() + i * nk;
-      std::fill(row, row + lo, -std::numeric_limits<double>::infinity());
-      std::fill(row + hi + 1, row + nk, -std::numeric_limits<double>::infinity());
+      std::fill(seen.begin() + i * nk + lo, seen.begin() + i * nk + hi + 1, 1.0);
+      std::fill(fill.begin() + i * nk, fill.begin() + (i + 1) * nk, -std::numeric_limits<double>::infinity());
     }
-    s = s + from_vector(add, {nq, nk}, q.dtype(), q.device());
+    s = where(from_vector(seen, {nq, nk}, DType::b8, q.device()), s,
+              from_vector(fill, {nq, nk}, q.dtype(), q.device()));
   }
   Tensor p = softmax(s, -1);
-  Tensor keep_rows = any_empty ? from_vector(keep, {nq, 1}, q.dtype(), q.device()) : Tensor();
-  if (any_empty) p = p * keep_rows;
+  Tensor keep_rows = any_empty ? from_vector(keep, {nq, 1}, DType::b8, q.device()) : Tensor();
   AttentionForward f{matmul(p, vv), Tensor()};
+  if (any_empty) f.O = where(keep_rows, f.O, zeros({}, q.dtype(), q.device()));
   if (!want_lse) return f;
   // L = m + log Σ_j exp(s - m), m the row maximum (a constant: it cancels); -inf where no key.
   Tensor row_max = max(s, {-1}, true).detach();
   Tensor lse = squeeze(row_max + log(sum(exp(s - row_max), {-1}, true)), -1);
   if (any_empty)
-    lse = where(eq(squeeze(keep_rows, -1), zeros({nq}, q.dtype(), q.device())),
-                full({nq}, -std::numeric_limits<double>::infinity(), q.dtype(), q.device()), lse);
+    lse = where(squeeze(keep_rows, -1), lse, full({}, -std::numeric_limits<double>::infinity(), q.dtype(), q.device()));
   f.L = lse;
   return f;
 }

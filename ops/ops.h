@@ -152,7 +152,16 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 //
 // Rows that see no key (possible with causal or window_right when Nq > Nk, e.g. the first
 // Nq - Nk queries under causal) give O = 0, L = -inf and zero gradients at every order, in the
-// fused op and the composite alike.
+// fused op and the composite alike (O = 0 and L = -inf whatever the data; the gradients when the
+// data are finite).
+//
+// Non-finite data: NaN and ±inf propagate as through softmax(S)·V written out. A row whose
+// visible scores hold a NaN or a +inf, or are all -inf, gets O and L NaN; a NaN or inf in a
+// value reaches its column of O in every row that sees it; every derivative follows. The fused
+// op's NaN entries are the composite's at every order; with ±inf an entry may be inf in one and
+// NaN in the other, the derivatives' sums being grouped differently. A key a row does not see
+// never enters its scores; its value, and NaN in gradients of pairs the mask hides, may still
+// reach the row through 0·NaN products (the composite's dense ones, the fused op's tiles).
 struct AttentionOptions {
   std::optional<double> scale;          // default 1/sqrt(d)
   bool causal = false;                  // window_right = 0: query i sees keys j <= i + Nk - Nq

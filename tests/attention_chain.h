@@ -101,6 +101,33 @@ inline void expect_chains_equal(const Chain& a, const Chain& b, double tol, cons
     EXPECT_LE(rel_error(a.third[i], b.third[i], s3), tol) << what << " order 3, output " << i;
 }
 
+// Largest finite magnitude over a family (the scale of a family that holds NaN or inf entries).
+inline double finite_scale(const std::vector<Values>& vs) {
+  double m = 1e-300;
+  for (const Values& v : vs)
+    for (double x : v)
+      if (std::isfinite(x)) m = std::max(m, std::abs(x));
+  return m;
+}
+
+// `got` against `want` where either may hold non-finite entries: NaN exactly where `want` has
+// NaN, the same infinity where it has one, and elsewhere finite and within tol · scale. With
+// exact = false, any non-finite value where `want` is non-finite (NaN and ±inf interchangeable).
+inline ::testing::AssertionResult same_nonfinite(const Values& got, const Values& want, double tol, double scale,
+                                                 bool exact = true) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << got.size() << " entries, expected " << want.size();
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double a = got[i], b = want[i];
+    const bool ok = !std::isfinite(b) && !exact ? !std::isfinite(a)
+                    : std::isnan(b)             ? std::isnan(a)
+                    : std::isinf(b)             ? a == b
+                                                : std::isfinite(a) && std::abs(a - b) <= tol * scale;
+    if (!ok) return ::testing::AssertionFailure() << "entry " << i << " is " << a << ", expected " << b;
+  }
+  return ::testing::AssertionSuccess();
+}
+
 inline bool all_finite(const Chain& c) {
   for (const auto* vs : {&c.first, &c.second, &c.third})
     for (const Values& g : *vs)
@@ -171,6 +198,65 @@ inline const std::vector<OptCase>& option_cases() {
       {"gqa3_left_nq_lt_nk", 6, 2, 7, 13, 5, false, 2, {}},
   };
   return cases;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Non-finite inputs (ops.h, AttentionOptions). One entry is planted in column 0 of head 0 (B = 1):
+// in the last query row (which sees every key under the cases' masks), in key 0 (seen by every
+// row that sees a key) or in dO's last row; K's column 0 is made positive, so that ±inf in Q's
+// column 0 makes every score of its row ±inf (a row of -inf scores: softmax's 0/0, NaN).
+// Under a mask only plants whose non-finite rows see every key are compared (planted_defined):
+// ±inf in K makes NaN only the rows whose query has one sign, and a key planted where rows see
+// no key reaches those rows' gradients through 0·NaN products in both implementations, but not
+// in the same entries.
+
+struct Planted {
+  const char* name;
+  int input;  // 0 Q, 1 K, 2 V, 3 dO
+  double value;
+};
+
+inline const std::vector<Planted>& planted_cases() {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  static const std::vector<Planted> cases = {
+      {"Q nan", 0, std::nan("")}, {"Q +inf", 0, inf}, {"Q -inf", 0, -inf}, {"K nan", 1, std::nan("")},
+      {"K +inf", 1, inf},         {"K -inf", 1, -inf}, {"V nan", 2, std::nan("")}, {"V +inf", 2, inf},
+      {"V -inf", 2, -inf},        {"dO nan", 3, std::nan("")}, {"dO +inf", 3, inf},
+  };
+  return cases;
+}
+
+// Does query row i of `c` see a key (the mask of ops.h, written out)?
+inline bool row_sees_keys(const OptCase& c, int64_t i) {
+  const int64_t at = i + c.Nk - c.Nq, right = c.causal ? 0 : c.right.value_or(c.Nk);
+  return std::max<int64_t>(0, at - c.left.value_or(c.Nk)) <= std::min(c.Nk - 1, at + right);
+}
+inline bool has_rows_without_keys(const OptCase& c) {
+  for (int64_t i = 0; i < c.Nq; ++i)
+    if (!row_sees_keys(c, i)) return true;
+  return false;
+}
+
+// Whether the fused op and the composite agree entry by entry on `pl` under `c`'s mask.
+inline bool planted_defined(const OptCase& c, const Planted& pl) {
+  if (has_rows_without_keys(c)) return pl.input == 0 || pl.input == 3;
+  const bool masked = c.causal || c.left || c.right;
+  return !masked || pl.input != 1 || std::isnan(pl.value);
+}
+
+// in's Q, K, V, dO (B = 1) as f64 with K's column 0 made positive and `pl` planted (none where
+// pl.input < 0), each rounded to `round_to` (NaN and inf stay).
+inline TensorList planted_inputs(const OptCase& c, const OptInputs& in, const Planted& pl,
+                                 DType round_to = DType::f64) {
+  TensorList t = {in.qkv[0], in.qkv[1], in.qkv[2], in.dO};
+  std::vector<Values> v;
+  for (const Tensor& x : t) v.push_back(to(to(x, Device::cpu()), DType::f64).to_vector<double>());
+  for (size_t at = 0; at < v[1].size(); at += static_cast<size_t>(c.d)) v[1][at] = std::abs(v[1][at]) + 0.5;
+  const bool query_side = pl.input == 0 || pl.input == 3;
+  const size_t at = query_side ? static_cast<size_t>((c.Nq - 1) * c.d) : 0;
+  if (pl.input >= 0) v[static_cast<size_t>(pl.input)][at] = pl.value;
+  for (size_t i = 0; i < t.size(); ++i) t[i] = to(from_vector(v[i], t[i].shape(), round_to), DType::f64);
+  return t;
 }
 
 }  // namespace attention_chain

@@ -407,6 +407,95 @@ TEST(Attention, RowsWithoutKeysGiveZeros) {
   EXPECT_GT(std::abs(causal[0] - full[0]), 1e-6);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Non-finite inputs (ops.h, AttentionOptions): NaN and ±inf follow the softmax's IEEE arithmetic
+// as in the composite. The plants: attention_chain.h, planted_inputs.
+
+void expect_same_nonfinite(const std::vector<Values>& got, const std::vector<Values>& want, double tol,
+                           const std::string& what, bool exact = true) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  const double scale = finite_scale(want);
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_TRUE(same_nonfinite(got[i], want[i], tol, scale, exact)) << what << ", output " << i;
+}
+
+TEST(Attention, NonFiniteInputsMatchComposite) {
+  const std::vector<OptCase> cases = {
+      {"full", 2, 1, 9, 9, 4, false, {}, {}},
+      {"full_tiles", 2, 2, 70, 70, 8, false, {}, {}},
+      {"causal_tiles", 2, 1, 70, 70, 8, true, {}, {}},
+      {"causal_nq_lt_nk", 2, 2, 7, 13, 4, true, {}, {}},
+      {"causal_empty_rows", 2, 1, 12, 5, 4, true, {}, {}},
+  };
+  uint64_t seed = 340;
+  for (const OptCase& c : cases) {
+    const OptInputs in = opt_inputs(c, 1, seed++);
+    const AttentionOptions o = options_of(c);
+    for (const Planted& pl : planted_cases()) {
+      if (!planted_defined(c, pl)) continue;
+      const std::string what = describe(c) + ", " + pl.name;
+      const TensorList t = planted_inputs(c, in, pl);
+      const Chain a = run_chain(fused, {t[0], t[1], t[2]}, t[3], in.tilde, o);
+      const Chain b = run_chain(composite, {t[0], t[1], t[2]}, t[3], in.tilde, o);
+      // The derivatives' sums are grouped differently (D = rowsum(dO∘O) for Σ P∘dP, (P∘G)·V - E·O
+      // for (P∘(G - E))·V), so with ±inf an entry may be inf on one side and inf - inf = NaN on
+      // the other: their non-finite entries are compared, NaN against NaN only for a NaN plant.
+      const bool exact = std::isnan(pl.value);
+      expect_same_nonfinite({a.O}, {b.O}, 1e-10, what + " order 0");
+      expect_same_nonfinite(a.first, b.first, 1e-10, what + " order 1", exact);
+      expect_same_nonfinite(a.second, b.second, 1e-10, what + " order 2", exact);
+      const Values L = attention_forward(t[0], t[1], t[2], o).L.to_vector<double>();
+      const Values Lc = attention_composite_forward(t[0], t[1], t[2], o).L.to_vector<double>();
+      expect_same_nonfinite({L}, {Lc}, 1e-10, what + " L");
+      bool reached = false;
+      for (double x : a.O) reached = reached || !std::isfinite(x);
+      EXPECT_TRUE(reached || pl.input == 3) << what << ": the planted value reached no entry of O";
+    }
+  }
+}
+
+// The online softmax's running max skips a NaN score. A row whose visible scores in its first
+// key tile are all NaN (here the row that sees key 63 as the only key of tile 0) keeps the NaN
+// even though its later tiles are finite; rows that do not see key 63 stay finite.
+TEST(Attention, NanScoresInFirstTileReachTheRow) {
+  const OptCase c{"window", 1, 1, 80, 80, 8, true, 10, {}};
+  const OptInputs in = opt_inputs(c, 1, 350);
+  Values k = in.qkv[1].to_vector<double>();
+  k[63 * 8 + 2] = std::nan("");
+  const Tensor K = from_vector(k, in.qkv[1].shape(), DType::f64);
+  const AttentionForward f = attention_forward(in.qkv[0], K, in.qkv[2], options_of(c));
+  const AttentionForward g = attention_composite_forward(in.qkv[0], K, in.qkv[2], options_of(c));
+  const Values L = f.L.to_vector<double>();
+  for (int64_t i = 0; i < c.Nq; ++i)
+    EXPECT_EQ(std::isnan(L[static_cast<size_t>(i)]), i >= 63 && i <= 73) << "row " << i;
+  expect_same_nonfinite({f.O.to_vector<double>(), L}, {g.O.to_vector<double>(), g.L.to_vector<double>()}, 1e-10,
+                        "O, L");
+}
+
+// A row that sees no key gives O = 0 and L = -inf whatever the data, NaN in its own query
+// included; the other rows take NaN as the composite does.
+TEST(Attention, RowsWithoutKeysIgnoreNonFiniteData) {
+  const OptCase c{"empty", 2, 1, 12, 5, 3, true, {}, {}};
+  const OptInputs in = opt_inputs(c, 1, 351);
+  Values q = in.qkv[0].to_vector<double>(), k = in.qkv[1].to_vector<double>(), v = in.qkv[2].to_vector<double>();
+  q[1] = q[11 * 3] = std::nan("");  // rows 0 (no key) and 11 of head 0
+  k[2 * 3 + 1] = std::nan("");      // key 2, seen by rows 9, 10, 11
+  v[0] = std::numeric_limits<double>::infinity();  // key 0, seen by every row with a key
+  const Tensor Q = from_vector(q, in.qkv[0].shape(), DType::f64), K = from_vector(k, in.qkv[1].shape(), DType::f64),
+               V = from_vector(v, in.qkv[2].shape(), DType::f64);
+  const AttentionForward f = attention_forward(Q, K, V, options_of(c));
+  const AttentionForward g = attention_composite_forward(Q, K, V, options_of(c));
+  const Values O = f.O.to_vector<double>(), L = f.L.to_vector<double>();
+  for (int64_t h = 0; h < c.Hq; ++h)
+    for (int64_t i = 0; i < c.Nq - c.Nk; ++i) {
+      EXPECT_EQ(L[static_cast<size_t>(h * c.Nq + i)], -std::numeric_limits<double>::infinity()) << h << " " << i;
+      for (int64_t e = 0; e < c.d; ++e)
+        EXPECT_EQ(O[static_cast<size_t>((h * c.Nq + i) * c.d + e)], 0.0) << h << " " << i;
+    }
+  EXPECT_TRUE(std::isnan(L[11]));
+  expect_same_nonfinite({O, L}, {g.O.to_vector<double>(), g.L.to_vector<double>()}, 1e-10, "O, L");
+}
+
 // The BoB's two stages over blocks of keys (dist::attention's ring): with the whole rows' O and L,
 // the blocks' row sums add up to E and F, and with those the blocks' parts of gQ and gdO add up
 // to the whole BoB's, their gK and gV are the whole BoB's rows of their keys. Grouped heads,

@@ -13,8 +13,9 @@
 // Masking (kernels/params.h): query i sees the keys [lo(i), hi(i)] of detail::Visibility, a
 // window around its bottom-right aligned position i' = i + Nk - Nq. A query block visits only
 // the key blocks that meet its rows' windows and a key block only the query blocks that see it,
-// so the work grows with N·window, not N². Rows that see no key get O = 0, L = -inf and zero
-// gradients.
+// so the work grows with N·window, not N². Rows that see no key get O = 0, L = -inf (whatever
+// the data) and zero gradients. NaN and ±inf propagate as in the composite (ops.h); the forward's
+// epilogue is where they are told apart from masking (attention_fwd.cpp).
 //
 // Tiling (the same schedule the GPU kernels use): a query block is kBlockM rows of Q, a key
 // block kBlockN rows of K and V. Work is split over (b, h, block); scratch is a few

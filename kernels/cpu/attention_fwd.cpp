@@ -12,8 +12,11 @@
 // l = Σ exp(S - m), and an accumulator acc = Σ exp(S - m)·V_j that is rescaled by
 // exp(m_old - m_new) whenever the max grows. At the end O = acc / l and L = m + log(l).
 // Masks (causal, windows): only the key blocks that meet some row's window are visited; tiles
-// that cross a window edge are masked entry by entry. A row that sees no key ends with l = 0:
-// it gets O = 0 and L = -inf.
+// that cross a window edge are masked entry by entry. A row that sees no key gets O = 0 and
+// L = -inf. Non-finite data follows the softmax's IEEE arithmetic, as in the composite: a NaN
+// score reaches l (through exp(S - m), or, while m is still -inf, because the max skips NaN, by
+// being copied into l), a +inf score makes l NaN (exp(inf - inf)), and a row that sees keys but
+// ends with l = 0 (every score -inf) gets NaN, softmax's 0/0: the whole row of O, and L.
 // Scratch per thread: one kBlockM x kBlockN score tile, kBlockM x d accumulator, 2·kBlockM scalars.
 #include <algorithm>
 #include <cmath>
@@ -29,6 +32,7 @@ void attention_fwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
   const int64_t B = p.B, H = p.H, N = p.N, d = p.d;
   const T s = static_cast<T>(p.scale);
   const T neg_inf = -std::numeric_limits<T>::infinity();
+  const T nan = std::numeric_limits<T>::quiet_NaN();
   const int64_t num_q_blocks = detail::num_blocks(N, kBlockM);
   const detail::Visibility vis(p);
   const detail::Heads heads(p);
@@ -76,8 +80,11 @@ void attention_fwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
               T* Srow = S.data() + i * kBlockN;
               T m_new = m[i];
               for (int64_t j = 0; j < nj; ++j) m_new = std::max(m_new, Srow[j]);
-              if (m_new == neg_inf) {  // row fully masked in this tile (and so far): nothing to add
-                for (int64_t j = 0; j < nj; ++j) Srow[j] = T(0);
+              if (m_new == neg_inf) {  // every score so far -inf (masked) or NaN: nothing to add
+                for (int64_t j = 0; j < nj; ++j) {
+                  if (std::isnan(Srow[j])) l[i] = Srow[j];  // std::max dropped it: keep it in l
+                  Srow[j] = T(0);
+                }
                 continue;
               }
               const T alpha = std::exp(m[i] - m_new);  // rescales the old state; 0 when m[i] = -inf
@@ -96,14 +103,19 @@ void attention_fwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
             detail::tile_ab_acc(mi, nj, d, S.data(), Vj, acc.data());
           }
 
-          // ---- epilogue: O = acc / l, L = m + log(l); a row with no visible key: O = 0, L = -inf ----
+          // ---- epilogue: O = acc / l, L = m + log(l) (non-finite rows: see the header) ----
           for (int64_t i = 0; i < mi; ++i) {
-            const T inv_l = l[i] > T(0) ? T(1) / l[i] : T(0);  // acc is 0 there too
             T* Oi = O + (head + i0 + i) * d;
+            if (vis.hi(i0 + i) < vis.lo(i0 + i)) {  // no visible key, whatever the data
+              std::fill(Oi, Oi + d, T(0));
+              L[head + i0 + i] = neg_inf;
+              continue;
+            }
+            const T inv_l = l[i] == T(0) ? nan : T(1) / l[i];  // l = 0: the scores were all -inf
             const T* acc_i = acc.data() + i * d;
             GG_OMP(simd)
             for (int64_t k = 0; k < d; ++k) Oi[k] = acc_i[k] * inv_l;
-            L[head + i0 + i] = l[i] > T(0) ? m[i] + std::log(l[i]) : neg_inf;
+            L[head + i0 + i] = l[i] == T(0) ? nan : m[i] + std::log(l[i]);
           }
         }
   }

@@ -11,9 +11,10 @@
 // per query row a running max m, a running sum l = Σ exp(S - m) and an accumulator
 // acc = Σ exp(S - m)·V_j, rescaled by exp(m_old - m_new) when the max grows. At the end
 // O = acc / l and L = m + log(l). Causal: key blocks after the query block are never loaded;
-// the diagonal block is masked entry by entry. In the plain case every row sees key 0, so l > 0
-// at the end; with grouped heads, Nq != Nk and windows (every kernel's kOpts instance) key tiles
-// outside a block's band are never loaded and a row without keys gets O = 0, L = -inf.
+// the diagonal block is masked entry by entry. In the plain case every row sees key 0; with
+// grouped heads, Nq != Nk and windows (every kernel's kOpts instance) key tiles outside a
+// block's band are never loaded and a row without keys gets O = 0, L = -inf. Non-finite data as
+// on the CPU: NaN, +inf or all -inf scores make the row's O and L NaN (fwd_epilogue).
 //
 // Three paths (attention_traits.cuh: choose_path, and the tile constants of each kernel):
 //
@@ -55,18 +56,27 @@ using namespace attn;
 
 // Epilogue of the tensor-core forward kernels (mma.sync and Hopper): this warp's rows from iw,
 // m in log2 units, l this thread's part of the row sums: O = acc / l and L = (m + log2 l)·ln 2.
-// kEmptyRows (masks where a row may see no key): such a row (l = 0) gets O = 0, L = -inf.
+// kEmptyRows (masks where a row may see no key): such a row gets O = 0 and L = -inf, whatever its
+// accumulator holds (0·V is NaN where V is not finite). A row that sees keys and ends with l = 0
+// (every score -inf) or l = NaN (a NaN or +inf score) gets NaN, as the composite's softmax does:
+// the running max skips NaN, but exp2(NaN - m) puts it in l.
 template <typename T, int kD, bool kEmptyRows = false>
-__device__ __forceinline__ void fwd_epilogue(const Params<T>& p, const float (&acc)[kD / 8][4], const float (&m)[2],
+__device__ __forceinline__ void fwd_epilogue(const Params<T>& p, float (&acc)[kD / 8][4], const float (&m)[2],
                                              const float (&l)[2], int64_t head, int iw, int lane) {
   float inv_l[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const float l_row = quad_sum(l[h]);
-    inv_l[h] = kEmptyRows && l_row == 0.f ? 0.f : 1.f / l_row;
     const int row = iw + frag_row(lane, 2 * h);
+    const bool no_keys = kEmptyRows && p.mask().keys_of(row).n == 0;
+    inv_l[h] = 1.f / l_row;  // l = 0: acc = 0, and 0·inf = NaN
+    if (no_keys) {
+      inv_l[h] = 0.f;
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j) acc[j][2 * h] = acc[j][2 * h + 1] = 0.f;
+    }
     if (lane % 4 == 0 && row < p.N)
-      p.L_out[head + row] = kEmptyRows && l_row == 0.f ? -INFINITY : (m[h] + log2f(l_row)) * kLn2;
+      p.L_out[head + row] = no_keys ? -INFINITY : l_row > 0.f ? (m[h] + log2f(l_row)) * kLn2 : NAN;
   }
   store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, acc, inv_l, iw, p.N, lane);
 }
@@ -135,13 +145,16 @@ __global__ void __launch_bounds__(GenericTraits::kThreads, GenericTraits::min_bl
     gen_accumulate(acc, sP, Vh, j0, nx, c0, p.d, th);
   }
 
-  // ---- epilogue: O = acc / l, L = m + log(l); a row without keys (l = 0): O = 0, L = -inf
+  // ---- epilogue: O = acc / l, L = m + log(l); a row without keys: O = 0, L = -inf; a row with
+  // keys and l = 0 (every score -inf) or l = NaN: NaN (fwd_epilogue)
   if (i < p.N) {
-    const Acc inv_l = l > Acc(0) ? Acc(1) / l : Acc(0);
+    const bool no_keys = p.mask().keys_of(i).n == 0;
+    const Acc inv_l = Acc(1) / l;  // l = 0: acc = 0, and 0·inf = NaN
 #pragma unroll
-    for (int k = 0; k < C::kColsPerThread; ++k) acc[k] *= inv_l;
+    for (int k = 0; k < C::kColsPerThread; ++k) acc[k] = no_keys ? Acc(0) : acc[k] * inv_l;
     gen_store(p.out0 + (b.qhead + i) * p.d, acc, c0, p.d, th);
-    if (blockIdx.y == 0 && th.r == 0) p.L_out[b.qhead + i] = l > Acc(0) ? m + acc_log(l) : neg_inf<Acc>();
+    if (blockIdx.y == 0 && th.r == 0)
+      p.L_out[b.qhead + i] = no_keys ? neg_inf<Acc>() : l > Acc(0) ? m + acc_log(l) : static_cast<Acc>(NAN);
   }
 }
 

@@ -30,6 +30,9 @@
 //                      the unsplit error, bitwise reproducible.
 //   PersistentWindowForward  the sm_90a forward's persistent blocks (windows bounded on both
 //                      sides): bitwise equal to one block per unit, rows without keys O = 0.
+//   NonFinite          NaN and ±inf planted in a query row, a key, a value or a row of dO: every
+//                      path's NaN (and infinite) entries at every level are the CPU kernels', which
+//                      are the composite's; rows without keys keep O = 0, L = -inf.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -514,6 +517,135 @@ TEST(CudaAttentionOptionsEdges, PersistentWindowForward) {
         for (int64_t col = 0; col < c.d; ++col) EXPECT_EQ(Op[(bh * c.Nq + i) * c.d + col], 0.0) << what << " row " << i;
       }
     if (c.Nq > c.Nk) EXPECT_GT(empty, 0) << what;
+  }
+}
+
+// ---------------------------------------------------------------------- non-finite inputs
+
+// `in` with its Q, K, V, dO replaced by t (planted_inputs).
+OptInputs with_qkvo(const OptInputs& in, const TensorList& t) {
+  OptInputs r = in;
+  r.qkv = {t[0], t[1], t[2]};
+  r.dO = t[3];
+  return r;
+}
+
+// The GPU paths a non-finite test covers: bf16 on the default path (sm_90a kernels on a 9.x
+// device for d = 64 and 128, else sm_80), the sm_80 and the generic kernels (forced), and f32
+// (generic).
+struct GpuRun {
+  const char* name;
+  DType dtype;
+  kernels::cuda::testing::AttentionPath path;
+};
+const std::vector<GpuRun>& nonfinite_runs() {
+  using kernels::cuda::testing::AttentionPath;
+  static const std::vector<GpuRun> runs = {{"bf16 default", DType::bf16, AttentionPath::kAuto},
+                                           {"bf16 sm80", DType::bf16, AttentionPath::kSm80},
+                                           {"bf16 generic", DType::bf16, AttentionPath::kGeneric},
+                                           {"f32 generic", DType::f32, AttentionPath::kAuto}};
+  return runs;
+}
+Levels run_on(const GpuRun& r, const OptInputs& in, const AttentionOptions& o) {
+  kernels::cuda::testing::ScopedAttentionPath path(r.path);
+  return run_levels(in, o, r.dtype, kGpu, 7);
+}
+
+// NaN and ±inf planted as in tests/test_attention.cpp's NonFiniteInputsMatchComposite
+// (attention_chain.h, planted_inputs; there the CPU kernels match the composite entry by entry)
+// on every path (nonfinite_runs), plain and general-mask instances, d = 64 and 128, against the
+// CPU f64 kernels on the same rounded inputs. O and L: NaN and ±inf exactly where the CPU has
+// them; orders 1 and 2: NaN where the CPU has NaN (a ±inf plant: non-finite where it is
+// non-finite, as against the composite). Finite entries: within twice the same run's error on
+// the inputs without the plant (or 2 units of bf16 rounding; f32: 1e-5), relative to that run's
+// family scale; L within 1e-3. Rows that see no key: O = 0 and L = -inf exactly.
+TEST(CudaAttentionNonFinite, EveryPathMatchesCpu) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  int compared = 0;
+  for (int64_t d : {64, 128}) {
+    const std::vector<OptCase> cases = {
+        {"full", 2, 2, 200, 200, d, false, {}, {}},
+        {"causal", 2, 2, 200, 200, d, true, {}, {}},
+        {"gqa_causal_nq_lt_nk", 4, 2, 150, 230, d, true, {}, {}},
+        {"causal_empty_rows", 2, 2, 150, 100, d, true, {}, {}},
+    };
+    for (const OptCase& c : cases) {
+      const OptInputs in = opt_inputs(c, 1, 1300 + d, DType::bf16);
+      const AttentionOptions o = options_of(c);
+      const OptInputs clean = with_qkvo(in, planted_inputs(c, in, {"none", -1, 0.0}, DType::bf16));
+      const Levels clean_ref = run_levels(clean, o, DType::f64, Device::cpu(), 7);
+      const double s0 = family_scale({clean_ref.O}), s1 = family_scale(clean_ref.bwd), s2 = family_scale(clean_ref.bob);
+      std::vector<Levels> clean_runs;  // each output's bound comes from the run without the plant
+      for (const GpuRun& r : nonfinite_runs()) clean_runs.push_back(run_on(r, clean, o));
+      for (const Planted& pl : planted_cases()) {
+        if (!planted_defined(c, pl)) continue;
+        const OptInputs planted = with_qkvo(in, planted_inputs(c, in, pl, DType::bf16));
+        const Levels ref = run_levels(planted, o, DType::f64, Device::cpu(), 7);
+        for (size_t run = 0; run < nonfinite_runs().size(); ++run) {
+          const GpuRun& r = nonfinite_runs()[run];
+          const Levels& cl = clean_runs[run];
+          const double floor = r.dtype == DType::f32 ? 1e-5 : rounding_floor(r.dtype);
+          auto bound = [&](const Values& got, const Values& want, double scale) {
+            return std::max(2 * scaled_error(got, want, scale), floor);
+          };
+          const std::string what = describe(c) + " " + r.name + ", " + pl.name;
+          const Levels got = run_on(r, planted, o);
+          const bool exact = std::isnan(pl.value);
+          EXPECT_TRUE(same_nonfinite(got.O, ref.O, bound(cl.O, clean_ref.O, s0), s0)) << what << " O";
+          EXPECT_TRUE(same_nonfinite(got.L, ref.L, 1e-3, 1.0)) << what << " L";
+          for (size_t i = 0; i < 3; ++i)
+            EXPECT_TRUE(same_nonfinite(got.bwd[i], ref.bwd[i], bound(cl.bwd[i], clean_ref.bwd[i], s1), s1, exact))
+                << what << " bwd " << i;
+          for (size_t i = 0; i < 4; ++i)
+            EXPECT_TRUE(same_nonfinite(got.bob[i], ref.bob[i], bound(cl.bob[i], clean_ref.bob[i], s2), s2, exact))
+                << what << " bob " << i;
+          for (int64_t h = 0; h < c.Hq; ++h)
+            for (int64_t i = 0; i < c.Nq; ++i) {
+              if (row_sees_keys(c, i)) continue;
+              EXPECT_EQ(got.L[h * c.Nq + i], -std::numeric_limits<double>::infinity()) << what << " row " << i;
+              for (int64_t e = 0; e < c.d; ++e) EXPECT_EQ(got.O[(h * c.Nq + i) * c.d + e], 0.0) << what << " row " << i;
+            }
+          ++compared;
+        }
+      }
+    }
+  }
+  EXPECT_GE(compared, 200);
+}
+
+// Rows that see no key keep O = 0 and L = -inf whatever the data (NaN in their own query, a
+// NaN key and an infinite value elsewhere), on every path; the other rows' O and L as on the CPU
+// (as tests/test_attention.cpp's RowsWithoutKeysIgnoreNonFiniteData checks against the composite).
+TEST(CudaAttentionNonFinite, RowsWithoutKeysStayZero) {
+  GG_REQUIRE_GPU_OR_SKIP();
+  for (int64_t d : {64, 128}) {
+    const OptCase c{"empty_rows", 4, 2, 150, 100, d, true, {}, {}};  // rows 0..49 see no key
+    const OptInputs in = opt_inputs(c, 1, 1400 + d, DType::bf16);
+    std::vector<Values> v;
+    for (const Tensor& t : in.qkv) v.push_back(to(t, DType::f64).to_vector<double>());
+    v[0][3] = v[0][(c.Nq - 1) * c.d + 1] = std::nan("");  // head 0: row 0 (no key), the last row
+    v[1][70 * c.d + 2] = std::nan("");                     // kv head 0: key 70
+    v[2][5] = std::numeric_limits<double>::infinity();     // kv head 0: key 0, seen by rows 50..149
+    OptInputs planted = in;
+    for (size_t i = 0; i < 3; ++i) planted.qkv[i] = from_vector(v[i], in.qkv[i].shape(), DType::f64);
+    const Levels ref = run_levels(planted, options_of(c), DType::f64, Device::cpu(), 7);
+    for (const GpuRun& r : nonfinite_runs()) {
+      const std::string what = describe(c) + " " + r.name;
+      const Levels got = run_on(r, planted, options_of(c));
+      const double floor = r.dtype == DType::f32 ? 1e-5 : 4 * rounding_floor(r.dtype);
+      EXPECT_TRUE(same_nonfinite(got.O, ref.O, floor, finite_scale({ref.O}))) << what << " O";
+      EXPECT_TRUE(same_nonfinite(got.L, ref.L, 1e-3, 1.0)) << what << " L";
+      int64_t empty = 0;
+      for (int64_t h = 0; h < c.Hq; ++h)
+        for (int64_t i = 0; i < c.Nq; ++i) {
+          if (row_sees_keys(c, i)) continue;
+          ++empty;
+          EXPECT_EQ(got.L[h * c.Nq + i], -std::numeric_limits<double>::infinity()) << what << " row " << i;
+          for (int64_t e = 0; e < c.d; ++e) EXPECT_EQ(got.O[(h * c.Nq + i) * c.d + e], 0.0) << what << " row " << i;
+        }
+      EXPECT_EQ(empty, c.Hq * 50) << what;
+      EXPECT_TRUE(std::isnan(got.L[c.Nq - 1])) << what;
+    }
   }
 }
 
