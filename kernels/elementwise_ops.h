@@ -8,8 +8,13 @@
 //   a   the op's scalar `alpha` (UnaryParams::alpha) converted to C,
 //   C   the type the arithmetic runs in (float or double; half types compute in float),
 //   M:: the math of the backend: M::exp, M::log, M::sqrt, M::tanh, M::sin, M::cos, M::abs,
-//       M::erf, M::pow(x, a) (exactly x * x when a == 2), M::max(x, s) (NaN propagates) and
-//       M::step(x) (1 where x > 0, else 0).
+//       M::erf, M::sigmoid, M::gelu (x·Φ(x)), M::pow(x, a) (exactly x * x when a == 2),
+//       M::max(x, s) (NaN propagates) and M::step(x) (1 where x > 0, else 0).
+//       Each M function is within 1 ulp of the correctly rounded result at the edges of its
+//       domain (overflow, underflow to subnormals and 0, subnormal inputs, ±inf) and gives NaN
+//       for NaN; tests/ieee_edges.h holds the table both backends are checked against. A
+//       formula that composes M functions can lose that at the edges (1 / (1 + exp(-x))
+//       gives 0, not 3.8e-44, for sigmoid(-100) in f32), so such ops get their own M function.
 // The CPU evaluates the formula once on whole Eigen arrays (x is an array expression, so write
 // it with arithmetic and M:: only: no ?:, no comparisons); CUDA evaluates it per element.
 //
@@ -94,9 +99,9 @@ GG_ELEMENTWISE_FN C elementwise_mul(C a, C b) {
   X(log,        M::log(x))                                               \
   X(sqrt,       M::sqrt(x))                                              \
   X(tanh,       M::tanh(x))                                              \
-  X(sigmoid,    C(1) / (C(1) + M::exp(-x)))                              \
+  X(sigmoid,    M::sigmoid(x))                                           \
   X(relu,       M::max(x, C(0)))                                         \
-  X(gelu,       C(0.5) * x * (C(1) + M::erf(x * C(0.70710678118654752440)))) \
+  X(gelu,       M::gelu(x))                                              \
   X(erf,        M::erf(x))                                               \
   X(sin,        M::sin(x))                                               \
   X(cos,        M::cos(x))                                               \

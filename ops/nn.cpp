@@ -63,8 +63,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target) {
              t[static_cast<size_t>(i)], " at position ", i, " is out of range for ", c, " classes");
     onehot[static_cast<size_t>(i * c + t[static_cast<size_t>(i)])] = 1.0;
   }
-  Tensor mask = from_vector(onehot, {n, c}, logits.dtype(), logits.device());
-  return neg(sum(log_softmax(logits, 1) * mask)) / static_cast<double>(n);
+  // The target's log-probability is selected, not multiplied by a one-hot mask: another class's
+  // log-probability may be -inf (a -inf logit), and -inf · 0 would make the loss NaN.
+  Tensor mask = from_vector(onehot, {n, c}, DType::b8, logits.device());
+  Tensor zero = zeros({}, logits.dtype(), logits.device());
+  return neg(sum(where(mask, log_softmax(logits, 1), zero))) / static_cast<double>(n);
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target) {

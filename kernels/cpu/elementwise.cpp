@@ -1,6 +1,9 @@
 // Elementwise maps (Eigen arrays on contiguous data) and broadcasting binary ops / where.
 #include <Eigen/Core>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "core/error.h"
@@ -15,11 +18,154 @@ using Vec = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 template <typename T>
 using CVec = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 
+// Note [vectorised exp and log at the edges]
+// Eigen's packet exp and log are within 1 ulp of the correctly rounded result only on part of
+// their domain: pexp clamps its argument to about ±88.72 (f32) or ±709.78 (f64), so an exp that
+// should underflow to a subnormal or to 0 returns exp(-88.72) = 2.9e-39 instead, and plog
+// clamps subnormal inputs to the smallest normal number. The functors below return Eigen's
+// packet when every lane lies inside that part (the common case costs a compare and an
+// any-lane test per packet) and otherwise, out of line, fix the other lanes: exactly where the
+// answer is known (exp of x below kExpZero is 0), else with the scalar std:: function (NaN
+// lanes too). Eigen's scalar path (the unaligned head and tail) is the std:: function.
+template <typename T>
+struct VecLimits;
+template <>
+struct VecLimits<float> {
+  static constexpr float kExpLow = -88.0f;    // pexp is within 1 ulp for x >= this
+  static constexpr float kExpZero = -104.0f;  // exp(x) < 2^-150 for x < this: rounds to 0
+};
+template <>
+struct VecLimits<double> {
+  static constexpr double kExpLow = -708.0;   // exp(x) is a normal double for x >= this
+  static constexpr double kExpZero = -746.0;  // exp(x) < 2^-1075 for x < this: rounds to 0
+};
+
+// y with the lanes of x selected by `redo` replaced by f(x).
+template <typename Packet, typename F>
+Packet redo_lanes(const Packet& x, const Packet& y, const Packet& redo, F f) {
+  namespace ei = Eigen::internal;
+  using T = typename ei::unpacket_traits<Packet>::type;
+  using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  constexpr int kLanes = ei::unpacket_traits<Packet>::size;
+  T xs[kLanes], ys[kLanes], ms[kLanes];
+  ei::pstoreu(xs, x);
+  ei::pstoreu(ys, y);
+  ei::pstoreu(ms, redo);
+  for (int i = 0; i < kLanes; ++i) {
+    Bits m;
+    std::memcpy(&m, &ms[i], sizeof(T));
+    if (m != 0) ys[i] = f(xs[i]);
+  }
+  return ei::ploadu<Packet>(ys);
+}
+
+// exp: Eigen's packet for x >= kExpLow (overflow to inf included), 0 below kExpZero, std::exp
+// between and for NaN.
+template <typename T>
+struct ExpOp {
+  T operator()(T x) const { return std::exp(x); }
+  template <typename Packet>
+  EIGEN_STRONG_INLINE Packet packetOp(const Packet& x) const {
+    namespace ei = Eigen::internal;
+    const Packet y = ei::pexp(x);
+    const Packet redo = ei::pcmp_lt_or_nan(x, ei::pset1<Packet>(VecLimits<T>::kExpLow));
+    if (EIGEN_PREDICT_TRUE(!ei::predux_any(redo))) return y;
+    return edges(x, y, redo);
+  }
+  template <typename Packet>
+  static EIGEN_DONT_INLINE Packet edges(const Packet x, const Packet y, const Packet redo) {
+    namespace ei = Eigen::internal;
+    const Packet zero = ei::pcmp_lt(x, ei::pset1<Packet>(VecLimits<T>::kExpZero));
+    const Packet rest = ei::pandnot(redo, zero);
+    const Packet y0 = ei::pandnot(y, zero);
+    return ei::predux_any(rest) ? redo_lanes(x, y0, rest, [](T v) { return std::exp(v); }) : y0;
+  }
+};
+
+// log: Eigen's packet for x >= the smallest normal number and for x <= 0 (-inf at ±0, NaN
+// below), std::log for subnormal x and NaN.
+template <typename T>
+struct LogOp {
+  T operator()(T x) const { return std::log(x); }
+  template <typename Packet>
+  EIGEN_STRONG_INLINE Packet packetOp(const Packet& x) const {
+    namespace ei = Eigen::internal;
+    const Packet y = ei::plog(x);
+    const Packet low = ei::pcmp_lt_or_nan(x, ei::pset1<Packet>(std::numeric_limits<T>::min()));
+    if (EIGEN_PREDICT_TRUE(!ei::predux_any(low))) return y;
+    return edges(x, y, low);
+  }
+  template <typename Packet>
+  static EIGEN_DONT_INLINE Packet edges(const Packet x, const Packet y, const Packet low) {
+    namespace ei = Eigen::internal;
+    const Packet rest = ei::pandnot(low, ei::pcmp_le(x, ei::pzero(x)));
+    return ei::predux_any(rest) ? redo_lanes(x, y, rest, [](T v) { return std::log(v); }) : y;
+  }
+};
+
+// sigmoid(x) = 1 / (1 + exp(-x)), and exp(x) / (1 + exp(x)) below kExpLow, where exp(-x)
+// overflows and the result is a tiny exp(x) (sigmoid(-100) = 3.8e-44 in f32), and for NaN.
+template <typename T>
+struct SigmoidOp {
+  T operator()(T x) const {
+    if (x >= VecLimits<T>::kExpLow) return T(1) / (T(1) + std::exp(-x));
+    const T e = std::exp(x);
+    return e / (T(1) + e);
+  }
+  template <typename Packet>
+  EIGEN_STRONG_INLINE Packet packetOp(const Packet& x) const {
+    namespace ei = Eigen::internal;
+    const Packet one = ei::pset1<Packet>(T(1));
+    const Packet y = ei::pdiv(one, ei::padd(one, ei::pexp(ei::pnegate(x))));
+    const Packet low = ei::pcmp_lt_or_nan(x, ei::pset1<Packet>(VecLimits<T>::kExpLow));
+    if (EIGEN_PREDICT_TRUE(!ei::predux_any(low))) return y;
+    return edges(x, y, low);
+  }
+  template <typename Packet>
+  static EIGEN_DONT_INLINE Packet edges(const Packet x, const Packet y, const Packet low) {
+    namespace ei = Eigen::internal;
+    const Packet e = ExpOp<T>().packetOp(x);
+    return ei::pselect(low, ei::pdiv(e, ei::padd(ei::pset1<Packet>(T(1)), e)), y);
+  }
+};
+
+}  // namespace
+}  // namespace gg::kernels::cpu
+
+namespace Eigen::internal {
+template <typename T>
+struct functor_traits<gg::kernels::cpu::ExpOp<T>> {
+  enum { Cost = functor_traits<scalar_exp_op<T>>::Cost, PacketAccess = packet_traits<T>::HasExp };
+};
+template <typename T>
+struct functor_traits<gg::kernels::cpu::LogOp<T>> {
+  enum { Cost = functor_traits<scalar_log_op<T>>::Cost, PacketAccess = packet_traits<T>::HasLog };
+};
+template <typename T>
+struct functor_traits<gg::kernels::cpu::SigmoidOp<T>> {
+  enum {
+    Cost = functor_traits<scalar_exp_op<T>>::Cost + 2 * NumTraits<T>::AddCost + scalar_div_cost<T, true>::value,
+    PacketAccess = packet_traits<T>::HasExp && packet_traits<T>::HasDiv
+  };
+};
+}  // namespace Eigen::internal
+
+namespace gg::kernels::cpu {
+namespace {
+
 // The M:: of the formulas in kernels/elementwise_ops.h, on Eigen array expressions: Eigen's
-// vectorised functions where it has them, a scalar std:: function per element otherwise.
+// vectorised functions where it has them (exp, log and sigmoid through the functors above), a
+// scalar std:: function per element otherwise.
 struct CpuMath {
-  template <typename D> static auto exp(const Eigen::ArrayBase<D>& x) { return x.exp(); }
-  template <typename D> static auto log(const Eigen::ArrayBase<D>& x) { return x.log(); }
+  template <typename D> static auto exp(const Eigen::ArrayBase<D>& x) {
+    return x.unaryExpr(ExpOp<typename D::Scalar>());
+  }
+  template <typename D> static auto log(const Eigen::ArrayBase<D>& x) {
+    return x.unaryExpr(LogOp<typename D::Scalar>());
+  }
+  template <typename D> static auto sigmoid(const Eigen::ArrayBase<D>& x) {
+    return x.unaryExpr(SigmoidOp<typename D::Scalar>());
+  }
   template <typename D> static auto sqrt(const Eigen::ArrayBase<D>& x) { return x.sqrt(); }
   template <typename D> static auto tanh(const Eigen::ArrayBase<D>& x) { return x.tanh(); }
   template <typename D> static auto sin(const Eigen::ArrayBase<D>& x) { return x.sin(); }
@@ -29,6 +175,15 @@ struct CpuMath {
   template <typename D> static auto erf(const Eigen::ArrayBase<D>& x) {
     using T = typename D::Scalar;
     return x.unaryExpr([](T v) { return std::erf(v); });
+  }
+  // x·Φ(x) = x·erfc(-x/√2)/2, in double: 1 + erf(x/√2) would cancel for negative x, and the
+  // rounding of x/√2 in f32 is magnified ~x² times by erfc's steep tail.
+  template <typename D> static auto gelu(const Eigen::ArrayBase<D>& x) {
+    using T = typename D::Scalar;
+    return x.unaryExpr([](T v) {
+      const double d = v;
+      return static_cast<T>(0.5 * d * std::erfc(d * -0.70710678118654752440));
+    });
   }
   template <typename D> static auto step(const Eigen::ArrayBase<D>& x) {
     using T = typename D::Scalar;

@@ -76,8 +76,10 @@ void softmax_t(const SoftmaxParams& p) {
     T s = 0;
     for (int64_t c = 0; c < p.cols; ++c) s += std::exp(xr[c] - m);
     if (p.log) {
-      T lse = m + std::log(s);
-      for (int64_t c = 0; c < p.cols; ++c) yr[c] = xr[c] - lse;
+      // (x - m) - log s, not x - (m + log s): for large |m| the sum m + log s drops the low
+      // bits of log s.
+      const T log_s = std::log(s);
+      for (int64_t c = 0; c < p.cols; ++c) yr[c] = (xr[c] - m) - log_s;
     } else {
       T inv = T(1) / s;
       for (int64_t c = 0; c < p.cols; ++c) yr[c] = std::exp(xr[c] - m) * inv;

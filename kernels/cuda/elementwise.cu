@@ -174,6 +174,15 @@ struct CudaMath {
   GG_CUDA_MATH(cos, cosf, ::cos)
   GG_CUDA_MATH(abs, fabsf, ::fabs)
 #undef GG_CUDA_MATH
+  // sigmoid as 1 / (1 + e) or e / (1 + e) with e = exp(-|x|) <= 1 (tiny results survive).
+  template <typename C>
+  static __device__ __forceinline__ C sigmoid(C x) {
+    const C e = exp(-abs(x));
+    return (x < C(0) ? e : C(1)) / (C(1) + e);
+  }
+  // gelu = x·Φ(x) = x·erfc(-x/√2)/2 in double (the CPU's formula; see CpuMath::gelu).
+  static __device__ __forceinline__ double gelu(double x) { return 0.5 * x * ::erfc(x * -0.70710678118654752440); }
+  static __device__ __forceinline__ float gelu(float x) { return static_cast<float>(gelu(static_cast<double>(x))); }
   static __device__ __forceinline__ float pow(float x, float a) { return a == 2.0f ? x * x : powf(x, a); }
   static __device__ __forceinline__ double pow(double x, double a) { return a == 2.0 ? x * x : ::pow(x, a); }
   template <typename C>
@@ -183,9 +192,7 @@ struct CudaMath {
 };
 
 // UnaryFormula<op>::apply(x, a) and BinaryFormula<op>::apply(a, b): the formulas of
-// kernels/elementwise_ops.h. The gelu formula keeps the CPU's 1 + erf(x/sqrt2): below x ~ -4
-// that sum cancels, so an ulp of difference between CUDA's and the CPU's erf shows as ~1e-9
-// relative (f64) there.
+// kernels/elementwise_ops.h.
 template <UnaryOp op>
 struct UnaryFormula;
 #define GG_UNARY_FORMULA(name, formula)                         \

@@ -3,7 +3,8 @@
 // reduce_last   x (rows, cols) contiguous -> out (rows,):  out[r] = sum_c x[r, c]  or  max_c x[r, c]
 // softmax_last  x (rows, cols) contiguous -> y (rows, cols):
 //                 m = max_c x[r, c],  s = sum_c exp(x[r, c] - m)
-//                 softmax: y = exp(x - m) * (1 / s)      log-softmax: y = x - (m + log s)
+//                 softmax: y = exp(x - m) * (1 / s)      log-softmax: y = (x - m) - log s
+//                 (not x - (m + log s): for large |m| that sum drops the low bits of log s)
 // index_select  src (outer, dim_size, inner) -> dst (outer, n_idx, inner):  dst[o, j, i] = src[o, idx[j], i]
 // index_add     src (outer, n_idx, inner) -> dst (outer, dim_size, inner):  dst[o, idx[j], i] += src[o, j, i]
 //
@@ -328,8 +329,8 @@ __global__ void __launch_bounds__(kGroupThreads)
     s = group_all_reduce(s, width, SumOp{});
 
     if (log_softmax) {
-      const Acc lse = m + log_acc(s);
-      for (int64_t c = member; c < n; c += width) store(yr + c, to_acc(xr[c]) - lse);
+      const Acc log_s = log_acc(s);
+      for (int64_t c = member; c < n; c += width) store(yr + c, (to_acc(xr[c]) - m) - log_s);
     } else {
       const Acc inv = Acc(1) / s;
       for (int64_t c = member; c < n; c += width) store(yr + c, exp_acc(to_acc(xr[c]) - m) * inv);
@@ -366,8 +367,8 @@ __global__ void __launch_bounds__(kBlockThreads)
     s = row_sum;
 
     if (log_softmax) {
-      const Acc lse = m + log_acc(s);
-      for (int64_t c = threadIdx.x; c < cols; c += kBlockThreads) store(yr + c, to_acc(xr[c]) - lse);
+      const Acc log_s = log_acc(s);
+      for (int64_t c = threadIdx.x; c < cols; c += kBlockThreads) store(yr + c, (to_acc(xr[c]) - m) - log_s);
     } else {
       const Acc inv = Acc(1) / s;
       for (int64_t c = threadIdx.x; c < cols; c += kBlockThreads) store(yr + c, exp_acc(to_acc(xr[c]) - m) * inv);
