@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Regenerates the GPU tables of docs/benchmarks.md from the results files in bench/results/.
+"""Regenerates the tables of docs/benchmarks.md, docs/examples.md and the README's demo timing from
+the results files in bench/results/.
 
 scripts/bench-gpu.sh writes one file per benchmark (cuda.jsonl, attention.jsonl, long.jsonl,
 options.jsonl, dist.jsonl): a first line {"bench": "meta", ...} with the card, the date, the commit and the
@@ -12,20 +13,34 @@ command, then one JSON object per measurement. Where options.jsonl or dist.jsonl
 
 and this script replaces what is between them with the table built from bench/results/NAME.jsonl.
 
-  python3 bench/make_tables.py            rewrite docs/benchmarks.md in place
-  python3 bench/make_tables.py --check    exit 1 if the page is not what the results give
+bench/results/examples.jsonl holds runs of the examples (examples/*, docs/examples.md), one run per
+name: a line {"bench": "meta", "run": RUN, "machine", "date", "commit", "command"}, then the run's
+metrics.jsonl records (examples/common/metrics.h) tagged with "run": the first line, every record
+that is not a training step, and the last training record of each phase. --record adds or
+replaces a run. docs/examples.md's blocks are built from those runs, and so is the README's
+phrase for the length of `scripts/demo.sh --full`, whose markers sit inside one line.
+
+  python3 bench/make_tables.py            rewrite the pages in place
+  python3 bench/make_tables.py --check    exit 1 if a page is not what the results give
   python3 bench/make_tables.py --print attention   print one block to stdout
   python3 bench/make_tables.py --summary FILE      chain times and ratios of an options.jsonl
+  python3 bench/make_tables.py --record RUN OUT/metrics.jsonl --command "..."
+                                          add an example's run to bench/results/examples.jsonl
 """
 import argparse
+import datetime
 import json
 import os
 import re
+import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
 PAGE = os.path.join(ROOT, "docs", "benchmarks.md")
+EXAMPLES_PAGE = os.path.join(ROOT, "docs", "examples.md")
+README = os.path.join(ROOT, "README.md")
+EXAMPLES = os.path.join(RESULTS, "examples.jsonl")
 
 # The published Triton (FlashBoB) chain on an H200, d = 64, non-causal, B = 1, H = 16, in ms: figures
 # quoted by the issue that set the targets, not measured by us. The target is a chain at most 0.67x.
@@ -72,8 +87,10 @@ def ratio(a, b):
     return "—" if a is None or b is None else f"{a / b:.3f}×"
 
 
-def table(head, rows):
-    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" for _ in head) + "|"]
+def table(head, rows, align=None):
+    """A markdown table; `align` has one letter per column, l or r (default: all r)."""
+    align = align or "r" * len(head)
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"]
     out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return out
 
@@ -358,6 +375,252 @@ def dist_block(meta, rows):
     return out
 
 
+# ---------------------------------------------------------------- examples (docs/examples.md)
+# bench/results/examples.jsonl: runs of the examples recorded with --record from their metrics.jsonl.
+
+def example_runs():
+    """{run: {"meta": ..., "config": ..., "records": [...]}} from bench/results/examples.jsonl."""
+    runs = {}
+    if not os.path.exists(EXAMPLES):
+        return runs
+    with open(EXAMPLES) as f:
+        for line in f:
+            if not line.strip():
+                continue
+            r = json.loads(line)
+            run = runs.setdefault(r.get("run"), {"meta": {}, "config": {}, "records": []})
+            if r.get("bench") == "meta":
+                run["meta"] = r
+            elif "config" in r:
+                run["config"] = r["config"]
+            else:
+                run["records"].append(r)
+    return runs
+
+
+def duration(seconds):
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    m, s = divmod(round(seconds), 60)
+    return f"{m} min {s} s" if s else f"{m} min"
+
+
+def run_header(meta):
+    return [f"{meta.get('machine', '?')}; {meta.get('date', '?')}, commit {meta.get('commit', '?')}. Command:", "",
+            "```sh", meta.get("command", "?"), "```"]
+
+
+def record_of(run, phase):
+    return next((r for r in run["records"] if r.get("phase") == phase), {})
+
+
+def eval_cells(run, model):
+    """{(K, inner_steps): (mse, ci95)} of one model's evaluation table."""
+    return {(r["K"], r["inner_steps"]): (r["mse"], r["ci95"]) for r in run["records"]
+            if r.get("phase") == "eval" and r.get("model") == model}
+
+
+NOT_RECORDED = "Not recorded yet: `python3 bench/make_tables.py --record {run} OUT/metrics.jsonl --command ...` after the run."
+# maml_sine's recorded runs, in the order of the tables, with their names there.
+MAML_SINE_RUNS = [("maml_sine_full", "`--full`, second order, 70,000 it."),
+                  ("maml_sine_default", "default, second order, 40,000 it."),
+                  ("maml_sine_first_order", "`--first-order`, 40,000 it.")]
+# Finn et al. 2017, K = 5, after 1 / 5 / 10 steps (the figures the example is compared with).
+FINN_K5 = {"maml": (0.67, 0.38, 0.35), "pretrained": (2.41, 2.23, 2.19)}
+
+
+def training_ms(run, phase):
+    """ms per iteration of a training phase: its last logged time over its last logged step."""
+    r = record_of(run, phase)
+    return 1e3 * r["time_s"] / r["step"] if r else None
+
+
+def ended(run):
+    """Why a run stopped early (its error record's message), or None."""
+    return record_of(run, "error").get("error")
+
+
+def maml_sine_table_block(runs):
+    """The whole evaluation table of maml_sine's default run."""
+    run = runs.get("maml_sine_default")
+    if run is None:
+        return [NOT_RECORDED.format(run="maml_sine_default")]
+    cfg = run["config"]
+    out = run_header(run["meta"]) + ["", f"Seed {cfg.get('seed', '?')}, f32, {cfg.get('iterations', 0):,} "
+                                     f"meta-iterations; mean MSE ± 95% CI on {cfg.get('eval_tasks', '?')} "
+                                     "held-out tasks:", ""]
+    body = []
+    for model, name in (("maml", "MAML"), ("pretrained", "pretrained")):
+        cells = eval_cells(run, model)
+        for k in sorted({k for k, _ in cells}):
+            body.append([name, k] + [f"{cells[(k, s)][0]:.3f} ± {cells[(k, s)][1]:.3f}" if (k, s) in cells else "—"
+                                     for s in (0, 1, 5, 10)])
+    out += table(["model", "K", "0 steps", "1 step", "5 steps", "10 steps"], body, "lrrrrr")
+    if ended(run):
+        out += ["", f"The run stopped: `{ended(run)}`."]
+    return out
+
+
+def maml_sine_k5_block(runs):
+    notes = []
+
+    def three(cells):
+        return " / ".join(f"{cells[(5, s)][0]:.2f}" if (5, s) in cells else "—" for s in (1, 5, 10))
+    body = [["Finn et al. 2017", " / ".join(f"{v:.2f}" for v in FINN_K5["maml"]),
+             " / ".join(f"{v:.2f}" for v in FINN_K5["pretrained"])]]
+    for name, label in MAML_SINE_RUNS:
+        run = runs.get(name)
+        if run is None:
+            continue
+        if ended(run):
+            notes.append(ended(run))
+            label += f" ({'¹²³'[len(notes) - 1]})"
+        body.append([label, three(eval_cells(run, "maml")), three(eval_cells(run, "pretrained"))])
+    out = table(["run (seed 0)", "MAML 1 / 5 / 10 steps", "pretrained 1 / 5 / 10 steps"], body, "lrr")
+    for i, note in enumerate(notes):
+        out += ["", f"{'¹²³'[i]} A cell shown as — is not finite: `{note}`; the run ended after its evaluation "
+                "with exit code 1."]
+    return out
+
+
+def maml_sine_time_block(runs):
+    body, machines = [], []
+    for name, label in MAML_SINE_RUNS:
+        run = runs.get(name)
+        if run is None:
+            continue
+        done = record_of(run, "summary")
+        whole = duration(done["total_s"]) if done else f"{duration(record_of(run, 'error')['time_s'])} (stopped)"
+        body.append([label, f"{training_ms(run, 'maml'):.2f}", f"{training_ms(run, 'pretrain'):.2f}",
+                     f"{done['eval_s']:.1f} s" if done else "—", whole])
+        m = run["meta"].get("machine", "?")
+        if m not in machines:
+            machines.append(m)
+    out = ["Measured on " + "; ".join(machines) + ".", ""]
+    return out + table(["run", "MAML (ms / meta-iteration)", "pretrained (ms / iteration)", "evaluation",
+                        "whole program"], body, "lrrrr")
+
+
+def demo_full_time(runs):
+    """The README's phrase: how long scripts/demo.sh --full ran, and where."""
+    run = runs.get("maml_sine_full")
+    if run is None:
+        return "not measured yet"
+    done = record_of(run, "summary")
+    seconds = done["total_s"] if done else record_of(run, "error")["time_s"]
+    machine = run["meta"].get("machine") or f"{run['meta'].get('cores', '?')}-core machine"
+    return f"{duration(seconds)} on a {machine.split(',')[0]}"
+
+
+def maml_attention_block(runs):
+    """maml_attention's training run (c): times, the final meta-loss and the evaluation table."""
+    run = runs.get("maml_attention")
+    if run is None:
+        return [NOT_RECORDED.format(run="maml_attention")]
+    cfg = run["config"]
+    times = []
+    for phase, name in (("maml", "MAML"), ("in_context", "in-context"), ("joint", "joint")):
+        r = record_of(run, phase)
+        times.append(f"{name} {r['time_s']:.1f} s ({training_ms(run, phase):.1f} ms per iteration)")
+    summary = record_of(run, "summary")
+    out = run_header(run["meta"]) + ["", f"{cfg.get('iterations', 0):,} iterations per model, {cfg.get('attention')} "
+                                     f"attention: {', '.join(times)}, evaluation {summary.get('eval_s', 0):.1f} s; "
+                                     f"final meta-loss {record_of(run, 'maml')['loss']:.3f}. Query MSE ± 95% CI on "
+                                     f"{cfg.get('eval_tasks', '?')} held-out tasks:", ""]
+    body = []
+    for model in ("MAML", "in-context", "joint", "random init"):
+        cells = eval_cells(run, model)
+        for k in sorted({k for k, _ in cells}):
+            body.append([model, k] + [f"{cells[(k, s)][0]:.3f} ± {cells[(k, s)][1]:.3f}" for s in (0, 1, 5, 10)])
+    return out + table(["model", "K", "0 steps", "1 step", "5 steps", "10 steps"], body, "lrrrrr")
+
+
+# ttt_e2e's settings, in the order of its table, with their names there.
+TTT_SETTINGS = [("no_ttt", "(1) no TTT, ordinary model"), ("ttt_ordinary", "(2) TTT, ordinary model"),
+                ("ttt_ordinary_best_lr", "(2') TTT, ordinary model, η from validation"),
+                ("ttt_meta", "**(3) TTT, meta-learned model**"), ("meta_no_ttt", "meta-learned model without TTT"),
+                ("floor", "floor: entropy of the true chains")]
+
+
+def ttt_e2e_block(runs):
+    """ttt_e2e's default run: continuation losses, paired differences and times."""
+    run = runs.get("ttt_e2e")
+    if run is None:
+        return [NOT_RECORDED.format(run="ttt_e2e")]
+    by = {r["setting"]: r for r in run["records"] if r.get("phase") == "eval" and "setting" in r}
+    body = []
+    for key, name in TTT_SETTINGS:
+        r = by.get(key)
+        if r is None:
+            continue
+        lr = "" if key == "floor" else "—" if r.get("inner_steps", 0) == 0 else f"{r['inner_lr']:g}"
+        body.append([name, lr, f"{r['continuation_loss']:.3f} ± {r['ci95']:.3f}", f"{r['sd']:.3f}",
+                     " / ".join(f"{c:.3f}" for c in r["per_chunk"])])
+    out = run_header(run["meta"]) + [""]
+    out += table(["setting", "η", "continuation loss (nats)", "sd", "chunk 0 / 1 / 2 / 3"], body, "lrrrr")
+    diffs = [r for r in run["records"] if r.get("phase") == "eval" and "difference" in r]
+    names = dict(TTT_SETTINGS)
+    if diffs:
+        parts = [f"(3) − {names[d['difference'].split(' - ')[1]].split(' ')[0]} = {d['mean']:.3f} ± {d['ci95']:.3f}"
+                 for d in diffs]
+        out += ["", "Paired per sequence: " + ", ".join(parts) + " nats."]
+    summary = record_of(run, "summary")
+    if summary:
+        out += ["", f"Time per outer step (batch {run['config'].get('batch', '?')} × {run['config'].get('seq_len', '?')} "
+                f"tokens, with sampling): meta-training {summary['meta_ms_per_step']:.0f} ms, ordinary training "
+                f"{summary['ordinary_ms_per_step']:.0f} ms; the whole run {duration(summary['total_s'])}."]
+    return out
+
+
+EXAMPLE_BLOCKS = {"maml_sine_table": maml_sine_table_block, "maml_sine_k5": maml_sine_k5_block,
+                  "maml_sine_time": maml_sine_time_block, "maml_attention": maml_attention_block,
+                  "ttt_e2e": ttt_e2e_block}
+README_PHRASES = {"demo_full_time": demo_full_time}
+
+
+def machine_description():
+    """The CPU's model name, cores, memory and OS of this machine, in words."""
+    def first(path, key):
+        try:
+            with open(path) as f:
+                for line in f:
+                    if line.startswith(key):
+                        return line.split(":", 1)[1].strip() if ":" in line else line.split("=", 1)[1].strip().strip('"')
+        except OSError:
+            pass
+        return "?"
+    mem_kb = first("/proc/meminfo", "MemTotal").split()[0]
+    mem = f"{int(mem_kb) / 2**20:.0f} GiB RAM" if mem_kb.isdigit() else "? RAM"
+    return (f"{first('/proc/cpuinfo', 'model name')}, {os.cpu_count()} cores, {mem}, "
+            f"{first('/etc/os-release', 'PRETTY_NAME')}")
+
+
+def record_run(run, metrics_path, command, machine):
+    """Adds (or replaces) RUN in bench/results/examples.jsonl from an example's metrics.jsonl."""
+    with open(metrics_path) as f:
+        lines = [json.loads(line) for line in f if line.strip()]
+    last_step, rest = {}, []
+    for r in lines[1:]:
+        if "step" in r and "loss" in r:
+            last_step[r["phase"]] = r
+        else:
+            rest.append(r)
+    commit = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True,
+                            text=True).stdout.strip() or "?"
+    meta = {"bench": "meta", "results": "examples", "run": run, "example": lines[0].get("example"),
+            "machine": machine or machine_description(), "cores": os.cpu_count(),
+            "date": datetime.date.today().isoformat(), "commit": commit, "command": command}
+    new = [meta] + [dict(r, run=run) for r in [lines[0]] + list(last_step.values()) + rest]
+    old = []
+    if os.path.exists(EXAMPLES):
+        with open(EXAMPLES) as f:
+            old = [json.loads(line) for line in f if line.strip()]
+    with open(EXAMPLES, "w") as f:
+        for r in [r for r in old if r.get("run") != run] + new:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    print(f"recorded {run}: {len(new)} lines in {os.path.relpath(EXAMPLES, ROOT)}")
+
+
 BLOCKS = {"cuda": cuda_block, "attention": attention_block, "long": long_block, "options": options_block,
           "dist": dist_block}
 # Blocks whose results file may not exist yet: the page then says so instead of a table.
@@ -367,44 +630,66 @@ OPTIONAL = {"options": "Not measured yet: `scripts/bench-gpu.sh options` writes 
 
 
 def render(name):
+    if name in EXAMPLE_BLOCKS:
+        return "\n".join(EXAMPLE_BLOCKS[name](example_runs()))
+    if name in README_PHRASES:
+        return README_PHRASES[name](example_runs())
     if name in OPTIONAL and not os.path.exists(os.path.join(RESULTS, name + ".jsonl")):
         return OPTIONAL[name]
     meta, rows = read(name)
     return "\n".join(BLOCKS[name](meta, rows))
 
 
-def regenerate(text):
-    for name in BLOCKS:
-        pattern = re.compile(rf"(<!-- make_tables: {name} -->\n)(?:.*?\n)?(<!-- end make_tables: {name} -->)", re.S)
+# Each page and its blocks; a README phrase's markers sit inside one line.
+PAGES = [(PAGE, list(BLOCKS), False), (EXAMPLES_PAGE, list(EXAMPLE_BLOCKS), False), (README, list(README_PHRASES), True)]
+
+
+def regenerate(text, path, names, inline):
+    for name in names:
+        if inline:
+            pattern = re.compile(rf"(<!-- make_tables: {name} -->)[^\n]*?(<!-- end make_tables: {name} -->)")
+        else:
+            pattern = re.compile(rf"(<!-- make_tables: {name} -->\n)(?:.*?\n)?(<!-- end make_tables: {name} -->)", re.S)
         if not pattern.search(text):
-            sys.exit(f"make_tables: no markers for '{name}' in {PAGE}")
-        block = render(name)
-        text = pattern.sub(lambda m: m.group(1) + block + "\n" + m.group(2), text)
+            sys.exit(f"make_tables: no markers for '{name}' in {path}")
+        block = render(name) + ("" if inline else "\n")
+        text = pattern.sub(lambda m: m.group(1) + block + m.group(2), text)
     return text
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true")
-    ap.add_argument("--print", choices=sorted(BLOCKS), dest="only")
+    ap.add_argument("--print", choices=sorted(list(BLOCKS) + list(EXAMPLE_BLOCKS) + list(README_PHRASES)),
+                    dest="only")
     ap.add_argument("--summary", metavar="OPTIONS_JSONL",
                     help="print the chain times of an options results file with their ratios")
+    ap.add_argument("--record", nargs=2, metavar=("RUN", "METRICS_JSONL"),
+                    help="add an example's run (its metrics.jsonl) to bench/results/examples.jsonl as RUN")
+    ap.add_argument("--command", default="?", help="with --record: the command line of the run")
+    ap.add_argument("--machine", help="with --record: the machine in words (default: read from /proc)")
     a = ap.parse_args()
+    if a.record:
+        record_run(a.record[0], a.record[1], a.command, a.machine)
+        return
     if a.summary:
         print("\n".join(options_summary(read_path(a.summary)[1])))
         return
     if a.only:
         print(render(a.only))
         return
-    old = open(PAGE).read()
-    new = regenerate(old)
-    if a.check:
-        if new != old:
-            sys.exit("make_tables: docs/benchmarks.md differs from bench/results/ (run python3 bench/make_tables.py)")
-        return
-    if new != old:
-        open(PAGE, "w").write(new)
-        print("updated", os.path.relpath(PAGE, ROOT))
+    stale = []
+    for path, names, inline in PAGES:
+        old = open(path).read()
+        new = regenerate(old, path, names, inline)
+        if new == old:
+            continue
+        stale.append(os.path.relpath(path, ROOT))
+        if not a.check:
+            open(path, "w").write(new)
+            print("updated", stale[-1])
+    if a.check and stale:
+        sys.exit(f"make_tables: {', '.join(stale)} differ from bench/results/ (run python3 bench/make_tables.py)")
 
 
 if __name__ == "__main__":

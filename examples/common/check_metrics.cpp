@@ -1,8 +1,9 @@
 // check_metrics FILE [PHASE ...]: checks an example's metrics.jsonl (examples/common/metrics.h):
 // the first line records the example and its configuration; every later line is an object with
 // a "phase"; every record with a "loss" has an integer "step" >= 1, a finite loss and "time_s";
-// steps rise within a phase. Each PHASE named must have logged at least 3 losses whose curve
-// went down (mean of the last third below the mean of the first third). Exit 0 = pass.
+// steps rise within a phase; no record is an error (a run that ended on a non-finite metric).
+// Each PHASE named must have logged at least 3 losses whose curve went down (mean of the last
+// third below the mean of the first third). Exit 0 = pass.
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -54,6 +55,10 @@ int main(int argc, char** argv) {
       continue;
     }
     const std::string phase = j["phase"];
+    if (phase == "error") {  // the run ended on a non-finite metric (common/metrics.h)
+      fail(line, "the run ended with " + j.value("error", std::string("an error")));
+      continue;
+    }
     if (!j.contains("loss")) continue;
     if (!j["loss"].is_number()) {
       fail(line, "\"loss\" is not a number (" + j["loss"].dump() + ")");

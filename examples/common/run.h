@@ -1,5 +1,5 @@
 // The common tail of the examples' main(): check the device, create the output folder, run,
-// and turn any exception into a message and exit code 2 (never a crash).
+// and turn any exception into a message and an exit code (never a crash).
 #pragma once
 #include <gradgrad.h>
 
@@ -10,7 +10,27 @@
 #include <string>
 #include <system_error>
 
+#include "common/metrics.h"
+
 namespace examples {
+
+// Runs `run` (no arguments, returns the exit code) and turns an exception into a message on
+// stderr and an exit code: 1 for a non-finite metric (common/metrics.h), a failed result like
+// any failed check; 2 for any other error.
+template <typename Run>
+int run_checked(Run&& run) {
+  try {
+    return run();
+  } catch (const NonFiniteMetric& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const gg::Error& e) {
+    std::fprintf(stderr, "gradgrad error: %s\n", e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+  }
+  return 2;
+}
 
 // --nccl: this process is one rank of an NcclGroup, started by scripts/launch.sh (RANK,
 // WORLD_SIZE, LOCAL_RANK, GG_DIST_INIT_FILE). Sets the device to the rank's GPU, world_size to
@@ -33,7 +53,7 @@ inline std::shared_ptr<gg::dist::Group> join_nccl(gg::Device& device, int& world
   return group;
 }
 
-// `run` takes no arguments and returns the exit code. `device` is set to cuda:0 for "cuda".
+// `run` takes no arguments and returns the exit code (run_checked). `device` is set to cuda:0 for "cuda".
 template <typename Run>
 int prepare_and_run(const std::string& device_name, gg::Device& device, const std::string& out_dir, Run&& run) {
   if (device_name == "cuda") {
@@ -50,14 +70,7 @@ int prepare_and_run(const std::string& device_name, gg::Device& device, const st
     std::fprintf(stderr, "error: cannot create output directory '%s': %s\n", out_dir.c_str(), ec.message().c_str());
     return 2;
   }
-  try {
-    return run();
-  } catch (const gg::Error& e) {
-    std::fprintf(stderr, "gradgrad error: %s\n", e.what());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-  }
-  return 2;
+  return run_checked(run);
 }
 
 }  // namespace examples

@@ -40,6 +40,7 @@
 
 #include "autograd/to_dot.h"
 #include "common/metrics.h"
+#include "common/run.h"
 #include "gradgrad.h"
 
 namespace {
@@ -118,7 +119,7 @@ int main(int argc, char** argv) {
   app.add_flag("--smoke", smoke, "the ctest's run (the tape is small: the same work as without it)");
   CLI11_PARSE(app, argc, argv);
 
-  try {
+  return examples::run_checked([&] {
     const Computation c = build();
     const gg::TensorList roots{c.f, c.penalty, c.penalty_grad};
 
@@ -157,8 +158,5 @@ int main(int argc, char** argv) {
                   "        dot -Tsvg %s -o %s\n", dot_file.string().c_str(), svg.string().c_str());
     }
     return ok ? 0 : 1;
-  } catch (const std::exception& e) {
-    std::printf("error: %s\n", e.what());
-    return 2;
-  }
+  });
 }

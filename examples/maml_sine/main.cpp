@@ -140,9 +140,10 @@ bool check_meta_gradient(gg::Device device) {
 }
 
 // ------------------------------------------------------------------------- training
+// A non-finite loss ends the run from Metrics::train (common/metrics.h).
 struct TrainResult {
   double seconds = 0.0;
-  bool finite = true;
+  bool ranks_agree = true;  // every data-parallel rank ended with rank 0's parameters
 };
 
 // --cuda-graph: meta-training with the meta-gradient (forward, inner step with its backward,
@@ -192,11 +193,6 @@ TrainResult train_maml_cuda_graph(const Config& cfg, const maml::Net& net, examp
     if (it % log_every == 0 || it == cfg.iterations) {
       last_loss = out[0].item();
       metrics.train("maml", it, last_loss, seconds_since(start));
-      if (!std::isfinite(last_loss)) {
-        bar.finish();
-        std::fprintf(stderr, "error: maml loss is %f at iteration %d\n", last_loss, it);
-        return {seconds_since(start), false};
-      }
     }
     bar.update(it, last_loss);
   }
@@ -258,14 +254,6 @@ TrainResult train(const Config& cfg, const maml::Net& net, bool maml_objective, 
       if (it % log_every == 0 || it == cfg.iterations) {
         last_loss = group ? group->all_reduce(loss.detach()).item() : loss.item();
         if (logs) metrics.train(phase, it, last_loss, seconds_since(start));
-        if (!std::isfinite(last_loss)) {
-          if (logs) {
-            bar.finish();
-            std::fprintf(stderr, "error: %s loss is %f at iteration %d\n", phase, last_loss, it);
-            result.finite = false;
-          }
-          return;
-        }
       }
       if (logs) bar.update(it, last_loss);
     }
@@ -276,7 +264,7 @@ TrainResult train(const Config& cfg, const maml::Net& net, bool maml_objective, 
     for (const auto& [name, t] : rank_params[0])
       if (max_abs_diff(process_group->broadcast(t.detach(), 0), t) != 0.0) {
         std::fprintf(stderr, "error: rank %d's %s differs from rank 0's\n", process_group->rank(), name.c_str());
-        result.finite = false;
+        result.ranks_agree = false;
       }
   } else if (P == 1) {
     rank_loop(nullptr);
@@ -287,10 +275,10 @@ TrainResult train(const Config& cfg, const maml::Net& net, bool maml_objective, 
       for (size_t i = 0; i < rank_params[0].size(); ++i)
         if (max_abs_diff(rank_params[0][i].second, rank_params[static_cast<size_t>(r)][i].second) != 0.0) {
           std::fprintf(stderr, "error: rank %d's %s differs from rank 0's\n", r, rank_params[0][i].first.c_str());
-          result.finite = false;
+          result.ranks_agree = false;
         }
   }
-  if (result.finite) bar.finish();
+  bar.finish();
   result.seconds = seconds_since(start);
   return result;
 }
@@ -329,7 +317,7 @@ EvalTable evaluate(const maml::Net& net, const EvalSet& eval) {
   return table;
 }
 
-using maml::log_table;
+using maml::log_tables;
 using maml::print_table;
 
 // ------------------------------------------------------------------------- plot
@@ -388,6 +376,7 @@ std::string make_plot(const Config& cfg, const maml::Net& maml_net, const maml::
 
 // ------------------------------------------------------------------------- main
 int run(const Config& cfg) {
+  const auto program_start = std::chrono::steady_clock::now();
   std::printf("MAML sinusoid regression (Finn et al. 2017, §5.1) with gradgrad\n");
   std::printf("  device %s, seed %llu, %d meta-iterations%s, %s MAML%s\n", cfg.device.str().c_str(),
               static_cast<unsigned long long>(cfg.seed), cfg.iterations,
@@ -434,25 +423,25 @@ int run(const Config& cfg) {
   const TrainResult p = train(cfg, *pretrained, false, metrics);
   std::printf("  %d iterations in %.1f s: %.3f ms per iteration\n", cfg.iterations, p.seconds,
               1e3 * p.seconds / cfg.iterations);
-  if (!m.finite || !p.finite) return 1;
+  if (!m.ranks_agree || !p.ranks_agree) return 1;
 
   const EvalSet eval = make_eval_set(cfg.eval_tasks, cfg.device);
   const auto eval_start = std::chrono::steady_clock::now();
   const EvalTable maml_table = evaluate(*maml_net, eval);
   const EvalTable pre_table = evaluate(*pretrained, eval);
-  log_table(metrics, "maml", maml_table);
-  log_table(metrics, "pretrained", pre_table);
+  const double eval_s = seconds_since(eval_start);
 
   std::printf("\nresults: mean MSE ± 95%% CI on %lld held-out tasks (seed %llu), %lld query points each,\n",
               static_cast<long long>(cfg.eval_tasks), static_cast<unsigned long long>(kEvalSeed),
               static_cast<long long>(kEvalQuery));
   std::printf("after fine-tuning with plain SGD (α = %g) on K support points (evaluated in %.1f s)\n\n", kInnerLr,
-              seconds_since(eval_start));
+              eval_s);
   std::printf("  %-18s", "model");
   for (int s : kEvalSteps) std::printf("   %8d step%s", s, s == 1 ? " " : "s");
   std::printf("\n");
   print_table("MAML", maml_table);
   print_table("pretrained", pre_table);
+  log_tables(metrics, {{"maml", maml_table}, {"pretrained", pre_table}});  // a non-finite cell ends the run here
   std::printf("\nreference (the issue, for Finn et al. 2017): \"for K = 5, MSE 0.67 / 0.38 / 0.35 after 1 / 5 / 10 "
               "steps (pretrained baseline 2.41 / 2.23 / 2.19)\"\n");
   std::printf("  %-11s K = %-3d   %14s   %14.2f   %14.2f   %14.2f\n", "MAML", 5, "-", 0.67, 0.38, 0.35);
@@ -462,6 +451,9 @@ int run(const Config& cfg) {
   std::printf("metrics: %s/metrics.jsonl\n", cfg.out_dir.c_str());
   std::printf("time per meta-iteration: %.3f ms (%s%s)\n", 1e3 * m.seconds / cfg.iterations, cfg.device.str().c_str(),
               cfg.cuda_graph ? ", CUDA graph" : "");
+  metrics.write({{"phase", "summary"}, {"maml_ms_per_iteration", 1e3 * m.seconds / cfg.iterations},
+                 {"pretrain_ms_per_iteration", 1e3 * p.seconds / cfg.iterations}, {"eval_s", eval_s},
+                 {"total_s", seconds_since(program_start)}, {"checks_ok", checks_ok}});
   return checks_ok ? 0 : 1;
 }
 

@@ -10,9 +10,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace maml {
@@ -40,11 +42,19 @@ inline void print_table(const char* model, const EvalTable& t) {
   }
 }
 
-inline void log_table(examples::Metrics& metrics, const char* model, const EvalTable& t) {
-  for (size_t k = 0; k < kEvalShots.size(); ++k)
-    for (size_t s = 0; s < kEvalSteps.size(); ++s)
-      metrics.write({{"phase", "eval"}, {"model", model}, {"K", kEvalShots[k]}, {"inner_steps", kEvalSteps[s]},
-                     {"mse", t[k][s].mean}, {"ci95", t[k][s].ci95}});
+// Logs every cell of every model's table; a non-finite cell is logged as an error record
+// (common/metrics.h), and after the last cell the first one's NonFiniteMetric ends the run.
+inline void log_tables(examples::Metrics& metrics, const std::vector<std::pair<const char*, EvalTable>>& tables) {
+  std::exception_ptr first_non_finite;
+  for (const auto& [model, t] : tables)
+    for (size_t k = 0; k < kEvalShots.size(); ++k)
+      for (size_t s = 0; s < kEvalSteps.size(); ++s) try {
+          metrics.write({{"phase", "eval"}, {"model", model}, {"K", kEvalShots[k]}, {"inner_steps", kEvalSteps[s]},
+                         {"mse", t[k][s].mean}, {"ci95", t[k][s].ci95}});
+        } catch (const examples::NonFiniteMetric&) {
+          if (!first_non_finite) first_non_finite = std::current_exception();
+        }
+  if (first_non_finite) std::rethrow_exception(first_non_finite);
 }
 
 // ---------------------------------------------------------------------------- plot

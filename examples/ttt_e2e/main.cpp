@@ -154,7 +154,7 @@ bool check_fused_vs_composite(gg::Device device, json& out) {
 // ------------------------------------------------------------------------- training
 struct TrainResult {
   double seconds = 0.0;
-  bool finite = true;
+  bool ranks_agree = true;  // every data-parallel rank ended with rank 0's parameters
 };
 
 // Meta-training (TTT-E2E, second order) or ordinary LM training (Order::none). Both see the
@@ -210,15 +210,12 @@ TrainResult train(const Config& cfg, Model& model, Order order, examples::Metric
       adam.lr = lr;
       adam.step(grads);
       last_loss = group ? group->all_reduce(loss.detach()).item() : loss.item();
-      if (!std::isfinite(last_loss) || !std::isfinite(grad_norm)) {
-        if (logs) {
-          bar.finish();
-          std::fprintf(stderr, "error: %s loss %f, gradient norm %f at iteration %d\n", phase, last_loss, grad_norm,
-                       it);
-          result.finite = false;
-        }
-        return;
-      }
+      // Every step, on every rank (all of them see these numbers): a non-finite one ends the run.
+      const json step_record = {{"phase", phase}, {"step", it}, {"loss", last_loss}, {"grad_norm", grad_norm}};
+      if (logs)
+        metrics.check(step_record);  // also writes the error record
+      else
+        examples::check_finite(step_record);
       if (logs && (it % log_every == 0 || it == cfg.iterations))
         metrics.train(phase, it, last_loss, seconds_since(start), {{"grad_norm", grad_norm}, {"lr", lr}});
       if (logs) bar.update(it, last_loss);
@@ -231,7 +228,7 @@ TrainResult train(const Config& cfg, Model& model, Order order, examples::Metric
     for (size_t i = 0; i < p.size(); ++i)
       if (gg::max(gg::abs(process_group->broadcast(p[i].detach(), 0) - p[i])).item() != 0.0) {
         std::fprintf(stderr, "error: rank %d's parameter %zu differs from rank 0's\n", process_group->rank(), i);
-        result.finite = false;
+        result.ranks_agree = false;
       }
   } else if (P == 1) {
     rank_loop(nullptr);
@@ -244,11 +241,11 @@ TrainResult train(const Config& cfg, Model& model, Order order, examples::Metric
       for (size_t i = 0; i < p0.size(); ++i)
         if (gg::max(gg::abs(p0[i] - pr[i])).item() != 0.0) {
           std::fprintf(stderr, "error: rank %d's parameter %zu differs from rank 0's\n", r, i);
-          result.finite = false;
+          result.ranks_agree = false;
         }
     }
   }
-  if (result.finite) bar.finish();
+  bar.finish();
   result.seconds = seconds_since(start);
   return result;
 }
@@ -319,6 +316,7 @@ struct Setting {
 
 // ------------------------------------------------------------------------- main
 int run(const Config& cfg) {
+  const auto program_start = std::chrono::steady_clock::now();
   const ttt::ModelConfig& mc = cfg.model;
   const int64_t chunks = cfg.seq_len / mc.chunk;
   std::printf("TTT-E2E (end-to-end test-time training, Tandon et al. 2025), tiny, with gradgrad\n");
@@ -376,7 +374,7 @@ int run(const Config& cfg) {
   std::printf("meta-training (TTT-E2E: through the inner steps, second order):\n");
   const TrainResult m = train(cfg, meta, Order::second_order, metrics);
   std::printf("  %d iterations in %.1f s: %.1f ms per outer step\n", cfg.iterations, m.seconds, 1e3 * m.seconds / cfg.iterations);
-  if (!o.finite || !m.finite) return 1;
+  if (!o.ranks_agree || !m.ranks_agree) return 1;
 
   // The ordinary model's best inner learning rate, picked on validation sequences (not the test set).
   const auto eval_start = std::chrono::steady_clock::now();
@@ -457,7 +455,7 @@ int run(const Config& cfg) {
               1e3 * m.seconds / cfg.iterations, 1e3 * o.seconds / cfg.iterations, cfg.device.str().c_str());
   metrics.write({{"phase", "summary"}, {"meta_ms_per_step", 1e3 * m.seconds / cfg.iterations},
                  {"ordinary_ms_per_step", 1e3 * o.seconds / cfg.iterations}, {"meta_lowest", lowest},
-                 {"checks_ok", fd_ok && fused_ok}});
+                 {"checks_ok", fd_ok && fused_ok}, {"total_s", seconds_since(program_start)}});
   return fd_ok && fused_ok ? 0 : 1;
 }
 
