@@ -371,6 +371,24 @@ TEST(Attention, EquivalentMasksGiveIdenticalResults) {
 // Bottom-right causal: query i sees keys j <= i + Nk - Nq, so with Nq < Nk the last query sees
 // every key, and with Nq > Nk the first Nq - Nk queries see none: O = 0, L = -inf there, exact
 // zero gradients, in the fused op and the composite.
+// A masked key weighs exactly 0, not a tiny probability: with the causal mask, query 0 sees key 0
+// alone, so O_0 = V_0 exactly even when the hidden value row V_1 is near the largest finite
+// number (a masked probability of 2.9e-39, the clamped f32 exp of -inf, times 1e38 would show).
+TEST(Attention, MaskedKeysWeighExactlyZero) {
+  const int64_t N = 70, d = 8;  // two key blocks: the diagonal tiles are partly masked
+  for (const DType dt : {DType::f32, DType::f64}) {
+    const double big = dt == DType::f32 ? 1e38 : 1e307;
+    std::vector<double> vv = randn({1, 1, N, d}, DType::f64).to_vector<double>();
+    for (int64_t k = 0; k < d; ++k) vv[static_cast<size_t>(d + k)] = big;  // key 1, hidden from query 0
+    const Tensor q = randn({1, 1, N, d}, dt), k = randn({1, 1, N, d}, dt);
+    const Tensor v = from_vector(vv, {1, 1, N, d}, dt);
+    const Values O = attention(q, k, v, {std::nullopt, true}).to_vector<double>();
+    const Values v_rows = v.to_vector<double>();
+    for (int64_t c = 0; c < d; ++c)
+      EXPECT_EQ(O[static_cast<size_t>(c)], v_rows[static_cast<size_t>(c)]) << dtype_name(dt) << " column " << c;
+  }
+}
+
 TEST(Attention, RowsWithoutKeysGiveZeros) {
   const OptCase c{"empty", 2, 1, 9, 4, 3, true, {}, {}};
   const OptInputs in = opt_inputs(c, 1, 301);

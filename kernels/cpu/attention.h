@@ -31,6 +31,7 @@
 #endif
 
 #include "../params.h"
+#include "vec_math.h"
 
 namespace gg::kernels::cpu {
 
@@ -119,6 +120,26 @@ inline int64_t num_blocks(int64_t n, int64_t block) { return (n + block - 1) / b
 inline bool worth_threads(const AttentionShape& p) {
   return static_cast<double>(p.B * p.H) * static_cast<double>(p.N) * static_cast<double>(p.keys()) *
              static_cast<double>(p.d) > 4e6;
+}
+
+// Query-side sums of a key sweep (dQ; grad_Q and grad_dO): the tasks of a key-parallel sweep are
+// (b, kv head, segment), segment c taking the key blocks kb = c, c + count, c + 2·count, ... (an
+// even share of a causal band). Each segment adds its key blocks' parts, in ascending kb, into a
+// whole copy of the query-side output of its own (segment 0: the output itself); the copies are
+// summed in segment order at the end. So every element is summed in a fixed order, and a (b, kv
+// head) pair needs no more than one segment where there are enough pairs to keep the threads
+// busy. count depends on the shape and the thread count only.
+inline int64_t key_segments(const AttentionShape& p, int64_t num_k_blocks, bool par) {
+#if defined(_OPENMP)
+  constexpr int64_t kTasksPerThread = 4;  // dynamic scheduling evens out unequal (causal) tasks
+  const int64_t threads = par ? omp_get_max_threads() : 1;
+  if (threads == 1) return 1;
+  const int64_t pairs = p.B * p.kv_heads();
+  return std::clamp<int64_t>((kTasksPerThread * threads + pairs - 1) / pairs, 1, std::max<int64_t>(num_k_blocks, 1));
+#else
+  (void)p, (void)num_k_blocks, (void)par;
+  return 1;
+#endif
 }
 
 // Which keys each query row sees. Query i sits at i' = i + off, off = Nk - Nq, and sees the keys
@@ -252,19 +273,46 @@ inline void tile_atb_acc(int64_t mi, int64_t nj, int64_t d, const T* C, const T*
     out.noalias() += c.transpose().lazyProduct(a);
 }
 
+// x_j = exp(x_j - shift) for j < n, vectorised: ExpOp's packet exp (vec_math.h: IEEE at the
+// edges, so a masked -inf score gives exactly 0), for every entry (the tail through a padded
+// packet), so an entry's value depends neither on its column nor on the buffer's alignment
+// (equivalent masks give bitwise equal results).
+template <typename T>
+inline void row_exp(T* x, int64_t n, T shift) {
+  namespace ei = Eigen::internal;
+  using Packet = typename ei::packet_traits<T>::type;
+  if constexpr (!ei::packet_traits<T>::Vectorizable || !ei::packet_traits<T>::HasExp) {
+    for (int64_t j = 0; j < n; ++j) x[j] = std::exp(x[j] - shift);
+  } else {
+    constexpr int64_t kLanes = ei::packet_traits<T>::size;
+    const Packet c = ei::pset1<Packet>(shift);
+    int64_t j = 0;
+    const ExpOp<T> exp_op;
+    for (; j + kLanes <= n; j += kLanes) ei::pstoreu(x + j, exp_op.packetOp(ei::psub(ei::ploadu<Packet>(x + j), c)));
+    if (j < n) {
+      T tail[kLanes] = {};
+      std::copy(x + j, x + n, tail);
+      ei::pstoreu(tail, exp_op.packetOp(ei::psub(ei::ploadu<Packet>(tail), c)));
+      std::copy(tail, tail + (n - j), x + j);
+    }
+  }
+}
+
 // P(i, j) = exp(S(i, j) - L_i), and 0 where query i0 + i does not see key j0 + j. S and P may
 // alias. L points at the block's first row. A row that sees no key has L = -inf but all its
-// entries masked, so exp(S - L) is never formed for it.
+// entries masked, so whatever exp(S - L) gives there is overwritten with 0.
 template <typename T>
 inline void tile_probs(const Visibility& vis, int64_t mi, int64_t nj, int64_t i0, int64_t j0,
                        const T* S, const T* L, T* P) {
   const bool masked = vis.partly_masked(i0, mi, j0, nj);
   for (int64_t i = 0; i < mi; ++i) {
+    T* Prow = P + i * kBlockN;
+    if (Prow != S + i * kBlockN) std::copy(S + i * kBlockN, S + i * kBlockN + nj, Prow);
+    row_exp(Prow, nj, L[i]);
+    if (!masked) continue;
     const int64_t lo = vis.lo(i0 + i) - j0, hi = vis.hi(i0 + i) - j0;
-    for (int64_t j = 0; j < nj; ++j) {
-      const int64_t ij = i * kBlockN + j;
-      P[ij] = (masked && (j < lo || j > hi)) ? T(0) : std::exp(S[ij] - L[i]);
-    }
+    for (int64_t j = 0; j < nj; ++j)
+      if (j < lo || j > hi) Prow[j] = T(0);
   }
 }
 

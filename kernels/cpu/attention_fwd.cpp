@@ -88,11 +88,10 @@ void attention_fwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
                 continue;
               }
               const T alpha = std::exp(m[i] - m_new);  // rescales the old state; 0 when m[i] = -inf
+              detail::row_exp(Srow, nj, m_new);  // exp(-inf) = 0 for masked keys
               T row_sum = 0;
-              for (int64_t j = 0; j < nj; ++j) {
-                Srow[j] = std::exp(Srow[j] - m_new);  // exp(-inf) = 0 for masked keys
-                row_sum += Srow[j];
-              }
+              GG_OMP(simd reduction(+ : row_sum))
+              for (int64_t j = 0; j < nj; ++j) row_sum += Srow[j];
               l[i] = alpha * l[i] + row_sum;
               m[i] = m_new;
               T* acc_i = acc.data() + i * d;
