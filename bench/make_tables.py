@@ -3,7 +3,7 @@
 the results files in bench/results/.
 
 scripts/bench-gpu.sh writes one file per benchmark (cuda.jsonl, attention.jsonl, long.jsonl,
-options.jsonl, dist.jsonl): a first line {"bench": "meta", ...} with the card, the date, the commit and the
+options.jsonl, dist.jsonl), and scripts/bench-cpu.sh writes attention_cpu.jsonl: a first line {"bench": "meta", ...} with the card, the date, the commit and the
 command, then one JSON object per measurement. Where options.jsonl or dist.jsonl does not exist
 (not measured yet), its block says so. Each table of docs/benchmarks.md sits between two markers,
 
@@ -621,10 +621,42 @@ def record_run(run, metrics_path, command, machine):
     print(f"recorded {run}: {len(new)} lines in {os.path.relpath(EXAMPLES, ROOT)}")
 
 
+def attention_cpu_block(meta, rows):
+    """scripts/bench-cpu.sh: the fused chain (and its stages) beside PyTorch's math-backend chain,
+    medians of each round's median, per (N, mask)."""
+    def median(xs):
+        xs = sorted(xs)
+        n = len(xs)
+        return None if n == 0 else xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+    def cell(impl, n, causal, stage):
+        return median([r["median_ms"] for r in rows if r.get("impl") == impl and r["N"] == n
+                       and r["causal"] == causal and r["stage"] == stage and not r.get("skipped")])
+
+    targets = {1024: 0.5, 4096: 0.3}
+    lines = [f"Machine: {meta.get('machine', '?')}; {meta.get('threads', '?')} threads on both sides "
+             f"(`OMP_NUM_THREADS`, `torch.set_num_threads`), PyTorch {meta.get('torch', '?')}, "
+             f"{meta.get('rounds', '?')} alternating rounds, {meta.get('date', '?')}, commit "
+             f"{meta.get('commit', '?')}. Command:", "", "```sh", meta.get("command", "?"), "```", ""]
+    body = []
+    for n in sorted({r["N"] for r in rows}):
+        for causal in (False, True):
+            chain, torch = cell("fused", n, causal, "chain"), cell("torch_math", n, causal, "chain")
+            if chain is None and torch is None:
+                continue
+            body.append([n, "causal" if causal else "full", ms(cell("fused", n, causal, "forward")),
+                         ms(cell("fused", n, causal, "backward")), ms(cell("fused", n, causal, "bob")), ms(chain),
+                         ms(torch), ratio(chain, torch), f"≤ {targets[n]}×" if n in targets else "—"])
+    head = ["N", "mask", "fwd ms", "bwd ms", "BoB ms", "chain ms", "PyTorch math chain ms", "chain / PyTorch",
+            "target"]
+    return lines + table(head, body, "rlrrrrrrr")
+
+
 BLOCKS = {"cuda": cuda_block, "attention": attention_block, "long": long_block, "options": options_block,
-          "dist": dist_block}
+          "dist": dist_block, "attention_cpu": attention_cpu_block}
 # Blocks whose results file may not exist yet: the page then says so instead of a table.
 OPTIONAL = {"options": "Not measured yet: `scripts/bench-gpu.sh options` writes `bench/results/options.jsonl`.",
+            "attention_cpu": "Not measured yet: `scripts/bench-cpu.sh` writes `bench/results/attention_cpu.jsonl`.",
             "dist": "Not measured yet (one GPU so far): `scripts/bench-gpu.sh dist` on a machine with several GPUs "
                     "writes `bench/results/dist.jsonl`."}
 
