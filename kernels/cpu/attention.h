@@ -122,26 +122,6 @@ inline bool worth_threads(const AttentionShape& p) {
              static_cast<double>(p.d) > 4e6;
 }
 
-// Query-side sums of a key sweep (dQ; grad_Q and grad_dO): the tasks of a key-parallel sweep are
-// (b, kv head, segment), segment c taking the key blocks kb = c, c + count, c + 2·count, ... (an
-// even share of a causal band). Each segment adds its key blocks' parts, in ascending kb, into a
-// whole copy of the query-side output of its own (segment 0: the output itself); the copies are
-// summed in segment order at the end. So every element is summed in a fixed order, and a (b, kv
-// head) pair needs no more than one segment where there are enough pairs to keep the threads
-// busy. count depends on the shape and the thread count only.
-inline int64_t key_segments(const AttentionShape& p, int64_t num_k_blocks, bool par) {
-#if defined(_OPENMP)
-  constexpr int64_t kTasksPerThread = 4;  // dynamic scheduling evens out unequal (causal) tasks
-  const int64_t threads = par ? omp_get_max_threads() : 1;
-  if (threads == 1) return 1;
-  const int64_t pairs = p.B * p.kv_heads();
-  return std::clamp<int64_t>((kTasksPerThread * threads + pairs - 1) / pairs, 1, std::max<int64_t>(num_k_blocks, 1));
-#else
-  (void)p, (void)num_k_blocks, (void)par;
-  return 1;
-#endif
-}
-
 // Which keys each query row sees. Query i sits at i' = i + off, off = Nk - Nq, and sees the keys
 // j with lo(i) <= j <= hi(i) (an empty range when hi(i) < lo(i)). Both ends grow with i, which
 // is what lets whole tiles be skipped or taken unmasked.

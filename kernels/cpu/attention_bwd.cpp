@@ -31,14 +31,12 @@ void attention_bwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
                    const T* L, const T* dO, const T* dL, T* dQ, T* dK, T* dV) {
   const int64_t B = p.B, H = p.H, N = p.N, d = p.d;
   const T s = static_cast<T>(p.scale);
+  const int64_t num_q_blocks = detail::num_blocks(N, kBlockM);
   const detail::Visibility vis(p);
   const detail::Heads heads(p);
   const int64_t num_k_blocks = detail::num_blocks(vis.nk, kBlockN);
   [[maybe_unused]] const bool par = detail::worth_threads(p);
-  const int64_t rows = B * H * N;
-  std::vector<T> D(rows);  // (B, H, N)
-  const int64_t segments = detail::key_segments(p, num_k_blocks, par);
-  std::vector<T> dQ_extra((segments - 1) * rows * d);  // dQ's segments after the first (dQ itself)
+  std::vector<T> D(B * H * N);  // (B, H, N)
 
   // ---- phase 1: D = rowsum(dO∘O) ----
   GG_OMP(parallel for collapse(2) if (par))
@@ -52,8 +50,8 @@ void attention_bwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
   GG_OMP(parallel if (par)) {
     std::vector<T> P(kBlockM * kBlockN);   // exp(S - L), 0 where masked
     std::vector<T> dS(kBlockM * kBlockN);  // dP, then P∘(dP - D) in place
-    std::vector<T> acc_a(kBlockN * d);  // dK
-    std::vector<T> acc_b(kBlockN * d);  // dV
+    std::vector<T> acc_a(std::max(kBlockM, kBlockN) * d);  // dK (phase 2) or dQ (phase 3)
+    std::vector<T> acc_b(kBlockN * d);                     // dV (phase 2)
 
     // Recomputes the tile (query rows [i0, i0 + mi) of the query head starting at row `qh`, key
     // rows [j0, j0 + nj) of the kv head starting at row `kh`):
@@ -74,63 +72,72 @@ void attention_bwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
         }
     };
 
-    // ---- phase 2: dK, dV and dQ's segments, one (b, kv head, segment of key blocks) per task ----
+    // ---- phase 2: dK, dV, one (kv head, key block) per task ----
     GG_OMP(for collapse(3) schedule(dynamic, 1))
     for (int64_t b = 0; b < B; ++b)
       for (int64_t hk = 0; hk < heads.Hkv; ++hk)
-        for (int64_t seg = 0; seg < segments; ++seg) {
-          // prologue: this segment's copy of dQ, zero over the group's query heads
+        for (int64_t kb = 0; kb < num_k_blocks; ++kb) {
+          // prologue: key rows [j0, j0 + nj); the query blocks that see them
           const int64_t kh = heads.kv_row(b, hk);
-          T* dQ_seg = seg == 0 ? dQ : dQ_extra.data() + (seg - 1) * rows * d;
-          for (int64_t h = hk * heads.group; h < (hk + 1) * heads.group; ++h)
-            std::fill(dQ_seg + heads.q_row(b, h) * d, dQ_seg + (heads.q_row(b, h) + N) * d, T(0));
+          const int64_t j0 = kb * kBlockN;
+          const int64_t nj = std::min(kBlockN, vis.nk - j0);
+          T* dKj = acc_a.data();
+          T* dVj = acc_b.data();
+          std::fill(dKj, dKj + nj * d, T(0));
+          std::fill(dVj, dVj + nj * d, T(0));
+          int64_t qb_first, qb_last;
+          vis.query_blocks(j0, nj, kBlockM, &qb_first, &qb_last);
 
-          // main loop: the segment's key blocks [j0, j0 + nj), each sweeping the query blocks that see it
-          for (int64_t kb = seg; kb < num_k_blocks; kb += segments) {
-            const int64_t j0 = kb * kBlockN;
-            const int64_t nj = std::min(kBlockN, vis.nk - j0);
-            const T* Kj = K + (kh + j0) * d;
-            T* dKj = acc_a.data();
-            T* dVj = acc_b.data();
-            std::fill(dKj, dKj + nj * d, T(0));
-            std::fill(dVj, dVj + nj * d, T(0));
-            int64_t qb_first, qb_last;
-            vis.query_blocks(j0, nj, kBlockM, &qb_first, &qb_last);
-
-            // every query head of the group, query blocks [i0, i0 + mi)
-            for (int64_t h = hk * heads.group; h < (hk + 1) * heads.group; ++h) {
-              const int64_t qh = heads.q_row(b, h);
-              for (int64_t qb = qb_first; qb < qb_last; ++qb) {
-                const int64_t i0 = qb * kBlockM;
-                const int64_t mi = std::min(kBlockM, N - i0);
-                tile_P_dS(qh, kh, i0, mi, j0, nj);
-                const T* Qi = Q + (qh + i0) * d;
-                const T* dOi = dO + (qh + i0) * d;
-                detail::tile_atb_acc(mi, nj, d, P.data(), dOi, dVj);  // undoes O = P·V: dV += Pᵀ·dO
-                detail::tile_atb_acc(mi, nj, d, dS.data(), Qi, dKj);  // undoes S = s·Q·Kᵀ: dK += dSᵀ·Q
-                detail::tile_ab_acc(mi, nj, d, dS.data(), Kj, dQ_seg + (qh + i0) * d);  // and dQ += dS·K
-              }
-            }
-
-            // key block epilogue: dK = s·(Σ dSᵀ·Q), dV as accumulated
-            T* dK_out = dK + (kh + j0) * d;
-            T* dV_out = dV + (kh + j0) * d;
-            for (int64_t x = 0; x < nj * d; ++x) {
-              dK_out[x] = s * dKj[x];
-              dV_out[x] = dVj[x];
+          // main loop: every query head of the group, sweep query blocks [i0, i0 + mi)
+          for (int64_t h = hk * heads.group; h < (hk + 1) * heads.group; ++h) {
+            const int64_t qh = heads.q_row(b, h);
+            for (int64_t qb = qb_first; qb < qb_last; ++qb) {
+              const int64_t i0 = qb * kBlockM;
+              const int64_t mi = std::min(kBlockM, N - i0);
+              tile_P_dS(qh, kh, i0, mi, j0, nj);
+              const T* Qi = Q + (qh + i0) * d;
+              const T* dOi = dO + (qh + i0) * d;
+              detail::tile_atb_acc(mi, nj, d, P.data(), dOi, dVj);  // undoes O = P·V: dV += Pᵀ·dO
+              detail::tile_atb_acc(mi, nj, d, dS.data(), Qi, dKj);  // undoes S = s·Q·Kᵀ: dK += dSᵀ·Q
             }
           }
-        }
-    // (implicit barrier: phase 3 reads every segment)
 
-    // ---- phase 3: dQ = s·(Σ dS·K), the segments summed in order ----
-    GG_OMP(for)
-    for (int64_t r = 0; r < rows; ++r) {
-      T* dQ_r = dQ + r * d;
-      for (int64_t seg = 1; seg < segments; ++seg) detail::axpy(T(1), dQ_extra.data() + ((seg - 1) * rows + r) * d, dQ_r, d);
-      GG_OMP(simd)
-      for (int64_t k = 0; k < d; ++k) dQ_r[k] *= s;
-    }
+          // epilogue: dK = s·(Σ dSᵀ·Q), dV as accumulated
+          T* dK_out = dK + (kh + j0) * d;
+          T* dV_out = dV + (kh + j0) * d;
+          for (int64_t x = 0; x < nj * d; ++x) {
+            dK_out[x] = s * dKj[x];
+            dV_out[x] = dVj[x];
+          }
+        }
+
+    // ---- phase 3: dQ, one query block per task ----
+    GG_OMP(for collapse(3) schedule(dynamic, 1))
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t qb = 0; qb < num_q_blocks; ++qb) {
+          // prologue: query rows [i0, i0 + mi)
+          const int64_t qh = heads.q_row(b, h), kh = heads.kv_row_of_q(b, h);
+          const int64_t i0 = qb * kBlockM;
+          const int64_t mi = std::min(kBlockM, N - i0);
+          T* dQi = acc_a.data();
+          std::fill(dQi, dQi + mi * d, T(0));
+          int64_t kb_first, kb_last;
+          vis.key_blocks(i0, mi, kBlockN, &kb_first, &kb_last);
+
+          // main loop: sweep the key blocks [j0, j0 + nj) that some row sees
+          for (int64_t kb = kb_first; kb < kb_last; ++kb) {
+            const int64_t j0 = kb * kBlockN;
+            const int64_t nj = std::min(kBlockN, vis.nk - j0);
+            tile_P_dS(qh, kh, i0, mi, j0, nj);
+            const T* Kj = K + (kh + j0) * d;
+            detail::tile_ab_acc(mi, nj, d, dS.data(), Kj, dQi);  // undoes S = s·Q·Kᵀ: dQ += dS·K
+          }
+
+          // epilogue: dQ = s·(Σ dS·K)
+          T* dQ_out = dQ + (qh + i0) * d;
+          for (int64_t x = 0; x < mi * d; ++x) dQ_out[x] = s * dQi[x];
+        }
   }
 }
 

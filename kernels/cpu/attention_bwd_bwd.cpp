@@ -18,24 +18,23 @@
 // Shapes: Q, O, dO, Qt, grad_Q, grad_dO are (B, H, N, d); K, V, Kt, Vt, grad_K, grad_V are
 // (B, Hkv, Nk, d); L, D, E, F are (B, H, N).
 //
-// Tiling: E and F first, then one fused sweep over the key blocks (docs/attention.md, section 4):
+// Tiling, the two-pass schedule of docs/attention.md (section 4). The outputs depend on E and F
+// only affinely, so a query block can accumulate pieces and combine them once its sweep ends:
+//   grad_Q_i  = s·(X1_i - E_i·X2_i - F_i·X3_i + X4_i)
+//       X1 = [P∘((dP - D)∘G + H)]·K,  X2 = (P∘dP)·K,  X3 = P·K,  X4 = dS·Kt
+//   grad_dO_i = Y1_i - E_i·O_i + Y2_i,   Y1 = (P∘G)·V,  Y2 = P·Vt      (using P·V = O)
 //   0. D = rowsum(dO∘O), parallel over rows.
-//   1. One task per (b, h, query block of kBlockM rows), sweeping the key blocks: the row sums
-//      E and F, stored per row (B·H·N scalars each), and the products that need neither, dS·Kt
-//      and P·Vt, as the starts of grad_Q and grad_dO (F's Σ_j P∘H is rowsum(dO∘(P·Vt)), so H
-//      is not formed here).
-//   2. One task per (b, kv head, segment of key blocks; detail::key_segments), each key block
-//      sweeping the query blocks of every query head of the kv head's group, with the rows' D, E,
-//      F at hand: S̄, dS and dP̄ tile by tile, grad_K and grad_V in the task's accumulators (the
-//      group sum stays there), grad_Q and grad_dO added into the segment's copies of them
-//      (grad_dO's -E·O comes as dP̄·V).
-//   3. The segments of grad_Q and grad_dO summed in order, parallel over rows.
+//   1. One task per (b, h, query block of kBlockM rows), sweeping the key blocks: E, F, grad_Q,
+//      grad_dO. E and F are stored per row (B·H·N scalars each).
+//   2. One task per (b, kv head, key block of kBlockN rows), sweeping the query blocks of every
+//      query head of the kv head's group, with the rows' D, E, F at hand: grad_K, grad_V (the
+//      group sum stays in the task's accumulators).
 // Masks: tiles outside every row's window are skipped, tiles across a window edge are masked
 // (P = 0). A row that sees no key has P = 0 throughout, so it contributes nothing anywhere.
-// Stages (kernels/params.h, BobStage): kRowSums is pass 1 alone (grad_Q and grad_dO as scratch);
-// kFromRowSums is passes 2 and 3 with the caller's E and F, pass 2 then forming dS·Kt and P·Vt too.
-// Scratch per thread: seven kBlockM x kBlockN tiles and two kBlockN x d accumulators; per call,
-// the segments of grad_Q and grad_dO after the first (the outputs themselves).
+// Stages (kernels/params.h, BobStage): kRowSums is pass 1 without its output products;
+// kFromRowSums is pass 1 with the caller's E and F (S̄ and dP̄ formed tile by tile, as in pass 2,
+// so grad_dO's -E·O comes as dP̄·V over this call's keys), then pass 2.
+// Scratch per thread: eight kBlockM x kBlockN tiles, six accumulators of max(kBlockM, kBlockN) x d.
 #include <algorithm>
 #include <vector>
 
@@ -78,8 +77,6 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
   std::vector<T> D(rows), E_own(stage == BobStage::kWhole ? rows : 0), F_own(E_own.size());  // (B, H, N)
   T* const E = E_own.empty() ? E_io : E_own.data();  // the stages' E and F are the caller's
   T* const F = F_own.empty() ? F_io : F_own.data();
-  const int64_t segments = row_sums ? 1 : detail::key_segments(p, num_k_blocks, par);
-  std::vector<T> gQ_extra((segments - 1) * rows * d), gdO_extra(gQ_extra.size());  // segments after the first
 
   // ---- pass 0: D = rowsum(dO∘O) ----
   GG_OMP(parallel for if (par))
@@ -87,19 +84,22 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
 
   GG_OMP(parallel if (par)) {
     const int64_t tile = kBlockM * kBlockN;
+    const int64_t acc_rows = std::max(kBlockM, kBlockN);
     // Recomputed tiles.
     std::vector<T> P(tile), dP(tile), G(tile), Hs(tile);  // Hs: the tile of H = dO·Vtᵀ
     // Coefficient tiles, each multiplied into a block of rows.
-    std::vector<T> Sbar(tile);   // S̄ = P∘(P̄ - F)
-    std::vector<T> dPbar(tile);  // dP̄ = P∘(G - E)
-    std::vector<T> dS(tile);     // P∘(dP - D)
-    // Key-block accumulators.
-    std::vector<T> gKj(kBlockN * d), gVj(kBlockN * d);
+    std::vector<T> C1(tile);   // pass 1: P∘((dP - D)∘G + H);  pass 2 (and E, F given): S̄
+    std::vector<T> PdP(tile);  // pass 1: P∘dP;                pass 2 (and E, F given): dP̄
+    std::vector<T> dS(tile);   // P∘(dP - D)
+    std::vector<T> PG(tile);   // P∘G
+    // Row-block accumulators.
+    std::vector<T> X1(acc_rows * d), X2(acc_rows * d), X3(acc_rows * d), X4(acc_rows * d);
+    std::vector<T> Y1(acc_rows * d), Y2(acc_rows * d);
 
     // Recomputes, for query rows [i0, i0 + mi) of the query head starting at row `head` and key
     // rows [j0, j0 + nj) of the kv head starting at row `kh`, P always, dP and G when has_G, H
-    // when with_H.
-    auto score_tiles = [&](int64_t head, int64_t kh, int64_t i0, int64_t mi, int64_t j0, int64_t nj, bool with_H) {
+    // when has_H.
+    auto score_tiles = [&](int64_t head, int64_t kh, int64_t i0, int64_t mi, int64_t j0, int64_t nj) {
       const T* Qi = Q + (head + i0) * d;
       const T* dOi = dO + (head + i0) * d;
       const T* Kj = K + (kh + j0) * d;
@@ -116,13 +116,30 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
         if (has_Kt)  // from dK = s·dSᵀ·Q
           detail::tile_abt(mi, nj, d, s, Qi, Kt + (kh + j0) * d, G.data(), !first);
       }
-      if (with_H)  // from dV = Pᵀ·dO
+      if (has_H)  // from dV = Pᵀ·dO
         detail::tile_abt(mi, nj, d, T(1), dOi, Vt + (kh + j0) * d, Hs.data(), false);
     };
 
-    // ---- pass 1: E, F and the starts of grad_Q and grad_dO, one query block per task ----
+    // With the rows' D, E and F known (pass 2, and pass 1 of kFromRowSums), the coefficient tiles
+    // of score_tiles' tile: C1 <- S̄ = P∘(P̄ - F), PdP <- dP̄ = P∘(G - E) and dS = P∘(dP - D).
+    auto known_row_coefficients = [&](int64_t mi, int64_t nj, const T* Di, const T* Ei, const T* Fi) {
+      for (int64_t i = 0; i < mi; ++i)
+        for (int64_t j = 0; j < nj; ++j) {
+          const int64_t ij = i * kBlockN + j;
+          T Pbar = 0;
+          if (has_G) {  // undoes dS = P∘(dP - D), D = Σ P∘dP, in P and in dP
+            dS[ij] = P[ij] * (dP[ij] - Di[i]);
+            Pbar = (dP[ij] - Di[i]) * G[ij] - dP[ij] * Ei[i];  // P̄ = (dP - D)∘G - dP∘E
+            PdP[ij] = P[ij] * (G[ij] - Ei[i]);                 // dP̄ = P∘(G - E)
+          }
+          if (has_H) Pbar += Hs[ij];          // undoes dV = Pᵀ·dO in P: P̄ += H
+          C1[ij] = P[ij] * (Pbar - Fi[i]);    // undoes P = softmax_rows(S): S̄ = P∘(P̄ - F)
+        }
+    };
+
+    // ---- pass 1: E, F, grad_Q, grad_dO, one query block per task ----
     GG_OMP(for collapse(3) schedule(dynamic, 1))
-    for (int64_t b = 0; b < (from_sums ? 0 : B); ++b)
+    for (int64_t b = 0; b < B; ++b)
       for (int64_t h = 0; h < num_heads; ++h)
         for (int64_t qb = 0; qb < num_q_blocks; ++qb) {
           // prologue: query rows [i0, i0 + mi)
@@ -134,140 +151,135 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
           const T* Di = D.data() + head + i0;
           T* Ei = E + head + i0;
           T* Fi = F + head + i0;
-          std::fill(Ei, Ei + mi, T(0));  // Σ_j P∘G
-          std::fill(Fi, Fi + mi, T(0));  // Σ_j P∘(dP∘G + H), completed in the epilogue
-          T* gQi = gQ + (head + i0) * d;    // pass 2 adds the rest (kRowSums: scratch)
-          T* gdOi = gdO + (head + i0) * d;
-          std::fill(gQi, gQi + mi * d, T(0));
-          std::fill(gdOi, gdOi + mi * d, T(0));
+          if (!from_sums) {
+            std::fill(Ei, Ei + mi, T(0));  // Σ_j P∘G
+            std::fill(Fi, Fi + mi, T(0));  // Σ_j P∘(dP∘G + H), completed in the epilogue
+          }
+          for (auto* acc : {&X1, &X2, &X3, &X4, &Y1, &Y2})
+            std::fill(acc->begin(), acc->begin() + mi * d, T(0));
 
           // main loop: sweep the key blocks [j0, j0 + nj) that some row sees
           for (int64_t kb = kb_first; kb < kb_last; ++kb) {
             const int64_t j0 = kb * kBlockN;
             const int64_t nj = std::min(kBlockN, vis.nk - j0);
-            score_tiles(head, kh, i0, mi, j0, nj, /*with_H=*/false);
-            if (has_G)  // ℒ ∋ Σ dS∘G, from dQ = s·dS·K and dK = s·dSᵀ·Q
-              for (int64_t i = 0; i < mi; ++i) {
-                const T *Pi = P.data() + i * kBlockN, *dPi = dP.data() + i * kBlockN, *Gi = G.data() + i * kBlockN;
-                T* dSi = dS.data() + i * kBlockN;
-                T e = 0, f = 0;
-                GG_OMP(simd reduction(+ : e, f))
-                for (int64_t j = 0; j < nj; ++j) {
-                  e += Pi[j] * Gi[j];            // E = Σ P∘G
-                  f += Pi[j] * Gi[j] * dPi[j];   // F ∋ Σ P∘dP∘G
-                  dSi[j] = Pi[j] * (dPi[j] - Di[i]);  // dS = P∘(dP - D), as in the backward
+            score_tiles(head, kh, i0, mi, j0, nj);
+            const T* Kj = K + (kh + j0) * d;
+            if (from_sums) {  // E and F known: the coefficient tiles of pass 2
+              known_row_coefficients(mi, nj, Di, Ei, Fi);
+              detail::tile_ab_acc(mi, nj, d, C1.data(), Kj, X1.data());  // X1 += S̄·K
+              if (has_G) detail::tile_ab_acc(mi, nj, d, PdP.data(), V + (kh + j0) * d, Y1.data());  // += dP̄·V
+              if (has_Kt) detail::tile_ab_acc(mi, nj, d, dS.data(), Kt + (kh + j0) * d, X4.data());
+              if (has_Vt) detail::tile_ab_acc(mi, nj, d, P.data(), Vt + (kh + j0) * d, Y2.data());
+              continue;
+            }
+
+            // Coefficient tiles and row sums. P̄ = (dP - D)∘G - dP∘E + H splits into the part
+            // known now, C1 = P∘((dP - D)∘G + H), and E·(P∘dP), applied in the epilogue.
+            for (int64_t i = 0; i < mi; ++i) {
+              T e = 0, f = 0;
+              for (int64_t j = 0; j < nj; ++j) {
+                const int64_t ij = i * kBlockN + j;
+                T c1 = 0;
+                if (has_G) {  // ℒ ∋ Σ dS∘G, from dQ = s·dS·K and dK = s·dSᵀ·Q
+                  PG[ij] = P[ij] * G[ij];             // P∘G: E's terms, and dP̄ = P∘G - E·P
+                  PdP[ij] = P[ij] * dP[ij];           // P∘dP: the E·dP part of P̄
+                  dS[ij] = P[ij] * (dP[ij] - Di[i]);  // dS = P∘(dP - D), as in the backward
+                  c1 = dS[ij] * G[ij];                // P∘(dP - D)∘G
+                  e += PG[ij];                        // E = Σ P∘G
+                  f += dP[ij] * PG[ij];               // F ∋ Σ P∘dP∘G
                 }
-                Ei[i] += e;
-                Fi[i] += f;
+                if (has_H) {  // ℒ ∋ Σ P∘H, from dV = Pᵀ·dO
+                  c1 += P[ij] * Hs[ij];               // P∘H
+                  f += P[ij] * Hs[ij];                // F ∋ rowsum(dO∘(P·Vt)) = Σ P∘H
+                }
+                C1[ij] = c1;
               }
-            // ℒ ∋ Σ P∘H, from dV = Pᵀ·dO: F's part rowsum(dO∘(P·Vt)) from grad_dO's P·Vt (epilogue)
-            if (has_Vt)  // undoes dV = Pᵀ·dO in dO: grad_dO += P·Vt
-              detail::tile_ab_acc(mi, nj, d, P.data(), Vt + (kh + j0) * d, gdOi);
-            if (has_Kt && !row_sums)  // undoes dK = s·dSᵀ·Q in Q: grad_Q += dS·Kt
-              detail::tile_ab_acc(mi, nj, d, dS.data(), Kt + (kh + j0) * d, gQi);
+              Ei[i] += e;
+              Fi[i] += f;
+            }
+            if (row_sums) continue;
+            // S̄·K = X1 - E·X2 - F·X3: undoes S = s·Q·Kᵀ in Q (through P = softmax_rows(S))
+            detail::tile_ab_acc(mi, nj, d, C1.data(), Kj, X1.data());  // X1 += C1·K
+            detail::tile_ab_acc(mi, nj, d, P.data(), Kj, X3.data());   // X3 += P·K
+            if (has_G) {
+              detail::tile_ab_acc(mi, nj, d, PdP.data(), Kj, X2.data());  // X2 += (P∘dP)·K
+              // dP̄·V = (P∘G)·V - E·O: undoes dP = dO·Vᵀ in dO
+              detail::tile_ab_acc(mi, nj, d, PG.data(), V + (kh + j0) * d, Y1.data());
+            }
+            if (has_Kt)  // undoes dK = s·dSᵀ·Q in Q: X4 += dS·Kt
+              detail::tile_ab_acc(mi, nj, d, dS.data(), Kt + (kh + j0) * d, X4.data());
+            if (has_Vt)  // undoes dV = Pᵀ·dO in dO: Y2 += P·Vt
+              detail::tile_ab_acc(mi, nj, d, P.data(), Vt + (kh + j0) * d, Y2.data());
           }
 
-          // epilogue: F = Σ P∘(dP∘G + H) - (D + D')∘E: D' = D - dL from dS, D = Σ P∘dP from P̄'s E·dP
+          // epilogue: complete F, combine the affine pieces (an absent piece is a zero
+          // accumulator here: O(d) work per row, nothing per tile)
           for (int64_t i = 0; i < mi; ++i) {
-            if (has_Vt) Fi[i] += detail::dot(dO + (head + i0 + i) * d, gdOi + i * d, d);  // Σ P∘H
-            Fi[i] -= (T(2) * Di[i] + (dL ? dL[head + i0 + i] : T(0))) * Ei[i];
+            // F = Σ P∘(dP∘G + H) - (D + D')∘E: D' = D - dL from dS, D = Σ P∘dP from P̄'s E·dP
+            if (!from_sums) Fi[i] -= (T(2) * Di[i] + (dL ? dL[head + i0 + i] : T(0))) * Ei[i];
+            if (row_sums) continue;
+            const T e = from_sums ? T(0) : Ei[i], f = from_sums ? T(0) : Fi[i];  // from_sums: in X1, Y1
+            const int64_t r = head + i0 + i;
+            const T* Oi = O + r * d;
+            const T *x1 = X1.data() + i * d, *x2 = X2.data() + i * d, *x3 = X3.data() + i * d,
+                    *x4 = X4.data() + i * d, *y1 = Y1.data() + i * d, *y2 = Y2.data() + i * d;
+            T* gQi = gQ + r * d;
+            T* gdOi = gdO + r * d;
+            GG_OMP(simd)
+            for (int64_t k = 0; k < d; ++k) {
+              gQi[k] = s * (x1[k] - e * x2[k] - f * x3[k] + x4[k]);  // grad_Q = s·(S̄·K + dS·Kt)
+              gdOi[k] = y1[k] - e * Oi[k] + y2[k];                    // grad_dO = dP̄·V + P·Vt
+            }
           }
         }
-    // (implicit barrier: pass 2 reads every row's E and F)
+    // (implicit barrier: pass 2 reads every row's E and F; the row-sum stage has no pass 2)
 
-    // ---- pass 2: the four gradients, one (b, kv head, segment of key blocks) per task ----
+    // ---- pass 2: grad_K, grad_V, one (kv head, key block) per task ----
     GG_OMP(for collapse(3) schedule(dynamic, 1))
     for (int64_t b = 0; b < (row_sums ? 0 : B); ++b)
       for (int64_t hk = 0; hk < heads.Hkv; ++hk)
-        for (int64_t seg = 0; seg < segments; ++seg) {
-          // prologue: this segment's copies of grad_Q and grad_dO, zero over the group's query
-          // heads (the first holds pass 1's dS·Kt and P·Vt unless E and F were given)
+        for (int64_t kb = 0; kb < num_k_blocks; ++kb) {
+          // prologue: key rows [j0, j0 + nj); the query blocks that see them
           const int64_t kh = heads.kv_row(b, hk);
-          T* gQ_seg = seg == 0 ? gQ : gQ_extra.data() + (seg - 1) * rows * d;
-          T* gdO_seg = seg == 0 ? gdO : gdO_extra.data() + (seg - 1) * rows * d;
-          for (int64_t h = hk * heads.group; h < (hk + 1) * heads.group && (seg > 0 || from_sums); ++h) {
-            const int64_t first = heads.q_row(b, h) * d, last = (heads.q_row(b, h) + N) * d;
-            std::fill(gQ_seg + first, gQ_seg + last, T(0));
-            std::fill(gdO_seg + first, gdO_seg + last, T(0));
+          const int64_t j0 = kb * kBlockN;
+          const int64_t nj = std::min(kBlockN, vis.nk - j0);
+          T* gKj = X1.data();  // pass 1's accumulators, reused
+          T* gVj = Y1.data();
+          std::fill(gKj, gKj + nj * d, T(0));
+          std::fill(gVj, gVj + nj * d, T(0));
+          int64_t qb_first, qb_last;
+          vis.query_blocks(j0, nj, kBlockM, &qb_first, &qb_last);
+
+          // main loop: for every query head of the group, sweep query blocks [i0, i0 + mi)
+          const int64_t n_qb = qb_last - qb_first;
+          for (int64_t t = 0; t < heads.group * n_qb; ++t) {
+            const int64_t head = heads.q_row(b, hk * heads.group + t / n_qb);
+            const int64_t i0 = (qb_first + t % n_qb) * kBlockM;
+            const int64_t mi = std::min(kBlockM, N - i0);
+            score_tiles(head, kh, i0, mi, j0, nj);
+            const T* Di = D.data() + head + i0;
+            const T* Ei = E + head + i0;
+            const T* Fi = F + head + i0;
+
+            known_row_coefficients(mi, nj, Di, Ei, Fi);
+            const T* Sbar = C1.data();
+            const T* dPbar = PdP.data();
+            const T* Qi = Q + (head + i0) * d;
+            detail::tile_atb_acc(mi, nj, d, Sbar, Qi, gKj);  // undoes S = s·Q·Kᵀ: += S̄ᵀ·Q
+            if (has_Qt)  // undoes dQ = s·dS·K through K: += dSᵀ·Qt
+              detail::tile_atb_acc(mi, nj, d, dS.data(), Qt + (head + i0) * d, gKj);
+            if (has_G)  // undoes dP = dO·Vᵀ through V: grad_V += dP̄ᵀ·dO
+              detail::tile_atb_acc(mi, nj, d, dPbar, dO + (head + i0) * d, gVj);
           }
 
-          // main loop: the segment's key blocks [j0, j0 + nj), each sweeping the query blocks that see it
-          for (int64_t kb = seg; kb < num_k_blocks; kb += segments) {
-            const int64_t j0 = kb * kBlockN;
-            const int64_t nj = std::min(kBlockN, vis.nk - j0);
-            const T* Kj = K + (kh + j0) * d;
-            std::fill(gKj.begin(), gKj.begin() + nj * d, T(0));
-            std::fill(gVj.begin(), gVj.begin() + nj * d, T(0));
-            int64_t qb_first, qb_last;
-            vis.query_blocks(j0, nj, kBlockM, &qb_first, &qb_last);
-
-            // for every query head of the group, query blocks [i0, i0 + mi)
-            const int64_t n_qb = qb_last - qb_first;
-            for (int64_t t = 0; t < heads.group * n_qb; ++t) {
-              const int64_t head = heads.q_row(b, hk * heads.group + t / n_qb);
-              const int64_t i0 = (qb_first + t % n_qb) * kBlockM;
-              const int64_t mi = std::min(kBlockM, N - i0);
-              score_tiles(head, kh, i0, mi, j0, nj, has_H);
-              const T* Di = D.data() + head + i0;
-              const T* Ei = E + head + i0;
-              const T* Fi = F + head + i0;
-
-              // Coefficient tiles: S̄ = P∘(P̄ - F), dP̄ = P∘(G - E) and dS = P∘(dP - D).
-              for (int64_t i = 0; i < mi; ++i)
-                for (int64_t j = 0; j < nj; ++j) {
-                  const int64_t ij = i * kBlockN + j;
-                  T Pbar = 0;
-                  if (has_G) {  // undoes dS = P∘(dP - D), D = Σ P∘dP, in P and in dP
-                    dS[ij] = P[ij] * (dP[ij] - Di[i]);
-                    Pbar = (dP[ij] - Di[i]) * G[ij] - dP[ij] * Ei[i];  // P̄ = (dP - D)∘G - dP∘E
-                    dPbar[ij] = P[ij] * (G[ij] - Ei[i]);               // dP̄ = P∘(G - E)
-                  }
-                  if (has_H) Pbar += Hs[ij];            // undoes dV = Pᵀ·dO in P: P̄ += H
-                  Sbar[ij] = P[ij] * (Pbar - Fi[i]);    // undoes P = softmax_rows(S): S̄ = P∘(P̄ - F)
-                }
-
-              const T* Qi = Q + (head + i0) * d;
-              const T* dOi = dO + (head + i0) * d;
-              T* gQi = gQ_seg + (head + i0) * d;
-              T* gdOi = gdO_seg + (head + i0) * d;
-              // undoes S = s·Q·Kᵀ: grad_K += S̄ᵀ·Q, grad_Q += S̄·K
-              detail::tile_atb_acc(mi, nj, d, Sbar.data(), Qi, gKj.data());
-              detail::tile_ab_acc(mi, nj, d, Sbar.data(), Kj, gQi);
-              if (has_Qt)  // undoes dQ = s·dS·K through K: grad_K += dSᵀ·Qt
-                detail::tile_atb_acc(mi, nj, d, dS.data(), Qt + (head + i0) * d, gKj.data());
-              if (has_Kt && from_sums)  // undoes dK = s·dSᵀ·Q through Q: grad_Q += dS·Kt (else pass 1)
-                detail::tile_ab_acc(mi, nj, d, dS.data(), Kt + (kh + j0) * d, gQi);
-              if (has_G) {  // undoes dP = dO·Vᵀ: grad_V += dP̄ᵀ·dO, grad_dO += dP̄·V
-                detail::tile_atb_acc(mi, nj, d, dPbar.data(), dOi, gVj.data());
-                detail::tile_ab_acc(mi, nj, d, dPbar.data(), V + (kh + j0) * d, gdOi);
-              }
-              if (has_Vt && from_sums)  // undoes dV = Pᵀ·dO in dO: grad_dO += P·Vt (else pass 1)
-                detail::tile_ab_acc(mi, nj, d, P.data(), Vt + (kh + j0) * d, gdOi);
-            }
-
-            // key block epilogue: grad_K = s·(S̄ᵀ·Q + dSᵀ·Qt), grad_V as accumulated (0 without G)
-            T* gK_out = gK + (kh + j0) * d;
-            T* gV_out = gV + (kh + j0) * d;
-            for (int64_t x = 0; x < nj * d; ++x) {
-              gK_out[x] = s * gKj[x];
-              gV_out[x] = gVj[x];
-            }
+          // epilogue: grad_K = s·(S̄ᵀ·Q + dSᵀ·Qt), grad_V as accumulated (0 without G)
+          T* gK_out = gK + (kh + j0) * d;
+          T* gV_out = gV + (kh + j0) * d;
+          for (int64_t x = 0; x < nj * d; ++x) {
+            gK_out[x] = s * gKj[x];
+            gV_out[x] = gVj[x];
           }
         }
-    // (implicit barrier: pass 3 reads every segment)
-
-    // ---- pass 3: grad_Q = s·(S̄·K + dS·Kt), grad_dO = dP̄·V + P·Vt, the segments summed in order ----
-    GG_OMP(for)
-    for (int64_t r = 0; r < (row_sums ? 0 : rows); ++r) {
-      T* gQ_r = gQ + r * d;
-      T* gdO_r = gdO + r * d;
-      for (int64_t seg = 1; seg < segments; ++seg) {
-        detail::axpy(T(1), gQ_extra.data() + ((seg - 1) * rows + r) * d, gQ_r, d);
-        detail::axpy(T(1), gdO_extra.data() + ((seg - 1) * rows + r) * d, gdO_r, d);
-      }
-      GG_OMP(simd)
-      for (int64_t k = 0; k < d; ++k) gQ_r[k] *= s;
-    }
   }
   if (gdL) std::copy(E, E + rows, gdL);  // ∂ℒ/∂dL = Σ_j P∘G = E: dL enters as D - dL
 }
