@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include <Eigen/Core>
 #if defined(_OPENMP)
@@ -40,6 +41,12 @@ inline constexpr int64_t kBlockM = 64;  // query rows per block
 inline constexpr int64_t kBlockN = 64;  // key rows per block
 
 using kernels::AttentionShape;  // kernels/params.h
+
+// Scratch memory of the kernels, aligned to Eigen's packet size. Eigen handles an unaligned head
+// of a buffer with scalar code before its packets, so with buffers wherever malloc put them the
+// summation order, and the last bits of every result, would change from call to call.
+template <typename T>
+using Scratch = std::vector<T, Eigen::aligned_allocator<T>>;
 
 // O = softmax(s*Q*K^T + mask) * V, L = row logsumexp of the masked scaled scores (natural log;
 // -inf and O = 0 for a row that sees no key). In the comments below K-shaped means (B, Hkv, Nk, d).

@@ -36,7 +36,7 @@ void attention_bwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
   const detail::Heads heads(p);
   const int64_t num_k_blocks = detail::num_blocks(vis.nk, kBlockN);
   [[maybe_unused]] const bool par = detail::worth_threads(p);
-  std::vector<T> D(B * H * N);  // (B, H, N)
+  Scratch<T> D(B * H * N);  // (B, H, N)
 
   // ---- phase 1: D = rowsum(dO∘O) ----
   GG_OMP(parallel for collapse(2) if (par))
@@ -48,10 +48,10 @@ void attention_bwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
     }
 
   GG_OMP(parallel if (par)) {
-    std::vector<T> P(kBlockM * kBlockN);   // exp(S - L), 0 where masked
-    std::vector<T> dS(kBlockM * kBlockN);  // dP, then P∘(dP - D) in place
-    std::vector<T> acc_a(std::max(kBlockM, kBlockN) * d);  // dK (phase 2) or dQ (phase 3)
-    std::vector<T> acc_b(kBlockN * d);                     // dV (phase 2)
+    Scratch<T> P(kBlockM * kBlockN);   // exp(S - L), 0 where masked
+    Scratch<T> dS(kBlockM * kBlockN);  // dP, then P∘(dP - D) in place
+    Scratch<T> acc_a(std::max(kBlockM, kBlockN) * d);  // dK (phase 2) or dQ (phase 3)
+    Scratch<T> acc_b(kBlockN * d);                     // dV (phase 2)
 
     // Recomputes the tile (query rows [i0, i0 + mi) of the query head starting at row `qh`, key
     // rows [j0, j0 + nj) of the kv head starting at row `kh`):

@@ -74,7 +74,7 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
   const int64_t num_q_blocks = detail::num_blocks(N, kBlockM);
   const int64_t num_k_blocks = detail::num_blocks(vis.nk, kBlockN);
   [[maybe_unused]] const bool par = detail::worth_threads(p);
-  std::vector<T> D(rows), E_own(stage == BobStage::kWhole ? rows : 0), F_own(E_own.size());  // (B, H, N)
+  Scratch<T> D(rows), E_own(stage == BobStage::kWhole ? rows : 0), F_own(E_own.size());  // (B, H, N)
   T* const E = E_own.empty() ? E_io : E_own.data();  // the stages' E and F are the caller's
   T* const F = F_own.empty() ? F_io : F_own.data();
 
@@ -86,15 +86,15 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
     const int64_t tile = kBlockM * kBlockN;
     const int64_t acc_rows = std::max(kBlockM, kBlockN);
     // Recomputed tiles.
-    std::vector<T> P(tile), dP(tile), G(tile), Hs(tile);  // Hs: the tile of H = dO·Vtᵀ
+    Scratch<T> P(tile), dP(tile), G(tile), Hs(tile);  // Hs: the tile of H = dO·Vtᵀ
     // Coefficient tiles, each multiplied into a block of rows.
-    std::vector<T> C1(tile);   // pass 1: P∘((dP - D)∘G + H);  pass 2 (and E, F given): S̄
-    std::vector<T> PdP(tile);  // pass 1: P∘dP;                pass 2 (and E, F given): dP̄
-    std::vector<T> dS(tile);   // P∘(dP - D)
-    std::vector<T> PG(tile);   // P∘G
+    Scratch<T> C1(tile);   // pass 1: P∘((dP - D)∘G + H);  pass 2 (and E, F given): S̄
+    Scratch<T> PdP(tile);  // pass 1: P∘dP;                pass 2 (and E, F given): dP̄
+    Scratch<T> dS(tile);   // P∘(dP - D)
+    Scratch<T> PG(tile);   // P∘G
     // Row-block accumulators.
-    std::vector<T> X1(acc_rows * d), X2(acc_rows * d), X3(acc_rows * d), X4(acc_rows * d);
-    std::vector<T> Y1(acc_rows * d), Y2(acc_rows * d);
+    Scratch<T> X1(acc_rows * d), X2(acc_rows * d), X3(acc_rows * d), X4(acc_rows * d);
+    Scratch<T> Y1(acc_rows * d), Y2(acc_rows * d);
 
     // Recomputes, for query rows [i0, i0 + mi) of the query head starting at row `head` and key
     // rows [j0, j0 + nj) of the kv head starting at row `kh`, P always, dP and G when has_G, H

@@ -39,10 +39,10 @@ void attention_fwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
   [[maybe_unused]] const bool par = detail::worth_threads(p);
 
   GG_OMP(parallel if (par)) {
-    std::vector<T> S(kBlockM * kBlockN);  // scores, then probabilities exp(S - m)
-    std::vector<T> acc(kBlockM * d);      // Σ_j exp(S_ij - m_i)·V_j
-    std::vector<T> m(kBlockM);            // running row max
-    std::vector<T> l(kBlockM);            // running row sum of exp(S - m)
+    Scratch<T> S(kBlockM * kBlockN);  // scores, then probabilities exp(S - m)
+    Scratch<T> acc(kBlockM * d);      // Σ_j exp(S_ij - m_i)·V_j
+    Scratch<T> m(kBlockM);            // running row max
+    Scratch<T> l(kBlockM);            // running row sum of exp(S - m)
 
     GG_OMP(for collapse(3) schedule(dynamic, 1))
     for (int64_t b = 0; b < B; ++b)
