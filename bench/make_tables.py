@@ -420,6 +420,27 @@ def eval_cells(run, model):
             if r.get("phase") == "eval" and r.get("model") == model}
 
 
+def diverged(run, model, k):
+    """'n of T': the held-out tasks on which SGD diverged for one model and K (left out of its
+    means); '0' when none did, '—' when the run did not record it."""
+    for r in run["records"]:
+        if r.get("phase") == "eval" and r.get("model") == model and r.get("K") == k:
+            return "—" if "diverged" not in r else f"{r['diverged']} of {r['tasks']}" if r["diverged"] else "0"
+    return "—"
+
+
+def eval_table(run, models):
+    """The evaluation table of `models` ((record name, shown name)): MSE ± CI after 0 / 1 / 5 / 10
+    steps, and the tasks on which SGD diverged, per K."""
+    body = []
+    for model, name in models:
+        cells = eval_cells(run, model)
+        for k in sorted({k for k, _ in cells}):
+            body.append([name, k] + [f"{cells[(k, s)][0]:.3f} ± {cells[(k, s)][1]:.3f}" if (k, s) in cells else "—"
+                                     for s in (0, 1, 5, 10)] + [diverged(run, model, k)])
+    return table(["model", "K", "0 steps", "1 step", "5 steps", "10 steps", "SGD diverged"], body, "lrrrrrr")
+
+
 NOT_RECORDED = "Not recorded yet: `python3 bench/make_tables.py --record {run} OUT/metrics.jsonl --command ...` after the run."
 # maml_sine's recorded runs, in the order of the tables, with their names there.
 MAML_SINE_RUNS = [("maml_sine_full", "`--full`, second order, 70,000 it."),
@@ -449,13 +470,7 @@ def maml_sine_table_block(runs):
     out = run_header(run["meta"]) + ["", f"Seed {cfg.get('seed', '?')}, f32, {cfg.get('iterations', 0):,} "
                                      f"meta-iterations; mean MSE ± 95% CI on {cfg.get('eval_tasks', '?')} "
                                      "held-out tasks:", ""]
-    body = []
-    for model, name in (("maml", "MAML"), ("pretrained", "pretrained")):
-        cells = eval_cells(run, model)
-        for k in sorted({k for k, _ in cells}):
-            body.append([name, k] + [f"{cells[(k, s)][0]:.3f} ± {cells[(k, s)][1]:.3f}" if (k, s) in cells else "—"
-                                     for s in (0, 1, 5, 10)])
-    out += table(["model", "K", "0 steps", "1 step", "5 steps", "10 steps"], body, "lrrrrr")
+    out += eval_table(run, (("maml", "MAML"), ("pretrained", "pretrained")))
     if ended(run):
         out += ["", f"The run stopped: `{ended(run)}`."]
     return out
@@ -464,8 +479,11 @@ def maml_sine_table_block(runs):
 def maml_sine_k5_block(runs):
     notes = []
 
-    def three(cells):
-        return " / ".join(f"{cells[(5, s)][0]:.2f}" if (5, s) in cells else "—" for s in (1, 5, 10))
+    def three(run, model):
+        cells = eval_cells(run, model)
+        out = " / ".join(f"{cells[(5, s)][0]:.2f}" if (5, s) in cells else "—" for s in (1, 5, 10))
+        n = diverged(run, model, 5)
+        return out + (f" (SGD diverged on {n} tasks)" if n not in ("0", "—") else "")
     body = [["Finn et al. 2017", " / ".join(f"{v:.2f}" for v in FINN_K5["maml"]),
              " / ".join(f"{v:.2f}" for v in FINN_K5["pretrained"])]]
     for name, label in MAML_SINE_RUNS:
@@ -475,11 +493,11 @@ def maml_sine_k5_block(runs):
         if ended(run):
             notes.append(ended(run))
             label += f" ({'¹²³'[len(notes) - 1]})"
-        body.append([label, three(eval_cells(run, "maml")), three(eval_cells(run, "pretrained"))])
+        body.append([label, three(run, "maml"), three(run, "pretrained")])
     out = table(["run (seed 0)", "MAML 1 / 5 / 10 steps", "pretrained 1 / 5 / 10 steps"], body, "lrr")
     for i, note in enumerate(notes):
-        out += ["", f"{'¹²³'[i]} A cell shown as — is not finite: `{note}`; the run ended after its evaluation "
-                "with exit code 1."]
+        out += ["", f"{'¹²³'[i]} The run ended after its evaluation with exit code 1: `{note}`; a cell shown as — is "
+                "not finite."]
     return out
 
 
@@ -527,12 +545,7 @@ def maml_attention_block(runs):
                                      f"attention: {', '.join(times)}, evaluation {summary.get('eval_s', 0):.1f} s; "
                                      f"final meta-loss {record_of(run, 'maml')['loss']:.3f}. Query MSE ± 95% CI on "
                                      f"{cfg.get('eval_tasks', '?')} held-out tasks:", ""]
-    body = []
-    for model in ("MAML", "in-context", "joint", "random init"):
-        cells = eval_cells(run, model)
-        for k in sorted({k for k, _ in cells}):
-            body.append([model, k] + [f"{cells[(k, s)][0]:.3f} ± {cells[(k, s)][1]:.3f}" for s in (0, 1, 5, 10)])
-    return out + table(["model", "K", "0 steps", "1 step", "5 steps", "10 steps"], body, "lrrrrr")
+    return out + eval_table(run, [(m, m) for m in ("MAML", "in-context", "joint", "random init")])
 
 
 # ttt_e2e's settings, in the order of its table, with their names there.

@@ -14,6 +14,13 @@ each iteration, like the C++ example. Prints one JSON line:
   {"impl": "torch", "device": "cuda", "order": "second", "ms_per_iter": ..., ...}
 
 usage: python3 bench/maml_sine_torch.py --device cuda [--iterations 500] [--warmup 50]
+
+--evaluate adds the example's evaluation to the JSON line ("eval"): after training, 600 held-out
+tasks (their own generator, seed 2017) are fine-tuned with plain SGD (alpha = 0.01) on K = 5, 10,
+20 support points, with the query MSE over 100 points after 0 / 1 / 5 / 10 steps, over the
+tasks on which SGD did not diverge, and the count of those on which it did (support loss after
+the last step not below the first, or not finite), the rule of examples/maml_sine/report.h.
+`--warmup 0 --iterations 70000 --evaluate` is the paper's schedule.
 """
 import argparse
 import json
@@ -27,13 +34,14 @@ META_BATCH, SHOTS = 25, 10
 INNER_LR, META_LR = 0.01, 1e-3
 
 
-def sample_batch(gen, device, tasks=META_BATCH, n=SHOTS):
-    """Support and query sets, each x, y of shape (T, n, 1), for `tasks` random sinusoids."""
+def sample_batch(gen, device, tasks=META_BATCH, n=SHOTS, n_query=None):
+    """Support and query sets, x, y of shape (T, n, 1) and (T, n_query or n, 1), for `tasks` random
+    sinusoids."""
     amp = 0.1 + 4.9 * torch.rand(tasks, 1, 1, generator=gen)
     phase = math.pi * torch.rand(tasks, 1, 1, generator=gen)
     out = []
-    for _ in range(2):  # support, query
-        x = -5.0 + 10.0 * torch.rand(tasks, n, 1, generator=gen)
+    for points in (n, n_query or n):  # support, query
+        x = -5.0 + 10.0 * torch.rand(tasks, points, 1, generator=gen)
         out.append((x.to(device), (amp * torch.sin(x - phase)).to(device)))
     return out
 
@@ -63,6 +71,34 @@ def meta_loss(shared, support, query, second_order):
     return torch.nn.functional.mse_loss(forward(adapted, query[0]), query[1])
 
 
+EVAL_TASKS, EVAL_QUERY, EVAL_SHOTS, EVAL_STEPS = 600, 100, (5, 10, 20), (0, 1, 5, 10)
+
+
+def evaluate(shared, device):
+    """{"K5": {"mse": [after 0, 1, 5, 10 steps], "diverged": n, "tasks": 600}, ...}."""
+    gen = torch.Generator().manual_seed(2017)
+    (sx, sy), (qx, qy) = sample_batch(gen, device, EVAL_TASKS, max(EVAL_SHOTS), EVAL_QUERY)
+    out = {}
+    for k in EVAL_SHOTS:
+        x, y = sx[:, :k], sy[:, :k]
+        params = [p.detach().expand(EVAL_TASKS, *p.shape).clone() for p in shared]
+        per_task = lambda p, xs, ys: ((forward(p, xs) - ys) ** 2).mean((1, 2))  # noqa: E731
+        query, first = [], per_task(params, x, y).detach()
+        for step in range(max(EVAL_STEPS) + 1):
+            if step in EVAL_STEPS:
+                query.append(per_task(params, qx, qy).detach())
+            if step == max(EVAL_STEPS):
+                break
+            params = [p.requires_grad_() for p in params]
+            grads = torch.autograd.grad(per_task(params, x, y).sum(), params)
+            params = [(p - INNER_LR * g).detach() for p, g in zip(params, grads)]
+        last = per_task(params, x, y).detach()
+        kept = torch.isfinite(last) & (last < first)
+        out[f"K{k}"] = {"mse": [q[kept].mean().item() for q in query], "diverged": int((~kept).sum()),
+                        "tasks": EVAL_TASKS}
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"])
@@ -71,6 +107,7 @@ def main():
     ap.add_argument("--first-order", action="store_true", help="detach the inner gradient (FOMAML)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    ap.add_argument("--evaluate", action="store_true", help="evaluate on held-out tasks after training")
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda but torch.cuda.is_available() is False")
@@ -115,6 +152,7 @@ def main():
         "warmup": args.warmup, "iterations": args.iterations,
         "ms_per_iter": 1e3 * elapsed / args.iterations,
         "final_meta_loss": loss.item(),
+        **({"eval": evaluate(params, device)} if args.evaluate else {}),
     }))
 
 

@@ -25,9 +25,15 @@
 
 namespace examples {
 
-class NonFiniteMetric : public std::runtime_error {
+// A result that fails the run (exit code 1 from examples::run_checked): a non-finite metric, or
+// a finite one outside what the example accepts (Metrics::fail).
+class MetricFailure : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+class NonFiniteMetric : public MetricFailure {
+ public:
+  using MetricFailure::MetricFailure;
 };
 
 namespace detail {
@@ -88,12 +94,16 @@ class Metrics {
     try {
       check_finite(record);
     } catch (const NonFiniteMetric& e) {
-      const double time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-      out_ << nlohmann::json{{"phase", "error"}, {"error", e.what()}, {"time_s", time_s}}.dump() << "\n" << std::flush;
+      write_error(e.what());
       throw;
     }
   }
 
+  // Writes the error record for `message` and throws MetricFailure with it.
+  [[noreturn]] void fail(const std::string& message) {
+    write_error(message);
+    throw MetricFailure(message);
+  }
   // A training record; `extra` adds keys such as "lr" or "grad_norm".
   void train(const std::string& phase, int step, double loss, double time_s,
              const nlohmann::json& extra = nlohmann::json::object()) {
@@ -107,6 +117,11 @@ class Metrics {
   const std::string& path() const { return path_; }
 
  private:
+  void write_error(const std::string& message) {
+    const double time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    out_ << nlohmann::json{{"phase", "error"}, {"error", message}, {"time_s", time_s}}.dump() << "\n" << std::flush;
+  }
+
   std::string path_;
   std::ofstream out_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();

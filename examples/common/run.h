@@ -15,13 +15,13 @@
 namespace examples {
 
 // Runs `run` (no arguments, returns the exit code) and turns an exception into a message on
-// stderr and an exit code: 1 for a non-finite metric (common/metrics.h), a failed result like
-// any failed check; 2 for any other error.
+// stderr and an exit code: 1 for a failed metric (common/metrics.h: non-finite, or rejected by
+// the example), a failed result like any failed check; 2 for any other error.
 template <typename Run>
 int run_checked(Run&& run) {
   try {
     return run();
-  } catch (const NonFiniteMetric& e) {
+  } catch (const MetricFailure& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
   } catch (const gg::Error& e) {

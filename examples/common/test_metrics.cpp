@@ -1,6 +1,8 @@
 // The examples' shared check of their metrics (common/metrics.h, common/run.h): a record with a
 // NaN or ±inf ends the run with a message that names the metric and where it came from, and
-// exit code 1; metrics.jsonl gets an error record with that message instead of the record.
+// exit code 1; metrics.jsonl gets an error record with that message instead of the record. And
+// the MAML examples' evaluation (maml_sine/report.h): tasks on which SGD diverged are counted and
+// left out of the means, and too many of them end the run the same way.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +15,7 @@
 
 #include "common/metrics.h"
 #include "common/run.h"
+#include "maml_sine/report.h"
 
 namespace {
 
@@ -97,6 +100,68 @@ TEST(Metrics, CheckWritesOnlyTheError) {
   ASSERT_EQ(lines.size(), 2u);  // the header, the error
   EXPECT_EQ(lines[1]["error"], "non-finite metric: grad_norm = inf (phase meta, step 2)");
   std::filesystem::remove_all(dir);
+}
+
+TEST(Metrics, FailWritesTheErrorAndThrows) {
+  const std::filesystem::path dir = scratch_dir("fail");
+  {
+    examples::Metrics metrics(dir.string(), "test", {{"seed", 0}});
+    EXPECT_THROW(metrics.fail("too many diverged"), examples::MetricFailure);
+  }
+  const std::vector<nlohmann::json> lines = read_lines((dir / "metrics.jsonl").string());
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[1]["phase"], "error");
+  EXPECT_EQ(lines[1]["error"], "too many diverged");
+  std::filesystem::remove_all(dir);
+}
+
+// Four tasks, two steps recorded: task 1's support loss went up, task 3's overflowed.
+TEST(FineTuningSummary, LeavesOutAndCountsTheTasksWhereSgdDiverged) {
+  const std::vector<std::vector<double>> query = {{1.0, 2.0, 3.0, 4.0}, {0.5, 50.0, 1.5, kInf}};
+  const maml::EvalRow row = maml::summarize_fine_tuning(query, {1.0, 1.0, 1.0, 1.0}, {0.1, 1.5, 0.2, kInf});
+  EXPECT_EQ(row.tasks, 4);
+  EXPECT_EQ(row.diverged, 2);
+  ASSERT_EQ(row.steps.size(), 2u);
+  EXPECT_DOUBLE_EQ(row.steps[0].mean, 2.0);  // tasks 0 and 2
+  EXPECT_DOUBLE_EQ(row.steps[1].mean, 1.0);
+  // A loss that did not change has not gone down; NaN has diverged.
+  EXPECT_EQ(maml::summarize_fine_tuning({{1.0, 1.0}}, {1.0, 1.0}, {1.0, std::nan("")}).diverged, 2);
+}
+
+// One model's table: every row from `row`.
+std::vector<std::pair<const char*, maml::EvalTable>> one_model(const maml::EvalRow& row) {
+  return {{"maml", maml::EvalTable(maml::kEvalShots.size(), row)}};
+}
+
+maml::EvalRow row_with(int64_t tasks, int64_t diverged) {
+  maml::EvalRow row;
+  row.tasks = tasks;
+  row.diverged = diverged;
+  row.steps.assign(maml::kEvalSteps.size(), {0.5, 0.1, 0.05});
+  return row;
+}
+
+TEST(FineTuningSummary, AFewDivergedTasksAreLoggedAndMoreEndTheRun) {
+  const std::filesystem::path dir = scratch_dir("diverged");
+  {
+    examples::Metrics metrics(dir.string(), "test", {{"seed", 0}});
+    maml::log_tables(metrics, one_model(row_with(600, 30)), "maml");      // 5%: a few
+    maml::log_tables(metrics, one_model(row_with(8, 4)), "maml");         // too few tasks for a share
+    maml::log_tables(metrics, one_model(row_with(600, 300)), "another");  // a baseline: reported only
+    try {
+      maml::log_tables(metrics, one_model(row_with(600, 31)), "maml");
+      ADD_FAILURE() << "31 of 600 diverged tasks did not end the run";
+    } catch (const examples::MetricFailure& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "SGD diverged on 31 of 600 held-out tasks (model maml, K 5), more than 5% of them");
+    }
+  }
+  const std::vector<nlohmann::json> lines = read_lines((dir / "metrics.jsonl").string());
+  const size_t cells = maml::kEvalShots.size() * maml::kEvalSteps.size();
+  ASSERT_EQ(lines.size(), 1 + 4 * cells + 1);  // the header, the four tables' cells, the error
+  EXPECT_EQ(lines[1]["diverged"], 30);
+  EXPECT_EQ(lines[1]["tasks"], 600);
+  EXPECT_EQ(lines.back()["phase"], "error");
 }
 
 TEST(RunChecked, ANonFiniteMetricIsExitCode1WithItsMessage) {

@@ -401,8 +401,9 @@ EvalSet make_eval_set(int64_t count) {
   return e;
 }
 
-// table[k][s]: query MSE over tasks with K = kEvalShots[k] after kEvalSteps[s] SGD steps. The 100
-// query points go in sequences of kQueries targets, as in training.
+// table[k]: query MSE over tasks with K = kEvalShots[k] after each of kEvalSteps SGD steps, and the
+// tasks on which SGD diverged (maml_sine/report.h). The 100 query points go in sequences of
+// kQueries targets, as in training.
 using maml::EvalTable;
 
 EvalTable evaluate(const Config& cfg, const Regressor& net, const Params& params, const EvalSet& eval,
@@ -411,12 +412,15 @@ EvalTable evaluate(const Config& cfg, const Regressor& net, const Params& params
   for (int64_t K : kEvalShots) {
     const mattn::HostPoints support = mattn::first_points(eval.support, K);
     const Episode e = mattn::make_episode(support, eval.query, kQueries, gg::DType::f32, cfg.device, labels_visible);
-    std::vector<maml::MeanCI> row;
+    std::vector<std::vector<double>> query_mse;
+    std::vector<double> support_first, support_last;
     mattn::fine_tune(net, params, e.support, cfg.inner_lr, kEvalSteps.back(), [&](int step, const Params& p) {
       if (std::find(kEvalSteps.begin(), kEvalSteps.end(), step) != kEvalSteps.end())
-        row.push_back(maml::mean_ci95(mattn::per_task_mse(net, p, e.query)));
+        query_mse.push_back(mattn::per_task_mse(net, p, e.query));
+      if (step == 0) support_first = mattn::per_task_mse(net, p, e.support);
+      if (step == kEvalSteps.back()) support_last = mattn::per_task_mse(net, p, e.support);
     });
-    table.push_back(row);
+    table.push_back(maml::summarize_fine_tuning(query_mse, support_first, support_last));
   }
   return table;
 }
@@ -526,7 +530,7 @@ int run_training(const Config& cfg, examples::Metrics& metrics) {
   for (int st : kEvalSteps) std::printf("   %8d step%s", st, st == 1 ? " " : "s");
   std::printf("\n");
   for (const auto& t : tables) print_table(t.first, t.second);
-  log_tables(metrics, tables);  // after printing: a non-finite cell ends the run here
+  log_tables(metrics, tables, "MAML");  // after printing: a non-finite cell ends the run here
   const std::string plot = make_plot(cfg, {{&runs[0], "MAML: after 1 inner SGD step", "#aec7e8", "#1f77b4"},
                                            {&runs[1], "in-context: no inner step", "#ffbb78", "#ff7f0e"},
                                            {&runs[2], "joint: no inner step, labels hidden", "#98df8a", "#2ca02c"}});

@@ -299,20 +299,24 @@ EvalSet make_eval_set(int64_t count, gg::Device device) {
   return e;
 }
 
-// results[k][s]: mean query MSE over tasks, with K = kEvalShots[k], after kEvalSteps[s] steps.
+// table[k]: query MSE over tasks with K = kEvalShots[k] after each of kEvalSteps, and the tasks
+// on which SGD diverged (report.h).
 using maml::EvalTable;
 
 EvalTable evaluate(const maml::Net& net, const EvalSet& eval) {
   const Params params = net.named_parameters();
   EvalTable table;
   for (int64_t K : kEvalShots) {
-    std::vector<maml::MeanCI> row;
-    maml::fine_tune(net, params, maml::first_points(eval.support, K), kInnerLr, kEvalSteps.back(),
-                    [&](int step, const Params& p) {
-                      if (std::find(kEvalSteps.begin(), kEvalSteps.end(), step) != kEvalSteps.end())
-                        row.push_back(maml::mean_ci95(maml::per_task_mse(net, p, eval.query)));
-                    });
-    table.push_back(row);
+    const Points support = maml::first_points(eval.support, K);
+    std::vector<std::vector<double>> query_mse;
+    std::vector<double> support_first, support_last;
+    maml::fine_tune(net, params, support, kInnerLr, kEvalSteps.back(), [&](int step, const Params& p) {
+      if (std::find(kEvalSteps.begin(), kEvalSteps.end(), step) != kEvalSteps.end())
+        query_mse.push_back(maml::per_task_mse(net, p, eval.query));
+      if (step == 0) support_first = maml::per_task_mse(net, p, support);
+      if (step == kEvalSteps.back()) support_last = maml::per_task_mse(net, p, support);
+    });
+    table.push_back(maml::summarize_fine_tuning(query_mse, support_first, support_last));
   }
   return table;
 }
@@ -441,9 +445,8 @@ int run(const Config& cfg) {
   std::printf("\n");
   print_table("MAML", maml_table);
   print_table("pretrained", pre_table);
-  log_tables(metrics, {{"maml", maml_table}, {"pretrained", pre_table}});  // a non-finite cell ends the run here
-  std::printf("\nreference (the issue, for Finn et al. 2017): \"for K = 5, MSE 0.67 / 0.38 / 0.35 after 1 / 5 / 10 "
-              "steps (pretrained baseline 2.41 / 2.23 / 2.19)\"\n");
+  log_tables(metrics, {{"maml", maml_table}, {"pretrained", pre_table}}, "maml");  // a non-finite cell ends the run here
+  std::printf("\nreference: Finn et al. 2017, K = 5, MSE after 1 / 5 / 10 steps\n");
   std::printf("  %-11s K = %-3d   %14s   %14.2f   %14.2f   %14.2f\n", "MAML", 5, "-", 0.67, 0.38, 0.35);
   std::printf("  %-11s K = %-3d   %14s   %14.2f   %14.2f   %14.2f\n\n", "pretrained", 5, "-", 2.41, 2.23, 2.19);
 

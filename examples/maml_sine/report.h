@@ -31,30 +31,84 @@ using examples::shell_quote;
 const std::vector<int64_t> kEvalShots = {5, 10, 20};  // K
 const std::vector<int> kEvalSteps = {0, 1, 5, 10};     // inner SGD steps
 
-// table[k][s]: the summary for K = kEvalShots[k] after kEvalSteps[s] steps.
-using EvalTable = std::vector<std::vector<MeanCI>>;
+// Plain SGD with a fixed step size diverges on a task whose support loss is too sharp for it
+// (step size × the largest Hessian eigenvalue above 2): with K = 5 points a few held-out tasks
+// can be such tasks, for gradgrad and PyTorch alike. A task has diverged when its support loss
+// after the last step is not below its loss before the first (or not finite). Its query MSE
+// would dominate the mean, so the means are over the other tasks and the diverged ones are
+// counted beside them. For the model meta-trained to be fine-tuned this way, more than
+// kMaxDivergedShare of at least kMinTasksForShare tasks ends the run like a non-finite metric (a
+// model or a library that is wrong, not a few sharp tasks); a baseline not trained for SGD steps
+// may diverge on many tasks, and a smaller evaluation (a smoke run's) only reports its count.
+constexpr double kMaxDivergedShare = 0.05;
+constexpr int64_t kMinTasksForShare = 100;
+
+// One K: summaries after each of kEvalSteps over the tasks that did not diverge.
+struct EvalRow {
+  std::vector<MeanCI> steps;  // [s]: after kEvalSteps[s] steps
+  int64_t tasks = 0;          // held-out tasks
+  int64_t diverged = 0;       // of which SGD diverged (left out of `steps`)
+};
+// table[k]: the row for K = kEvalShots[k].
+using EvalTable = std::vector<EvalRow>;
+
+// query_mse[s][t]: task t's query MSE after kEvalSteps[s] steps; support_first / support_last:
+// each task's support loss before the first step and after the last.
+inline EvalRow summarize_fine_tuning(const std::vector<std::vector<double>>& query_mse,
+                                     const std::vector<double>& support_first, const std::vector<double>& support_last) {
+  EvalRow row;
+  row.tasks = static_cast<int64_t>(support_first.size());
+  std::vector<bool> kept(support_first.size());
+  for (size_t t = 0; t < kept.size(); ++t) {
+    kept[t] = std::isfinite(support_last[t]) && support_last[t] < support_first[t];
+    row.diverged += kept[t] ? 0 : 1;
+  }
+  for (const std::vector<double>& per_task : query_mse) {
+    std::vector<double> v;
+    for (size_t t = 0; t < kept.size(); ++t)
+      if (kept[t]) v.push_back(per_task[t]);
+    row.steps.push_back(v.empty() ? MeanCI{NAN, NAN, NAN} : mean_ci95(v));
+  }
+  return row;
+}
 
 inline void print_table(const char* model, const EvalTable& t) {
   for (size_t k = 0; k < kEvalShots.size(); ++k) {
     std::printf("  %-11s K = %-3lld", model, static_cast<long long>(kEvalShots[k]));
-    for (const MeanCI& m : t[k]) std::printf("   %6.3f ± %5.3f", m.mean, m.ci95);
+    for (const MeanCI& m : t[k].steps) std::printf("   %6.3f ± %5.3f", m.mean, m.ci95);
+    if (t[k].diverged > 0)
+      std::printf("   (SGD diverged on %lld of %lld tasks)", static_cast<long long>(t[k].diverged),
+                  static_cast<long long>(t[k].tasks));
     std::printf("\n");
   }
 }
 
-// Logs every cell of every model's table; a non-finite cell is logged as an error record
-// (common/metrics.h), and after the last cell the first one's NonFiniteMetric ends the run.
-inline void log_tables(examples::Metrics& metrics, const std::vector<std::pair<const char*, EvalTable>>& tables) {
+// Logs every cell of every model's table with its row's task counts; a non-finite cell is logged
+// as an error record (common/metrics.h), and after the last cell the first one's NonFiniteMetric
+// ends the run; so does a row of the model `meta_trained` where SGD diverged on too many tasks
+// (kMaxDivergedShare, Metrics::fail).
+inline void log_tables(examples::Metrics& metrics, const std::vector<std::pair<const char*, EvalTable>>& tables,
+                       const std::string& meta_trained) {
   std::exception_ptr first_non_finite;
+  std::string too_many_diverged;
   for (const auto& [model, t] : tables)
-    for (size_t k = 0; k < kEvalShots.size(); ++k)
+    for (size_t k = 0; k < kEvalShots.size(); ++k) {
       for (size_t s = 0; s < kEvalSteps.size(); ++s) try {
           metrics.write({{"phase", "eval"}, {"model", model}, {"K", kEvalShots[k]}, {"inner_steps", kEvalSteps[s]},
-                         {"mse", t[k][s].mean}, {"ci95", t[k][s].ci95}});
+                         {"mse", t[k].steps[s].mean}, {"ci95", t[k].steps[s].ci95}, {"tasks", t[k].tasks},
+                         {"diverged", t[k].diverged}});
         } catch (const examples::NonFiniteMetric&) {
           if (!first_non_finite) first_non_finite = std::current_exception();
         }
+      if (too_many_diverged.empty() && model == meta_trained && t[k].tasks >= kMinTasksForShare &&
+          t[k].diverged > kMaxDivergedShare * static_cast<double>(t[k].tasks))
+        too_many_diverged = "SGD diverged on " + std::to_string(t[k].diverged) + " of " +
+                            std::to_string(t[k].tasks) + " held-out tasks (model " + model + ", K " +
+                            std::to_string(kEvalShots[k]) + "), more than " +
+                            std::to_string(static_cast<int>(100 * kMaxDivergedShare)) + "% of them";
+    }
   if (first_non_finite) std::rethrow_exception(first_non_finite);
+  if (!too_many_diverged.empty()) metrics.fail(too_many_diverged);
 }
 
 // ---------------------------------------------------------------------------- plot
