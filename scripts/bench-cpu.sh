@@ -3,15 +3,17 @@
 # builds bench_attention_cpu (CPU-only, the default native build, in build-bench-cpu/), then runs
 # it and bench/attention_cpu_torch.py (PyTorch's math-backend chain) alternately, GG_BENCH_ROUNDS
 # rounds (default 2), both on GG_BENCH_THREADS threads (default 2), f32, B 1, H 1, d 64,
-# N 1024 and 4096, full and causal. Writes bench/results/attention_cpu.jsonl and regenerates
-# docs/benchmarks.md (bench/make_tables.py); the table is printed last.
+# N 1024 and 4096, full and causal; and, alternately in the same rounds, the second-order MAML
+# meta-iteration of examples/maml_sine (2000 meta-iterations) beside its PyTorch twin
+# (bench/maml_sine_torch.py, 1000 after 50 of warm-up). Writes bench/results/attention_cpu.jsonl
+# and regenerates docs/benchmarks.md (bench/make_tables.py); the tables are printed last.
 # Needs python3 with torch (pip install torch).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 GG_BUILD="$GG_ROOT/build-bench-cpu"
 gg_install_deps
-gg_configure -DGG_CUDA=OFF -DCMAKE_BUILD_TYPE=Release -DGG_BUILD_EXAMPLES=OFF -DGG_BUILD_TESTS=OFF
-gg_build --target bench_attention_cpu
+gg_configure -DGG_CUDA=OFF -DCMAKE_BUILD_TYPE=Release -DGG_BUILD_EXAMPLES=ON -DGG_BUILD_TESTS=OFF
+gg_build --target bench_attention_cpu maml_sine
 python3 -c "import torch" 2>/dev/null || gg_die "bench-cpu: python3 cannot import torch (pip install torch)"
 
 threads="${GG_BENCH_THREADS:-2}" rounds="${GG_BENCH_ROUNDS:-2}" sizes=1024,4096
@@ -25,6 +27,18 @@ for round in $(seq 1 "$rounds"); do
   sed "s/^{/{\"round\":$round,/" "$scratch/ours.jsonl" >>"$scratch/all.jsonl"
   "${theirs[@]}" >"$scratch/theirs.jsonl"
   grep -v '"torch":' "$scratch/theirs.jsonl" | sed "s/^{/{\"round\": $round, /" >>"$scratch/all.jsonl"
+  # the MAML meta-iteration: one JSON row per side, {"bench": "maml_step", "impl", "ms", "round"}
+  OMP_NUM_THREADS="$threads" "$GG_BUILD/examples/maml_sine/maml_sine" --device cpu --iterations 2000 \
+    --out "$scratch/maml" >"$scratch/maml.log" 2>&1 || { cat "$scratch/maml.log" >&2; exit 1; }
+  python3 -c 'import json, sys
+ms = [json.loads(l) for l in open(sys.argv[1])][-1]["maml_ms_per_iteration"]
+print(json.dumps({"round": int(sys.argv[2]), "bench": "maml_step", "impl": "gradgrad", "ms": ms}))' \
+    "$scratch/maml/metrics.jsonl" "$round" >>"$scratch/all.jsonl"
+  python3 "$GG_ROOT/bench/maml_sine_torch.py" --device cpu --threads "$threads" --iterations 1000 --warmup 50 |
+    python3 -c 'import json, sys
+r = json.loads(sys.stdin.read())
+print(json.dumps({"round": int(sys.argv[1]), "bench": "maml_step", "impl": "torch", "ms": r["ms_per_iter"]}))' \
+      "$round" >>"$scratch/all.jsonl"
 done
 torch_version="$(python3 -c 'import torch; print(torch.__version__)')"
 python3 - "$results" "$scratch/all.jsonl" "$threads" "$rounds" "$torch_version" "$GG_ROOT/bench" <<'PY'
