@@ -673,11 +673,31 @@ def attention_cpu_block(meta, rows):
     return lines
 
 
+def attention_cpu_memory_block(meta, rows):
+    """scripts/bench-cpu.sh: peak tensor memory of each stage above the inputs, fused and composite,
+    at the largest N without a mask (the first round's)."""
+    n = max((r["N"] for r in rows if "N" in r and "peak_bytes" in r), default=None)
+    if n is None:
+        return ["No memory recorded."]
+
+    def peak(impl, stage):
+        got = [r["peak_bytes"] for r in rows if r.get("impl") == impl and r.get("N") == n and not r["causal"]
+               and r["stage"] == stage and not r.get("skipped") and "peak_bytes" in r]
+        return "—" if not got else f"{got[0] / 2**20:.3g} MiB" if got[0] >= 2**20 else f"{got[0] / 2**10:.3g} KiB"
+
+    names = {"forward": "forward", "backward": "backward", "bob": "BoB", "chain": "chain"}
+    body = [[names[stage], peak("fused", stage), peak("composite", stage)] for stage in names]
+    return [f"N = {n:,}, f32, B = 1, H = 1, d = 64, no mask:", ""] + table(["stage", "fused", "composite"], body, "lrr")
+
+
 BLOCKS = {"cuda": cuda_block, "attention": attention_block, "long": long_block, "options": options_block,
-          "dist": dist_block, "attention_cpu": attention_cpu_block}
+          "dist": dist_block, "attention_cpu": attention_cpu_block, "attention_cpu_memory": attention_cpu_memory_block}
+# Blocks read from another block's results file (by default a block reads bench/results/NAME.jsonl).
+RESULTS_OF = {"attention_cpu_memory": "attention_cpu"}
 # Blocks whose results file may not exist yet: the page then says so instead of a table.
 OPTIONAL = {"options": "Not measured yet: `scripts/bench-gpu.sh options` writes `bench/results/options.jsonl`.",
             "attention_cpu": "Not measured yet: `scripts/bench-cpu.sh` writes `bench/results/attention_cpu.jsonl`.",
+            "attention_cpu_memory": "Not measured yet: `scripts/bench-cpu.sh` writes `bench/results/attention_cpu.jsonl`.",
             "dist": "Not measured yet (one GPU so far): `scripts/bench-gpu.sh dist` on a machine with several GPUs "
                     "writes `bench/results/dist.jsonl`."}
 
@@ -687,9 +707,10 @@ def render(name):
         return "\n".join(EXAMPLE_BLOCKS[name](example_runs()))
     if name in README_PHRASES:
         return README_PHRASES[name](example_runs())
-    if name in OPTIONAL and not os.path.exists(os.path.join(RESULTS, name + ".jsonl")):
+    results = RESULTS_OF.get(name, name)
+    if name in OPTIONAL and not os.path.exists(os.path.join(RESULTS, results + ".jsonl")):
         return OPTIONAL[name]
-    meta, rows = read(name)
+    meta, rows = read(results)
     return "\n".join(BLOCKS[name](meta, rows))
 
 
