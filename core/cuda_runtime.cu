@@ -20,6 +20,12 @@ struct DeviceState {
   std::atomic<int64_t> current{0}, peak{0}, allocations{0};
 };
 DeviceState g_devices[kMaxDevices];
+thread_local ThreadStream t_stream;  // set_thread_stream
+
+// The stream this thread's work on `device` goes to: an external one while set, else the library's.
+cudaStream_t stream_for(DeviceState& s, int device) {
+  return t_stream.active && t_stream.device == device ? static_cast<cudaStream_t>(t_stream.stream) : s.stream;
+}
 std::atomic<bool> g_allow_tf32{false};
 
 // What cudaGetDeviceCount said, asked once per process. Every entry point below checks it before
@@ -157,7 +163,17 @@ int sm_count() {
   return c;
 }
 
-void* stream() { return state(current_device()).stream; }
+void* stream() {
+  const int device = current_device();
+  return stream_for(state(device), device);
+}
+
+ThreadStream set_thread_stream(ThreadStream s) {
+  if (s.active) state(s.device);  // checks the device and creates its pool settings once
+  const ThreadStream prev = t_stream;
+  t_stream = s;
+  return prev;
+}
 
 void synchronize() {
   GG_CHECK(!is_capturing(), CaptureError,
@@ -170,7 +186,7 @@ void* allocate(size_t nbytes, int device) {
   DeviceState& s = state(device);
   void* p = nullptr;
   if (nbytes == 0) nbytes = 1;
-  cudaError_t e = cudaMallocAsync(&p, nbytes, s.stream);
+  cudaError_t e = cudaMallocAsync(&p, nbytes, stream_for(s, device));
   if (e == cudaSuccess && g_capturing.load(std::memory_order_relaxed)) {
     std::lock_guard<std::mutex> lock(g_graph_mutex);
     if (g_capture && g_capture->device == device) g_capture->allocated.insert(p);
@@ -217,7 +233,7 @@ void deallocate(void* ptr, size_t nbytes, int device) {
       }  // else allocated in this capture: a free node
     }
   }
-  free_async(ptr, s.stream);
+  free_async(ptr, stream_for(s, device));
 }
 
 CudaMemoryStats memory_stats(int device) {

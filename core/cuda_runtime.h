@@ -18,6 +18,17 @@ int sm_count();  // streaming multiprocessors of the current device (read once p
 void* stream();
 void synchronize();
 
+// A stream owned by someone else (a cudaStream_t as void*; 0 is CUDA's legacy default stream)
+// that replaces the library stream of `device` for the calling thread while `active`: stream(),
+// kernels, copies and the stream-ordered allocate/deallocate on that device use it. Returns the
+// previous setting, which the caller restores (gg::cuda::StreamGuard is the public face).
+struct ThreadStream {
+  bool active = false;
+  int device = -1;
+  void* stream = nullptr;
+};
+ThreadStream set_thread_stream(ThreadStream s);
+
 // Stream-ordered allocation (cudaMallocAsync on the device's default memory pool, whose release
 // threshold is raised so freed memory is kept for reuse). Counted for memory_stats.
 void* allocate(size_t nbytes, int device);

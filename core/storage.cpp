@@ -150,7 +150,13 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
   }
 }
 
-Storage::~Storage() { allocator_for(device_)->deallocate(data_, nbytes_, device_.index); }
+Storage::Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> release)
+    : data_(data), nbytes_(nbytes), device_(device), external_(true), release_(std::move(release)) {}
+
+Storage::~Storage() {
+  if (!external_) allocator_for(device_)->deallocate(data_, nbytes_, device_.index);
+  else if (release_) release_(data_);
+}
 
 namespace cpu {
 MemoryStats memory_stats() { return {g_cpu_current.load(), g_cpu_peak.load(), g_cpu_allocs.load()}; }

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "device.h"
@@ -30,6 +31,9 @@ Allocator* allocator_for(Device device);  // throws DeviceError when the backend
 class Storage {
  public:
   Storage(size_t nbytes, Device device);
+  // Memory owned by someone else (gg::from_blob): never allocated, freed or counted by the
+  // library's allocators; `release` (may be empty) runs once, when the last tensor lets go.
+  Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> release);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -45,6 +49,8 @@ class Storage {
   size_t nbytes_ = 0;
   Device device_;
   uint64_t version_ = 0;
+  bool external_ = false;
+  std::function<void(void*)> release_;
 };
 
 namespace cpu {

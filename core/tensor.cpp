@@ -119,6 +119,34 @@ Tensor empty(const Shape& shape, DType dtype, Device device) {
   return Tensor(std::move(impl));
 }
 
+Tensor from_blob(void* data, const Shape& shape, const Shape& strides, DType dtype, Device device,
+                 std::function<void(void*)> release) {
+  check_layout_dims("from_blob", shape);
+  const Shape st = strides.empty() ? contiguous_strides(shape) : strides;
+  GG_CHECK(st.size() == shape.size(), ShapeError, "gg::from_blob: ", st.size(), " strides ", shape_str(st),
+           " for shape ", shape_str(shape));
+  const int64_t numel = numel_of(shape, "from_blob");  // throws on negative sizes, overflow
+  // The storage spans element 0 to the view's last element.
+  int64_t extent = numel > 0 ? 1 : 0;
+  for (size_t i = 0; numel > 0 && i < shape.size(); ++i) {
+    GG_CHECK(st[i] >= 0, ValueError, "gg::from_blob: strides must be >= 0, got ", shape_str(st), " for shape ",
+             shape_str(shape));
+    int64_t step = 0;
+    GG_CHECK(!__builtin_mul_overflow(shape[i] - 1, st[i], &step) && !__builtin_add_overflow(extent, step, &extent),
+             ShapeError, "gg::from_blob: shape ", shape_str(shape), " with strides ", shape_str(st),
+             " overflows int64");
+  }
+  GG_CHECK(data != nullptr || extent == 0, ValueError, "gg::from_blob: data is null for a tensor of shape ",
+           shape_str(shape));
+  const int64_t nbytes = nbytes_of({extent}, dtype_size(dtype), "from_blob");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(data, static_cast<size_t>(nbytes), device, std::move(release));
+  impl->shape = shape;
+  impl->strides = st;
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
 Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides, int64_t offset) {
   check_layout_dims("make_view", shape);
   GG_CHECK(strides.size() == shape.size(), ShapeError, "gg::make_view: ", strides.size(), " strides for shape ",

@@ -3,6 +3,7 @@
 // ops/ (free functions gg::exp, gg::matmul, operators + - * /); this header is data only.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <vector>
@@ -99,6 +100,14 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 // A new tensor with fresh contiguous storage; contents uninitialised.
 Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+// A tensor over memory the library does not own (PyTorch's from_blob), e.g. another framework's
+// tensor: `data` is its element 0, `strides` are in elements (>= 0; empty: contiguous). Nothing
+// is copied or allocated, and the library never frees `data`; it must stay valid while any tensor
+// or view of it lives, and `release` (may be empty; must not throw) runs once when the last one
+// lets go. Versions and autograd work as on any tensor. Bad sizes or strides: ShapeError or
+// ValueError naming gg::from_blob.
+Tensor from_blob(void* data, const Shape& shape, const Shape& strides, DType dtype, Device device = Device::cpu(),
+                 std::function<void(void*)> release = {});
 // A view sharing `base`'s storage with the given geometry (no autograd record: ops/ does that).
 Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides, int64_t offset);
 

@@ -236,6 +236,65 @@ TEST(Tensor, ErrorsNameOpAndValues) {
   EXPECT_NE(m.find("[1, 2, 3, 5]"), std::string::npos) << m;
 }
 
+// from_blob wraps memory the library does not own: no copy, no allocation, views and strides as
+// given, writes visible to the owner, release run once when the last view goes, autograd as usual.
+TEST(Tensor, FromBlobWrapsExternalMemory) {
+  std::vector<double> buf = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+  int released = 0;
+  const MemoryStats before = cpu::memory_stats();
+  {
+    Tensor x = from_blob(buf.data(), {3, 4}, {}, DType::f64, Device::cpu(), [&](void* p) {
+      EXPECT_EQ(p, buf.data());
+      ++released;
+    });
+    EXPECT_EQ(x.raw_data(), buf.data());
+    EXPECT_EQ(x.strides(), (Shape{4, 1}));
+    EXPECT_EQ(cpu::memory_stats().allocations, before.allocations);
+    EXPECT_EQ(cpu::memory_stats().current_bytes, before.current_bytes);
+    // A strided block: rows 0-1, columns 1-3 of the 3x4 buffer, then its transpose.
+    Tensor block = from_blob(buf.data() + 1, {2, 3}, {4, 1}, DType::f64);
+    EXPECT_FALSE(block.is_contiguous());
+    EXPECT_EQ(block.to_vector<double>(), (Values{1, 2, 3, 5, 6, 7}));
+    EXPECT_EQ(transpose(block, 0, 1).to_vector<double>(), (Values{1, 5, 2, 6, 3, 7}));
+    EXPECT_EQ(contiguous(block).to_vector<double>(), (Values{1, 2, 3, 5, 6, 7}));
+    Tensor row = slice(x, 0, 2, 3);
+    x = Tensor();  // the view keeps the storage
+    EXPECT_EQ(released, 0);
+    {
+      NoGradGuard ng;
+      fill_(block, -1.0);
+    }
+    EXPECT_EQ(buf[1], -1.0);
+    EXPECT_EQ(buf[7], -1.0);
+    EXPECT_EQ(block.version(), 1u);
+    EXPECT_EQ(row.to_vector<double>(), (Values{8, 9, 10, 11}));
+  }
+  EXPECT_EQ(released, 1);
+
+  // Autograd and the version counter on an external leaf.
+  Tensor w = from_blob(buf.data(), {2, 2}, {}, DType::f64).requires_grad_();
+  Tensor y = sum(w * w);
+  EXPECT_EQ(grad(y, w).to_vector<double>(), (Values{2 * buf[0], 2 * buf[1], 2 * buf[2], 2 * buf[3]}));
+  Tensor z = sum(w * w);
+  {
+    NoGradGuard ng;
+    fill_(w, 1.0);  // the saved w is stale
+  }
+  EXPECT_THROW(grad(z, w), AutogradError);
+
+  EXPECT_THROW(from_blob(buf.data(), {2, 3}, {3}, DType::f64), ShapeError);
+  EXPECT_THROW(from_blob(buf.data(), {2, 3}, {-3, 1}, DType::f64), ValueError);
+  EXPECT_THROW(from_blob(nullptr, {2}, {}, DType::f64), ValueError);
+  EXPECT_EQ(from_blob(nullptr, {0, 3}, {}, DType::f64).numel(), 0);
+}
+
+#ifndef GG_HAS_CUDA
+// Without the CUDA backend there is no stream to switch to (tests/gpu covers the guard itself).
+TEST(Tensor, CudaStreamGuardNeedsTheCudaBackend) {
+  EXPECT_THROW(cuda::StreamGuard(Device::cuda(0), nullptr), DeviceError);
+}
+#endif
+
 TEST(Tensor, CpuMemoryStatsCountAllocations) {
   MemoryStats before = cpu::memory_stats();
   {
