@@ -133,6 +133,22 @@ kernels::AttentionArgs args_for(const Checked& c) {
 
 const void* data_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
 
+// An output the caller gives an _out function: exactly the shape, dtype and device the op
+// writes, contiguous. Returns where the kernel writes; the write bumps the tensor's version.
+void* checked_out(const char* op, const Tensor& t, const char* arg, const Shape& shape, DType dtype, Device device) {
+  detail::check_defined(op, t, arg);
+  GG_CHECK(t.shape() == shape, ShapeError, "gg::", op, ": ", arg, " must have shape ", shape_str(shape), ", got ",
+           shape_str(t.shape()));
+  GG_CHECK(t.dtype() == dtype, DTypeError, "gg::", op, ": ", arg, " must be ", dtype_name(dtype), ", got ",
+           dtype_name(t.dtype()));
+  GG_CHECK(t.device() == device, DeviceError, "gg::", op, ": ", arg, " must be on ", device.str(), ", got ",
+           t.device().str());
+  GG_CHECK(t.is_contiguous(), ValueError, "gg::", op, ": ", arg, " must be contiguous, got strides ",
+           shape_str(t.strides()), " for shape ", shape_str(t.shape()));
+  t.impl().storage->bump_version();
+  return t.raw_data();
+}
+
 AttentionForward composite_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o,
                                    bool want_lse);
 
@@ -280,15 +296,30 @@ AttentionForward attention_composite_forward(const Tensor& q, const Tensor& k, c
   return composite_forward(q, k, v, o, true);
 }
 
-AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
-  Checked c = check_qkv("attention", q, k, v, o);
+namespace {
+void forward_into(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,
+                  const AttentionOptions& o) {
+  Checked c = check_qkv(op, q, k, v, o);
   const auto& s = c.shape;
-  Tensor O = empty(q.shape(), q.dtype(), q.device());
-  Tensor L = empty({s.B, s.H, s.N}, lse_dtype(q.dtype()), q.device());
   kernels::AttentionArgs a = args_for(c);
-  a.out0 = O.raw_data();
-  a.out1 = L.raw_data();
+  a.out0 = checked_out(op, O, "O", q.shape(), q.dtype(), q.device());
+  a.out1 = checked_out(op, L, "L", {s.B, s.H, s.N}, lse_dtype(q.dtype()), q.device());
   dispatch::attention_fwd(a, q.device());
+}
+}  // namespace
+
+void attention_forward_out(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,
+                           const AttentionOptions& o) {
+  forward_into("attention_forward_out", q, k, v, O, L, o);
+}
+
+AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
+  Tensor O, L;
+  if (q.defined() && q.dim() == 4) {  // otherwise forward_into names the bad argument
+    O = empty(q.shape(), q.dtype(), q.device());
+    L = empty({q.size(0), q.size(1), q.size(2)}, lse_dtype(q.dtype()), q.device());
+  }
+  forward_into("attention", q, k, v, O, L, o);
   auto node = record("attention_forward", {q, k, v}, {O, L}, {q, k, v, O, L}, [o](const BackwardArgs& g) -> TensorList {
     const TensorList& sv = g.saved;  // Q, K, V, O, L; grads: dO, dL (either may be undefined)
     const Tensor dO = g.grads[0].defined() ? g.grads[0] : zeros_like(sv[3]);
@@ -302,24 +333,43 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
   return attention_forward(q, k, v, o).O;
 }
 
-TensorList attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,
-                              const Tensor& dO, const AttentionOptions& o, const Tensor& dL) {
-  const char* op = "attention_backward";
+namespace {
+// Runs the backward into dQ, dK, dV; returns O made contiguous (what the recorded node saves).
+Tensor backward_into(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O,
+                     const Tensor& L, const Tensor& dO, const Tensor& dL, const Tensor& dQ, const Tensor& dK,
+                     const Tensor& dV, const AttentionOptions& o) {
   Checked c = check_qkv(op, q, k, v, o);
   Tensor Oc = contiguous_like(op, O, q, "O"), dOc = contiguous_like(op, dO, q, "dO");
   check_lse(op, c, q, L);
   Tensor dLc = dL.defined() ? contiguous_like(op, dL, L, "dL") : Tensor();
-  TensorList grads = {empty(q.shape(), q.dtype(), q.device()), empty(k.shape(), q.dtype(), q.device()),
-                      empty(k.shape(), q.dtype(), q.device())};
   kernels::AttentionArgs a = args_for(c);
   a.O = Oc.raw_data();
   a.L = L.raw_data();
   a.dO = dOc.raw_data();
   a.dL = data_or_null(dLc);
-  a.out0 = grads[0].raw_data();
-  a.out1 = grads[1].raw_data();
-  a.out2 = grads[2].raw_data();
+  a.out0 = checked_out(op, dQ, "dQ", q.shape(), q.dtype(), q.device());
+  a.out1 = checked_out(op, dK, "dK", k.shape(), q.dtype(), q.device());
+  a.out2 = checked_out(op, dV, "dV", k.shape(), q.dtype(), q.device());
   dispatch::attention_bwd(a, q.device());
+  return Oc;
+}
+}  // namespace
+
+void attention_backward_out(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,
+                            const Tensor& dO, const Tensor& dQ, const Tensor& dK, const Tensor& dV,
+                            const AttentionOptions& o, const Tensor& dL) {
+  backward_into("attention_backward_out", q, k, v, O, L, dO, dL, dQ, dK, dV, o);
+}
+
+TensorList attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,
+                              const Tensor& dO, const AttentionOptions& o, const Tensor& dL) {
+  const char* op = "attention_backward";
+  TensorList grads(3);
+  if (q.defined() && k.defined() && q.dim() == 4 && k.dim() == 4) {  // otherwise backward_into names the bad one
+    grads = {empty(q.shape(), q.dtype(), q.device()), empty(k.shape(), q.dtype(), q.device()),
+             empty(k.shape(), q.dtype(), q.device())};
+  }
+  const Tensor Oc = backward_into(op, q, k, v, O, L, dO, dL, grads[0], grads[1], grads[2], o);
   auto node = record(op, {q, k, v, dO, dL}, grads, {q, k, v, dO, Oc, L, dL}, [o](const BackwardArgs& g) -> TensorList {
     const TensorList& sv = g.saved;  // Q, K, V, dO, O, L, dL; grads are the cotangents Q̃, K̃, Ṽ (maybe undefined)
     return attention_backward_backward(sv[0], sv[1], sv[2], sv[4], sv[5], sv[3], g.grads[0], g.grads[1], g.grads[2],
@@ -356,26 +406,44 @@ BobCall bob_call(const char* op, const Tensor& q, const Tensor& k, const Tensor&
   return b;
 }
 
+// Points the kernel at the caller's gQ, gK, gV, gdO and gdL (undefined: not wanted).
+void bob_into(const char* op, const Tensor& q, const Tensor& k, const Tensor& L, kernels::AttentionArgs& a,
+              const Tensor& gQ, const Tensor& gK, const Tensor& gV, const Tensor& gdO, const Tensor& gdL) {
+  a.out0 = checked_out(op, gQ, "gQ", q.shape(), q.dtype(), q.device());
+  a.out1 = checked_out(op, gK, "gK", k.shape(), q.dtype(), q.device());
+  a.out2 = checked_out(op, gV, "gV", k.shape(), q.dtype(), q.device());
+  a.out3 = checked_out(op, gdO, "gdO", q.shape(), q.dtype(), q.device());
+  a.out4 = gdL.defined() ? checked_out(op, gdL, "gdL", L.shape(), L.dtype(), q.device()) : nullptr;
+}
+
 // gQ, gK, gV, gdO, written by the kernel.
-TensorList bob_outputs(const Tensor& q, const Tensor& k, kernels::AttentionArgs& a) {
+TensorList bob_outputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& L, kernels::AttentionArgs& a) {
   TensorList outs;
   for (const Tensor* like : {&q, &k, &k, &q}) outs.push_back(empty(like->shape(), q.dtype(), q.device()));
-  a.out0 = outs[0].raw_data();
-  a.out1 = outs[1].raw_data();
-  a.out2 = outs[2].raw_data();
-  a.out3 = outs[3].raw_data();
+  bob_into(op, q, k, L, a, outs[0], outs[1], outs[2], outs[3], Tensor());
   return outs;
 }
 }  // namespace
+
+void attention_backward_backward_out(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O,
+                                     const Tensor& L, const Tensor& dO, const Tensor& qt, const Tensor& kt,
+                                     const Tensor& vt, const Tensor& gQ, const Tensor& gK, const Tensor& gV,
+                                     const Tensor& gdO, const Tensor& gdL, const AttentionOptions& o,
+                                     const Tensor& dL) {
+  const char* op = "attention_backward_backward_out";
+  BobCall b = bob_call(op, q, k, v, O, L, dO, qt, kt, vt, o, dL);
+  bob_into(op, q, k, L, b.a, gQ, gK, gV, gdO, gdL);
+  dispatch::attention_bwd_bwd(b.a, q.device());
+}
 
 TensorList attention_backward_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O,
                                        const Tensor& L, const Tensor& dO, const Tensor& qt, const Tensor& kt,
                                        const Tensor& vt, const AttentionOptions& o, const Tensor& dL) {
   const char* op = "attention_backward_backward";
   BobCall b = bob_call(op, q, k, v, O, L, dO, qt, kt, vt, o, dL);
-  TensorList outs = bob_outputs(q, k, b.a);  // gQ, gK, gV, gdO, gdL
-  outs.push_back(empty(L.shape(), L.dtype(), q.device()));
-  b.a.out4 = outs[4].raw_data();
+  TensorList outs;  // gQ, gK, gV, gdO, gdL
+  for (const Tensor* like : {&q, &k, &k, &q, &L}) outs.push_back(empty(like->shape(), like->dtype(), q.device()));
+  bob_into(op, q, k, L, b.a, outs[0], outs[1], outs[2], outs[3], outs[4]);
   dispatch::attention_bwd_bwd(b.a, q.device());
   record(op, {q, k, v, dO, dL, qt, kt, vt}, outs, {q, k, v, dO, dL, qt, kt, vt}, [o](const BackwardArgs& g) -> TensorList {
     logging::warn_once("attention_order3",
@@ -408,7 +476,7 @@ TensorList attention_bob_from_row_sums(const Tensor& q, const Tensor& k, const T
   const char* op = "attention_bob_from_row_sums";
   BobCall b = bob_call(op, q, k, v, O, L, dO, qt, kt, vt, o, Tensor());
   const Tensor Ec = contiguous_like(op, E, L, "E"), Fc = contiguous_like(op, F, L, "F");
-  TensorList outs = bob_outputs(q, k, b.a);
+  TensorList outs = bob_outputs(op, q, k, L, b.a);
   b.a.stage = kernels::BobStage::kFromRowSums;
   b.a.E = Ec.raw_data();  // read only in this stage
   b.a.F = Fc.raw_data();

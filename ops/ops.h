@@ -207,6 +207,23 @@ TensorList attention_backward_backward(const Tensor& q, const Tensor& k, const T
                                        const Tensor& L, const Tensor& dO, const Tensor& qt, const Tensor& kt,
                                        const Tensor& vt, const AttentionOptions& options = {},
                                        const Tensor& dL = {});  // {gQ, gK, gV, gdO, gdL}
+// Write-into forms of the three primitives, for callers that own the memory (another
+// framework's allocator): the same checks and kernels, the results written into the given
+// tensors, which must be contiguous with exactly the shape, dtype and device the allocating form
+// returns (O, dQ, gQ, gdO: q's; dK, dV, gK, gV: k's shape in q's dtype; L, gdL: (B, Hq, Nq) in
+// L's dtype; gdL may be undefined: not computed); anything else is a ShapeError, DTypeError,
+// DeviceError or ValueError naming the op and the argument. Outputs must not overlap inputs.
+// Not recorded on the tape, whatever the grad mode: the caller differentiates them itself.
+void attention_forward_out(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,
+                           const AttentionOptions& options = {});
+void attention_backward_out(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,
+                            const Tensor& dO, const Tensor& dQ, const Tensor& dK, const Tensor& dV,
+                            const AttentionOptions& options = {}, const Tensor& dL = {});
+void attention_backward_backward_out(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O,
+                                     const Tensor& L, const Tensor& dO, const Tensor& qt, const Tensor& kt,
+                                     const Tensor& vt, const Tensor& gQ, const Tensor& gK, const Tensor& gV,
+                                     const Tensor& gdO, const Tensor& gdL, const AttentionOptions& options = {},
+                                     const Tensor& dL = {});
 // The BoB in two stages, for keys that arrive in blocks (dist::attention's ring): given the whole
 // rows' O and L (merged over the blocks), attention_bob_row_sums returns this block's part of the
 // BoB's row scalars {E, F} (L-shaped; the parts add up over the blocks), and

@@ -690,6 +690,56 @@ TEST(Attention, OptionErrorsAreTyped) {
       {"gg::attention_backward_backward", "kt", "[2, 6, 5, 4]", "[2, 2, 7, 4]"});
 }
 
+// The write-into forms give the allocating forms' results bit for bit (one code path), write
+// only the given tensors (no allocation for contiguous inputs), and name a bad output.
+TEST(Attention, OutVariantsMatchAndCheckOutputs) {
+  manual_seed(31);
+  const Shape sq = {2, 4, 5, 8}, sk = {2, 2, 7, 8};
+  const Tensor q = randn(sq, DType::f64), k = randn(sk, DType::f64), v = randn(sk, DType::f64);
+  const Tensor dO = randn(sq, DType::f64), dL = randn({2, 4, 5}, DType::f64), qt = randn(sq, DType::f64);
+  const Tensor kt = randn(sk, DType::f64), vt = randn(sk, DType::f64);
+  const AttentionOptions o{0.3, false, 2, 1};
+  const AttentionForward f = attention_forward(q, k, v, o);
+  const TensorList g = attention_backward(q, k, v, f.O, f.L, dO, o, dL);
+  const TensorList gg2 = attention_backward_backward(q, k, v, f.O, f.L, dO, qt, kt, vt, o, dL);
+  const Tensor O = empty(sq, DType::f64), L = empty({2, 4, 5}, DType::f64);
+  TensorList d = {empty(sq, DType::f64), empty(sk, DType::f64), empty(sk, DType::f64)};
+  TensorList b = {empty(sq, DType::f64), empty(sk, DType::f64), empty(sk, DType::f64), empty(sq, DType::f64),
+                  empty({2, 4, 5}, DType::f64)};
+  const int64_t allocations = cpu::memory_stats().allocations;
+  attention_forward_out(q, k, v, O, L, o);
+  attention_backward_out(q, k, v, f.O, f.L, dO, d[0], d[1], d[2], o, dL);
+  attention_backward_backward_out(q, k, v, f.O, f.L, dO, qt, kt, vt, b[0], b[1], b[2], b[3], b[4], o, dL);
+  EXPECT_EQ(cpu::memory_stats().allocations, allocations);
+  EXPECT_EQ(O.to_vector<double>(), f.O.to_vector<double>());
+  EXPECT_EQ(L.to_vector<double>(), f.L.to_vector<double>());
+  EXPECT_EQ(O.version(), 1u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(d[i].to_vector<double>(), g[i].to_vector<double>()) << i;
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(b[i].to_vector<double>(), gg2[i].to_vector<double>()) << i;
+  // gdL undefined: not computed, the rest unchanged.
+  TensorList b2 = {empty(sq, DType::f64), empty(sk, DType::f64), empty(sk, DType::f64), empty(sq, DType::f64)};
+  attention_backward_backward_out(q, k, v, f.O, f.L, dO, qt, kt, vt, b2[0], b2[1], b2[2], b2[3], Tensor(), o, dL);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(b2[i].to_vector<double>(), gg2[i].to_vector<double>()) << i;
+
+  expect_error_naming<ShapeError>([&] { attention_forward_out(q, k, v, empty(sk, DType::f64), L, o); },
+                                  {"gg::attention_forward_out", "O", "[2, 4, 5, 8]", "[2, 2, 7, 8]"});
+  expect_error_naming<DTypeError>([&] { attention_forward_out(q, k, v, O, empty({2, 4, 5}), o); },
+                                  {"gg::attention_forward_out", "L", "f64", "f32"});
+  expect_error_naming<ValueError>(
+      [&] { attention_forward_out(q, k, v, transpose(empty({2, 4, 8, 5}, DType::f64), 2, 3), L, o); },
+      {"gg::attention_forward_out", "O", "contiguous"});
+  expect_error_naming<ShapeError>([&] { attention_backward_out(q, k, v, f.O, f.L, dO, d[0], d[0], d[2], o); },
+                                  {"gg::attention_backward_out", "dK", "[2, 2, 7, 8]", "[2, 4, 5, 8]"});
+  expect_error_naming<ValueError>([&] { attention_backward_out(q, k, v, f.O, f.L, dO, Tensor(), d[1], d[2], o); },
+                                  {"gg::attention_backward_out", "dQ"});
+  expect_error_naming<ShapeError>(
+      [&] { attention_backward_backward_out(q, k, v, f.O, f.L, dO, qt, kt, vt, b[0], b[1], b[2], b[3], b[0], o); },
+      {"gg::attention_backward_backward_out", "gdL", "[2, 4, 5]"});
+  // Inputs are checked before outputs: a bad q is named as such.
+  expect_error_naming<ShapeError>([&] { attention_forward_out(zeros({4, 5, 8}, DType::f64), k, v, O, L, o); },
+                                  {"gg::attention_forward_out", "q must be (B, Hq, Nq, d)"});
+}
+
 // MAML through the fused op: a one-layer attention regressor, one inner SGD step on a support
 // loss, outer loss on a query set, gradient w.r.t. the initial weights (second order).
 TEST(Attention, MamlOuterGradientMatchesComposite) {
