@@ -1,0 +1,393 @@
+"""gradgrad's fused attention for PyTorch: exact derivatives of every order (docs/python.md).
+
+Three ``torch.library`` custom ops in the namespace ``gradgrad`` run gradgrad's kernels:
+
+    gradgrad::attention_forward(q, k, v, ...)                       -> O, L
+    gradgrad::attention_backward(q, k, v, O, L, dO, dL, ...)        -> dQ, dK, dV
+    gradgrad::attention_backward_backward(q, k, v, O, L, dO, dL,
+                                          qt, kt, vt, ...)          -> gQ, gK, gV, gdO, gdL
+
+each with a fake implementation (torch.compile) and an autograd formula: the forward's is the
+backward op, the backward's is the backward-over-backward op, and that one's (order 3 and up)
+differentiates a plain-torch composite attention, exact but with Nq x Nk memory. O and L enter
+the backward and the BoB as saved values: no gradient flows into them there.
+
+The options follow gg::AttentionOptions (ops/ops.h): query i sits at i' = i + Nk - Nq (bottom-right
+alignment) and sees the keys j with i' - window_left <= j <= i' + window_right, an unset window
+being unbounded; ``causal`` is window_right = 0. Query heads Hq must be a multiple of the key/value
+heads Hkv (grouped-query attention). The ops take contiguous tensors: the public functions below
+and the autograd formulas make their inputs contiguous with torch first, so a contiguous input
+is read in place and the outputs are allocated by torch on the inputs' device.
+"""
+
+import contextlib
+import math
+import threading
+import warnings
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from . import _C
+
+__all__ = ["attention", "scaled_dot_product_attention", "patch_sdpa"]
+
+# PyTorch's own function, kept before any patching: the fallback of the SDPA-compatible entry.
+_torch_sdpa = F.scaled_dot_product_attention
+
+
+def _lse_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
+
+
+def _stream(t: Tensor) -> int:
+    return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else 0
+
+
+def _dl(t: Optional[Tensor]) -> Optional[Tensor]:
+    """What _C reads: the contiguous tensor without autograd state (DLPack refuses tensors that
+    require grad; detach() is a view, no copy)."""
+    return None if t is None else t.detach().contiguous()
+
+
+def _lse_like(q: Tensor) -> Tensor:
+    return q.new_empty(q.shape[:-1], dtype=_lse_dtype(q.dtype))
+
+
+# ----------------------------------------------------------------------------- the three ops
+
+
+@torch.library.custom_op("gradgrad::attention_forward", mutates_args=())
+def _forward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    scale: Optional[float],
+    causal: bool,
+    window_left: Optional[int],
+    window_right: Optional[int],
+) -> tuple[Tensor, Tensor]:
+    q, k, v = _dl(q), _dl(k), _dl(v)
+    O, L = torch.empty_like(q), _lse_like(q)
+    _C.attention_forward(q, k, v, O, L, scale, causal, window_left, window_right, _stream(q))
+    return O, L
+
+
+@_forward.register_fake
+def _(q, k, v, scale, causal, window_left, window_right):
+    return torch.empty_like(q, memory_format=torch.contiguous_format), _lse_like(q)
+
+
+@torch.library.custom_op("gradgrad::attention_backward", mutates_args=())
+def _backward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    O: Tensor,
+    L: Tensor,
+    dO: Tensor,
+    dL: Optional[Tensor],
+    scale: Optional[float],
+    causal: bool,
+    window_left: Optional[int],
+    window_right: Optional[int],
+) -> tuple[Tensor, Tensor, Tensor]:
+    q, k, v, O, L, dO, dL = map(_dl, (q, k, v, O, L, dO, dL))
+    dQ, dK, dV = torch.empty_like(q), torch.empty_like(k, dtype=q.dtype), torch.empty_like(v, dtype=q.dtype)
+    _C.attention_backward(q, k, v, O, L, dO, dL, dQ, dK, dV, scale, causal, window_left, window_right, _stream(q))
+    return dQ, dK, dV
+
+
+@_backward.register_fake
+def _(q, k, v, O, L, dO, dL, scale, causal, window_left, window_right):
+    c = torch.contiguous_format
+    return (
+        torch.empty_like(q, memory_format=c),
+        torch.empty_like(k, dtype=q.dtype, memory_format=c),
+        torch.empty_like(v, dtype=q.dtype, memory_format=c),
+    )
+
+
+@torch.library.custom_op("gradgrad::attention_backward_backward", mutates_args=())
+def _backward_backward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    O: Tensor,
+    L: Tensor,
+    dO: Tensor,
+    dL: Optional[Tensor],
+    qt: Optional[Tensor],
+    kt: Optional[Tensor],
+    vt: Optional[Tensor],
+    scale: Optional[float],
+    causal: bool,
+    window_left: Optional[int],
+    window_right: Optional[int],
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    q, k, v, O, L, dO, dL, qt, kt, vt = map(_dl, (q, k, v, O, L, dO, dL, qt, kt, vt))
+    gQ, gK, gV = torch.empty_like(q), torch.empty_like(k, dtype=q.dtype), torch.empty_like(v, dtype=q.dtype)
+    gdO, gdL = torch.empty_like(q), torch.empty_like(L)
+    _C.attention_backward_backward(
+        q, k, v, O, L, dO, dL, qt, kt, vt, gQ, gK, gV, gdO, gdL, scale, causal, window_left, window_right, _stream(q)
+    )
+    return gQ, gK, gV, gdO, gdL
+
+
+@_backward_backward.register_fake
+def _(q, k, v, O, L, dO, dL, qt, kt, vt, scale, causal, window_left, window_right):
+    c = torch.contiguous_format
+    return (
+        torch.empty_like(q, memory_format=c),
+        torch.empty_like(k, dtype=q.dtype, memory_format=c),
+        torch.empty_like(v, dtype=q.dtype, memory_format=c),
+        torch.empty_like(q, memory_format=c),
+        torch.empty_like(L, memory_format=c),
+    )
+
+
+# ----------------------------------------------------------------------------- autograd formulas
+#
+# Each formula is registered twice: on its custom op (register_autograd, so that the ops are
+# differentiable when called directly) and on an autograd.Function with a separate setup_context
+# (_Forward, _Backward, _BackwardBackward): torch.func's transforms accept those, and not the
+# Function that register_autograd generates. The formulas call the next level through its
+# Function, so that every order stays usable under torch.func.
+
+
+def _forward_setup(ctx, inputs, output):
+    ctx.set_materialize_grads(False)  # an unused output's cotangent arrives as None
+    q, k, v, *options = inputs
+    ctx.save_for_backward(q, k, v, *output)
+    ctx.options = options
+
+
+def _forward_grad(ctx, dO, dL):
+    q, k, v, O, L = ctx.saved_tensors
+    if dO is None:
+        dO = torch.zeros_like(O)
+    dQ, dK, dV = _Backward.apply(q, k, v, O.detach(), L.detach(), dO, dL, *ctx.options)
+    return dQ, dK, dV, None, None, None, None
+
+
+def _backward_setup(ctx, inputs, output):
+    ctx.set_materialize_grads(False)  # an unused output's cotangent arrives as None
+    q, k, v, O, L, dO, dL, *options = inputs
+    ctx.save_for_backward(q, k, v, O, L, dO, dL)
+    ctx.options = options
+
+
+def _backward_grad(ctx, qt, kt, vt):
+    q, k, v, O, L, dO, dL = ctx.saved_tensors
+    gQ, gK, gV, gdO, gdL = _BackwardBackward.apply(q, k, v, O, L, dO, dL, qt, kt, vt, *ctx.options)
+    return gQ, gK, gV, None, None, gdO, (gdL if dL is not None else None), None, None, None, None
+
+
+def _bob_setup(ctx, inputs, output):
+    ctx.set_materialize_grads(False)  # an unused output's cotangent arrives as None
+    q, k, v, O, L, dO, dL, qt, kt, vt, *options = inputs
+    ctx.save_for_backward(q, k, v, dO, dL, qt, kt, vt)
+    ctx.options = options
+
+
+def _bob_grad(ctx, cQ, cK, cV, cdO, cdL):
+    warnings.warn(
+        "gradgrad.torch: third and higher derivatives of attention differentiate a composite attention "
+        "(exact, but with Nq x Nk memory)"
+    )
+    q, k, v, dO, dL, qt, kt, vt = ctx.saved_tensors
+    g = _bob_composite_vjp([q, k, v, dO, dL, qt, kt, vt], [cQ, cK, cV, cdO, cdL], ctx.options)
+    return g[0], g[1], g[2], None, None, g[3], g[4], g[5], g[6], g[7], None, None, None, None
+
+
+class _Forward(torch.autograd.Function):
+    forward = staticmethod(lambda *args: torch.ops.gradgrad.attention_forward(*args))
+    setup_context = staticmethod(_forward_setup)
+    backward = staticmethod(_forward_grad)
+
+
+class _Backward(torch.autograd.Function):
+    forward = staticmethod(lambda *args: torch.ops.gradgrad.attention_backward(*args))
+    setup_context = staticmethod(_backward_setup)
+    backward = staticmethod(_backward_grad)
+
+
+class _BackwardBackward(torch.autograd.Function):
+    forward = staticmethod(lambda *args: torch.ops.gradgrad.attention_backward_backward(*args))
+    setup_context = staticmethod(_bob_setup)
+    backward = staticmethod(_bob_grad)
+
+
+_forward.register_autograd(_forward_grad, setup_context=_forward_setup)
+_backward.register_autograd(_backward_grad, setup_context=_backward_setup)
+_backward_backward.register_autograd(_bob_grad, setup_context=_bob_setup)
+
+
+def _composite(q, k, v, scale, causal, window_left, window_right):
+    """O and L of attention written in torch ops (Nq x Nk scores), gg::attention_composite's
+    rules: grouped heads repeated, the mask of AttentionOptions, and O = 0, L = -inf in a row that
+    sees no key (its scores set to 0 so that every derivative there is an exact zero)."""
+    if k.shape[1] != q.shape[1]:
+        group = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    nq, nk = q.shape[-2], k.shape[-2]
+    s = (q @ k.transpose(-1, -2)) * (scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]))
+    i = torch.arange(nq, device=q.device)[:, None] + (nk - nq)
+    j = torch.arange(nk, device=q.device)[None, :]
+    seen = torch.ones(nq, nk, dtype=torch.bool, device=q.device)
+    right = 0 if causal else window_right
+    if window_left is not None:
+        seen &= j >= i - window_left
+    if right is not None:
+        seen &= j <= i + right
+    rows = seen.any(-1, keepdim=True)
+    fill = torch.zeros(nq, 1, dtype=s.dtype, device=q.device).masked_fill(rows, float("-inf"))
+    s = torch.where(seen, s, fill)
+    O = torch.where(rows, torch.softmax(s, -1) @ v, 0.0)
+    L = torch.where(rows[:, 0], torch.logsumexp(s, -1), float("-inf"))
+    return O, L
+
+
+def _bob_composite_vjp(inputs, cots, options):
+    """The vector-Jacobian product of the BoB map (q, k, v, dO, dL, qt, kt, vt) -> (gQ, gK, gV,
+    gdO, gdL) with cotangents `cots`, by nested autograd over the composite (ops/attention.cpp's
+    bob_composite_vjp). Inputs that require grad enter as aliases when the graph is recorded
+    (create_graph), so the result keeps their history and higher orders work."""
+    record = torch.is_grad_enabled()
+    with torch.enable_grad():
+        x = []
+        for t in inputs:
+            if t is None:
+                x.append(None)
+            elif record and t.requires_grad:
+                x.append(t.view_as(t))
+            else:
+                x.append(t.detach().requires_grad_())
+        q, k, v, dO, dL, qt, kt, vt = x
+        O, L = _composite(q, k, v, *options)
+        outs, outs_cots = [O], [dO]
+        if dL is not None:  # the fused L is f32 for 16-bit inputs, the composite's has q's dtype
+            outs.append(L)
+            outs_cots.append(dL.to(L.dtype))
+        d = torch.autograd.grad(outs, (q, k, v), outs_cots, create_graph=True)
+        terms = [(t * g).sum() for t, g in zip((qt, kt, vt), d) if t is not None]
+        result = [None] * len(inputs)
+        if not terms:  # no cotangent at all: the BoB is identically zero
+            return result
+        wrt2 = [q, k, v, dO] + ([dL] if dL is not None else [])
+        g = torch.autograd.grad(sum(terms), wrt2, create_graph=True, allow_unused=True)
+        pairs = [(gi, c) for gi, c in zip(g, cots) if gi is not None and gi.requires_grad and c is not None]
+        if not pairs:
+            return result
+        wrt_index = [i for i, t in enumerate(x) if t is not None]
+        r = torch.autograd.grad(
+            [p[0] for p in pairs],
+            [x[i] for i in wrt_index],
+            [p[1].to(p[0].dtype) for p in pairs],
+            create_graph=record,
+            allow_unused=True,
+        )
+    for i, ri in zip(wrt_index, r):
+        result[i] = ri
+    return result
+
+
+# ----------------------------------------------------------------------------- public functions
+
+
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    is_causal: bool = False,
+    scale: Optional[float] = None,
+    window: tuple[Optional[int], Optional[int]] = (None, None),
+    enable_gqa: bool = False,
+) -> Tensor:
+    """softmax(scale * q @ k^T + mask) @ v with gradgrad's semantics (gg::attention).
+
+    q: (B, Hq, Nq, d); k, v: (B, Hkv, Nk, d); result (B, Hq, Nq, d). ``is_causal`` is
+    bottom-right aligned (query i sees keys j <= i + Nk - Nq); ``window = (left, right)`` bounds
+    the keys a query sees around that aligned position (None: unbounded); ``scale`` defaults to
+    1/sqrt(d). Hq != Hkv needs ``enable_gqa=True`` (as in PyTorch). Differentiable to any order:
+    orders 1 and 2 run fused kernels, order 3 and up a composite (exact, Nq x Nk memory).
+    """
+    if not isinstance(window, (tuple, list)) or len(window) != 2:
+        raise ValueError(f"gradgrad.torch.attention: window must be a pair (left, right), got {window!r}")
+    if not enable_gqa and q.dim() == 4 and k.dim() == 4 and q.shape[1] != k.shape[1]:
+        raise ValueError(
+            f"gradgrad.torch.attention: q has Hq = {q.shape[1]} heads and k has Hkv = {k.shape[1]}; "
+            "pass enable_gqa=True for grouped-query attention"
+        )
+    return _Forward.apply(q, k, v, scale, is_causal, window[0], window[1])[0]
+
+
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Optional[Tensor] = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: Optional[float] = None,
+    enable_gqa: bool = False,
+) -> Tensor:
+    """torch.nn.functional.scaled_dot_product_attention's signature and results, on gradgrad's ops.
+
+    Calls that gradgrad covers, 4-D (B, H, N, d) inputs with value's shape equal to key's, no
+    ``attn_mask`` and ``dropout_p == 0``, run the fused ops; PyTorch's top-left ``is_causal``
+    (query i sees keys j <= i, whatever Nq and Nk) is translated into gradgrad's mask. Every other
+    call goes to PyTorch's own function, with PyTorch's backends and their derivative limits.
+    """
+    if (
+        attn_mask is not None
+        or dropout_p != 0.0
+        or query.dim() != 4
+        or key.dim() != 4
+        or value.shape != key.shape
+        or (not enable_gqa and query.shape[1] != key.shape[1])
+    ):
+        return _torch_sdpa(
+            query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+            enable_gqa=enable_gqa,
+        )
+    window_right = None
+    nq, nk = query.shape[-2], key.shape[-2]
+    if is_causal and nq < nk:
+        # Top-left: keys from nq on are seen by no query; on the rest it is the diagonal rule.
+        key, value = key[..., :nq, :], value[..., :nq, :]
+    elif is_causal:
+        window_right = nq - nk  # j <= i is j <= i' + (Nq - Nk) with i' = i + Nk - Nq
+    return _Forward.apply(query, key, value, scale, is_causal and window_right is None, None, window_right)[0]
+
+
+_patch_lock = threading.Lock()
+_patch_depth = 0
+
+
+@contextlib.contextmanager
+def patch_sdpa():
+    """Routes torch.nn.functional.scaled_dot_product_attention to gradgrad while active.
+
+    Replaces the attribute of torch.nn.functional (what models that call
+    ``F.scaled_dot_product_attention(...)``, and nn.MultiheadAttention, look up at each call) with
+    :func:`scaled_dot_product_attention`, and restores PyTorch's function when the outermost block
+    exits. Nestable. The patch is process-wide: other threads see it while any block is active.
+    Code that bound the function to its own name before the block (``from torch.nn.functional
+    import scaled_dot_product_attention``) keeps PyTorch's.
+    """
+    global _patch_depth
+    with _patch_lock:
+        if _patch_depth == 0:
+            F.scaled_dot_product_attention = scaled_dot_product_attention
+        _patch_depth += 1
+    try:
+        yield
+    finally:
+        with _patch_lock:
+            _patch_depth -= 1
+            if _patch_depth == 0:
+                F.scaled_dot_product_attention = _torch_sdpa

@@ -1,0 +1,369 @@
+"""gradgrad.torch against PyTorch's math SDPA: values, first and second derivatives, gradcheck and
+gradgradcheck in f64 over the attention options, order 3 through the composite fallback,
+torch.func, torch.compile, the SDPA routing, zero copies and the error messages."""
+
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import gradgrad
+import gradgrad.torch as ggt
+from gradgrad import _C
+
+f64 = torch.float64
+
+
+def visible(nq, nk, causal=False, window=(None, None)):
+    """gradgrad's mask as a boolean (Nq, Nk) tensor: query i at i' = i + Nk - Nq sees keys j with
+    i' - left <= j <= i' + right; causal is right = 0 (ops/ops.h, AttentionOptions)."""
+    i = torch.arange(nq)[:, None] + (nk - nq)
+    j = torch.arange(nk)[None, :]
+    seen = torch.ones(nq, nk, dtype=torch.bool)
+    left, right = window[0], 0 if causal else window[1]
+    if left is not None:
+        seen &= j >= i - left
+    if right is not None:
+        seen &= j <= i + right
+    return seen
+
+
+def math_sdpa(q, k, v, **kw):
+    with sdpa_kernel(SDPBackend.MATH):
+        return F.scaled_dot_product_attention(q, k, v, **kw)
+
+
+def reference(q, k, v, causal=False, window=(None, None), scale=None):
+    mask = visible(q.shape[-2], k.shape[-2], causal, window)
+    return math_sdpa(q, k, v, attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+
+
+def inputs(B, Hq, Hkv, Nq, Nk, d, seed, dtype=f64):
+    g = torch.Generator().manual_seed(seed)
+    make = lambda *s: torch.randn(*s, generator=g, dtype=dtype).requires_grad_()  # noqa: E731
+    return make(B, Hq, Nq, d), make(B, Hkv, Nk, d), make(B, Hkv, Nk, d)
+
+
+def chain(fn, q, k, v, seed):
+    """O, the first derivatives (with create_graph) for a random dO, and the second derivatives
+    of a random weighted sum of squares of the first."""
+    g = torch.Generator().manual_seed(seed)
+    O = fn(q, k, v)
+    dO = torch.randn(O.shape, generator=g, dtype=O.dtype)
+    first = torch.autograd.grad(O, (q, k, v), dO, create_graph=True)
+    weights = [torch.randn(t.shape, generator=g, dtype=t.dtype) for t in first]
+    penalty = sum((w * t * t).sum() for w, t in zip(weights, first))
+    second = torch.autograd.grad(penalty, (q, k, v))
+    return O, first, second
+
+
+def assert_chains_equal(a, b, tol=1e-10):
+    torch.testing.assert_close(a[0], b[0], rtol=tol, atol=tol)
+    for x, y in zip(a[1], b[1]):
+        torch.testing.assert_close(x, y, rtol=tol, atol=tol)
+    for x, y in zip(a[2], b[2]):
+        torch.testing.assert_close(x, y, rtol=tol, atol=tol)
+
+
+# (B, Hq, Hkv, Nq, Nk, d, causal, window): dense and causal, GQA and MQA, Nq != Nk both ways,
+# one- and two-sided windows, d 32 and 64. No row of these sees zero keys (PyTorch's math SDPA
+# and gradgrad treat such rows differently; test_rows_without_keys covers them).
+CASES = {
+    "dense": (1, 2, 2, 9, 9, 32, False, (None, None)),
+    "causal": (1, 2, 2, 9, 9, 32, True, (None, None)),
+    "gqa_causal": (2, 4, 2, 7, 7, 32, True, (None, None)),
+    "mqa": (1, 4, 1, 8, 8, 64, False, (None, None)),
+    "nq_lt_nk_causal": (1, 2, 2, 5, 11, 32, True, (None, None)),
+    "nq_gt_nk_gqa_left_window": (1, 4, 2, 13, 6, 64, False, (2, None)),
+    "two_sided_window": (1, 2, 2, 17, 17, 32, False, (3, 2)),
+    "nq_lt_nk_right_window": (1, 2, 2, 6, 10, 32, False, (None, 1)),
+    "causal_sliding_mqa": (1, 4, 1, 11, 11, 64, True, (4, None)),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_matches_math_sdpa_to_order_two(name):
+    B, Hq, Hkv, Nq, Nk, d, causal, window = CASES[name]
+    q, k, v = inputs(B, Hq, Hkv, Nq, Nk, d, seed=len(name))
+    ours = chain(lambda *x: ggt.attention(*x, is_causal=causal, window=window, enable_gqa=True), q, k, v, 1)
+    ref = chain(lambda *x: reference(*x, causal=causal, window=window), q, k, v, 1)
+    assert_chains_equal(ours, ref)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_gradcheck_and_gradgradcheck(name):
+    B, Hq, Hkv, Nq, Nk, d, causal, window = CASES[name]
+    q, k, v = inputs(B, Hq, Hkv, Nq, Nk, d, seed=len(name) + 100)
+    fn = lambda *x: ggt.attention(*x, is_causal=causal, window=window, enable_gqa=True, scale=0.3)  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (q, k, v), fast_mode=True)
+    assert torch.autograd.gradgradcheck(fn, (q, k, v), fast_mode=True)
+
+
+def test_gradgradcheck_full_jacobians_small_case():
+    q, k, v = inputs(1, 2, 1, 5, 6, 32, seed=7)
+    fn = lambda *x: ggt.attention(*x, is_causal=True, enable_gqa=True)  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (q, k, v))
+    assert torch.autograd.gradgradcheck(fn, (q, k, v))
+
+
+def test_logsumexp_output_is_differentiable():
+    q, k, v = inputs(1, 2, 2, 6, 8, 32, seed=8)
+    fn = lambda *x: torch.ops.gradgrad.attention_forward(*x, None, True, None, None)  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (q, k, v), fast_mode=True)
+    assert torch.autograd.gradgradcheck(fn, (q, k, v), fast_mode=True)
+    O, L = fn(q, k, v)
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(32)
+    want = torch.logsumexp(scores.masked_fill(~visible(6, 8, True), float("-inf")), -1)
+    torch.testing.assert_close(L, want, rtol=1e-12, atol=1e-12)
+    # L alone (O unused: no cotangent for it reaches the backward op).
+    for x, y in zip(torch.autograd.grad(L.sum(), (q, k)), torch.autograd.grad(want.sum(), (q, k))):
+        torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore:gradgrad.torch. third and higher derivatives")
+def test_third_order_through_the_composite_fallback():
+    q, k, v = inputs(1, 2, 1, 5, 7, 32, seed=9)
+
+    def third(fn):
+        O = fn(q, k, v)
+        (dq,) = torch.autograd.grad(O.sin().sum(), q, create_graph=True)
+        dk, dv = torch.autograd.grad((dq * dq).sum(), (k, v), create_graph=True)
+        return torch.autograd.grad((dk * dv).sum(), (q, k, v))
+
+    with pytest.warns(UserWarning, match="third and higher derivatives"):
+        ours = third(lambda *x: ggt.attention(*x, is_causal=True, enable_gqa=True))
+    ref = third(lambda *x: reference(*x, causal=True))
+    for x, y in zip(ours, ref):
+        torch.testing.assert_close(x, y, rtol=1e-10, atol=1e-10)
+    # The third derivatives against finite differences of the second.
+    fn = lambda *x: ggt.attention(*x, window=(1, 2), enable_gqa=True)  # noqa: E731
+    second = lambda *x: torch.autograd.grad(fn(*x).pow(2).sum(), x, create_graph=True)  # noqa: E731
+    assert torch.autograd.gradgradcheck(second, (q, k, v), fast_mode=True)
+
+
+def test_rows_without_keys_give_zeros():
+    # Bottom-right causal with Nq > Nk: the first Nq - Nk queries see no key.
+    q, k, v = inputs(1, 2, 2, 9, 5, 32, seed=10)
+    O, L = torch.ops.gradgrad.attention_forward(q, k, v, None, True, None, None)
+    assert torch.equal(O[:, :, :4], torch.zeros_like(O[:, :, :4]))
+    assert torch.isneginf(L[:, :, :4]).all()
+    dq, dk, dv = torch.autograd.grad(O.sum(), (q, k, v), create_graph=True)
+    assert torch.equal(dq[:, :, :4], torch.zeros_like(dq[:, :, :4]))
+    # The seen rows match the reference on their own.
+    ref = reference(q[:, :, 4:], k, v, causal=True)
+    torch.testing.assert_close(O[:, :, 4:], ref, rtol=1e-12, atol=1e-12)
+    assert torch.autograd.gradgradcheck(lambda *x: ggt.attention(*x, is_causal=True), (q, k, v), fast_mode=True)
+
+
+def test_func_grad_of_grad():
+    q, k, v = inputs(1, 2, 2, 6, 6, 32, seed=11)
+    q, k, v = q.detach(), k.detach(), v.detach()
+
+    def outer(fn):
+        inner = torch.func.grad(lambda q: fn(q, k, v).sin().sum())
+        return torch.func.grad(lambda q: inner(q).pow(2).sum())(q)
+
+    ours = outer(lambda *x: ggt.attention(*x, is_causal=True))
+    ref = outer(lambda *x: reference(*x, causal=True))
+    torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-10)
+
+
+def test_compile_fullgraph_forward_and_backward():
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append(str(gm.graph))
+        return make_boxed_func(gm)
+
+    backend = aot_autograd(fw_compiler=keep, bw_compiler=keep)
+    torch._dynamo.reset()
+
+    @torch.compile(fullgraph=True, backend=backend)
+    def loss(q, k, v):
+        return ggt.attention(q, k, v, is_causal=True, window=(3, None)).square().sum()
+
+    q, k, v = inputs(1, 2, 2, 8, 8, 32, seed=12)
+    loss(q, k, v).backward()
+    assert len(graphs) == 2, graphs
+    assert "gradgrad.attention_forward" in graphs[0]
+    assert "gradgrad.attention_backward" in graphs[1]
+    grads = [t.grad.clone() for t in (q, k, v)]
+    want = torch.autograd.grad(reference(q, k, v, causal=True, window=(3, None)).square().sum(), (q, k, v))
+    for x, y in zip(grads, want):
+        torch.testing.assert_close(x, y, rtol=1e-10, atol=1e-10)
+
+
+def test_compile_fullgraph_sdpa_entry():
+    torch._dynamo.reset()
+
+    @torch.compile(fullgraph=True, backend="aot_eager")
+    def loss(q, k, v):  # top-left causal with Nq < Nk: the entry slices the keys
+        return ggt.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).square().sum()
+
+    q, k, v = inputs(1, 4, 2, 5, 9, 32, seed=17)
+    loss(q, k, v).backward()
+    want = torch.autograd.grad(math_sdpa(q, k, v, is_causal=True, enable_gqa=True).square().sum(), (q, k, v))
+    for t, y in zip((q, k, v), want):
+        torch.testing.assert_close(t.grad, y, rtol=1e-10, atol=1e-10)
+
+
+# ----------------------------------------------------------------------------- the SDPA entry
+
+
+@pytest.mark.parametrize(
+    "Hq,Hkv,Nq,Nk,is_causal",
+    [(2, 2, 7, 7, True), (4, 2, 5, 9, True), (2, 1, 9, 5, True), (2, 2, 6, 10, False)],
+)
+def test_sdpa_entry_matches_pytorch_top_left_causal(Hq, Hkv, Nq, Nk, is_causal):
+    q, k, v = inputs(2, Hq, Hkv, Nq, Nk, 32, seed=Nq * Nk)
+    kw = dict(is_causal=is_causal, scale=0.25, enable_gqa=Hq != Hkv)
+    ours = chain(lambda *x: ggt.scaled_dot_product_attention(*x, **kw), q, k, v, 2)
+    ref = chain(lambda *x: math_sdpa(*x, **kw), q, k, v, 2)
+    assert_chains_equal(ours, ref)
+
+
+def test_sdpa_entry_falls_back_to_pytorch_for_masks_and_dropout():
+    q, k, v = inputs(1, 2, 2, 6, 6, 32, seed=13)
+    mask = torch.rand(6, 6, generator=torch.Generator().manual_seed(0)) > 0.3
+    mask |= torch.eye(6, dtype=torch.bool)
+    torch.testing.assert_close(
+        ggt.scaled_dot_product_attention(q, k, v, attn_mask=mask), math_sdpa(q, k, v, attn_mask=mask)
+    )
+    torch.manual_seed(0)
+    a = ggt.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    torch.manual_seed(0)
+    b = F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    torch.testing.assert_close(a, b)
+
+
+class TinyAttention(torch.nn.Module):
+    """The way Hugging Face-style models call attention: F.scaled_dot_product_attention at run time."""
+
+    def __init__(self, dim=32, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim, dtype=torch.float32)
+
+    def forward(self, x):
+        B, N, D = x.shape
+        q, k, v = self.qkv(x).view(B, N, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, N, D)
+
+
+def second_order_meta_gradient(model, x):
+    params = dict(model.named_parameters())
+    loss = torch.func.functional_call(model, params, (x,)).square().mean()
+    grads = torch.autograd.grad(loss, list(params.values()), create_graph=True)
+    adapted = {n: p - 0.1 * g for (n, p), g in zip(params.items(), grads)}
+    outer = torch.func.functional_call(model, adapted, (x,)).square().mean()
+    return torch.autograd.grad(outer, list(params.values()))
+
+
+def test_patch_sdpa_routes_a_model_and_restores_pytorch():
+    torch.manual_seed(0)
+    model, x = TinyAttention(), torch.randn(2, 16, 32)
+    with pytest.raises(RuntimeError, match="derivative for .* is not implemented"):
+        second_order_meta_gradient(model, x)
+    original = F.scaled_dot_product_attention
+    with ggt.patch_sdpa():
+        with ggt.patch_sdpa():
+            assert F.scaled_dot_product_attention is ggt.scaled_dot_product_attention
+        assert F.scaled_dot_product_attention is ggt.scaled_dot_product_attention  # nested exit keeps it
+        ours = second_order_meta_gradient(model, x)
+    assert F.scaled_dot_product_attention is original
+    with sdpa_kernel(SDPBackend.MATH):
+        want = second_order_meta_gradient(model, x)
+    for a, b in zip(ours, want):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- zero copies
+
+
+def test_inputs_are_read_in_place_and_outputs_come_from_torch():
+    q, k, v = (t.detach() for t in inputs(1, 4, 2, 8, 8, 32, seed=14))
+    assert _C._data_ptr(q) == q.data_ptr()
+    qt = q.transpose(2, 3)
+    assert _C._data_ptr(qt) == qt.data_ptr()  # a strided view: the same memory, not a copy
+    # gg's CPU allocator is not used by a call on contiguous inputs: no input copy, no output.
+    before = _C._cpu_memory_stats()[2]
+    O, L = torch.ops.gradgrad.attention_forward(q, k, v, None, False, None, None)
+    dO = torch.randn_like(O)
+    dq, dk, dv = torch.ops.gradgrad.attention_backward(q, k, v, O, L, dO, None, None, False, None, None)
+    torch.ops.gradgrad.attention_backward_backward(q, k, v, O, L, dO, None, dq, dk, dv, None, False, None, None)
+    assert _C._cpu_memory_stats()[2] == before
+    # A strided input handed to _C directly is made contiguous by gg (one allocation per copy).
+    O2, L2 = torch.empty_like(O), torch.empty_like(L)
+    ks = k.transpose(2, 3).contiguous().transpose(2, 3)
+    assert not ks.is_contiguous()
+    _C.attention_forward(q, ks, v, O2, L2)
+    assert _C._cpu_memory_stats()[2] == before + 1
+    torch.testing.assert_close(O2, O, rtol=0, atol=0)
+
+
+def test_strided_inputs_give_the_same_results():
+    q, k, v = inputs(2, 2, 2, 7, 7, 32, seed=15)
+    qs = q.detach().transpose(1, 2).contiguous().transpose(1, 2).requires_grad_()  # (B, N, H, d) memory
+    ours = chain(lambda q, k, v: ggt.attention(q, k, v, is_causal=True), qs, k, v, 3)
+    ref = chain(lambda *x: reference(*x, causal=True), q, k, v, 3)
+    assert_chains_equal(ours, ref)
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and _C.cuda_available()), reason="needs CUDA in torch and gradgrad")
+def test_cuda_runs_on_the_current_stream():
+    q, k, v = (t.detach().cuda().requires_grad_() for t in inputs(1, 2, 2, 64, 64, 64, seed=16, dtype=torch.float32))
+    want = chain(lambda *x: reference(*x, causal=True), q, k, v, 4)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        got = chain(lambda *x: ggt.attention(*x, is_causal=True), q, k, v, 4)
+    torch.cuda.current_stream().wait_stream(side)
+    assert_chains_equal(got, want, tol=1e-4)
+
+
+# ----------------------------------------------------------------------------- bad inputs
+
+
+def raises(exc, *pieces):
+    return pytest.raises(exc, match=".*".join(map(str, pieces)))
+
+
+def test_bad_inputs_raise_with_gradgrads_message():
+    q = torch.randn(1, 4, 5, 32, dtype=f64)
+    k = torch.randn(1, 2, 6, 32, dtype=f64)
+    with raises(ValueError, "gg::attention_forward_out: q must be \\(B, Hq, Nq, d\\)", "\\[4, 5, 32\\]"):
+        ggt.attention(q[0], k, k, enable_gqa=True)
+    with raises(ValueError, "gg::attention_forward_out: q and k must have the same head dim", "d = 32", "d = 16"):
+        ggt.attention(q, k[..., :16], k[..., :16], enable_gqa=True)
+    with raises(ValueError, "gg::attention_forward_out", "Hq = 4", "multiple", "Hkv = 3"):
+        k3 = torch.randn(1, 3, 6, 32, dtype=f64)
+        ggt.attention(q, k3, k3, enable_gqa=True)
+    with raises(ValueError, "gg::attention_forward_out: window_left must be >= 0", "-2"):
+        ggt.attention(q, k, k, window=(-2, None), enable_gqa=True)
+    with raises(ValueError, "gg::attention_forward_out: causal = true means window_right = 0", "3"):
+        ggt.attention(q, k, k, is_causal=True, window=(None, 3), enable_gqa=True)
+    with raises(TypeError, "gg::attention_forward_out", "f64", "f32"):
+        ggt.attention(q, k.float(), k, enable_gqa=True)
+    with raises(TypeError, "gg::attention_forward_out: q has DLPack dtype code 0"):
+        ggt.attention(q.long(), k.long(), k.long(), enable_gqa=True)
+    with raises(ValueError, "gradgrad.torch.attention", "Hq = 4", "Hkv = 2", "enable_gqa"):
+        ggt.attention(q, k, k)
+    with raises(ValueError, "gg::attention_backward_out: dO has shape \\[1, 4, 6, 32\\], expected \\[1, 4, 5, 32\\]"):
+        O, L = torch.ops.gradgrad.attention_forward(q, k, k, None, False, None, None)
+        torch.ops.gradgrad.attention_backward(q, k, k, O, L, torch.randn(1, 4, 6, 32, dtype=f64), None, None,
+                                              False, None, None)
+
+
+def test_package_imports_without_torch():
+    code = "import sys, gradgrad; assert 'torch' not in sys.modules and 'numpy' not in sys.modules, sys.modules"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+    assert gradgrad.__version__
