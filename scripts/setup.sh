@@ -10,7 +10,7 @@ gg_die() { echo "gradgrad setup: $*" >&2; exit 1; }
 
 gg_install_deps() {
   local pkgs=(cmake ninja-build g++ pkg-config libeigen3-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
-              libbenchmark-dev libcli11-dev nlohmann-json3-dev gnuplot-nox graphviz)
+              libbenchmark-dev libcli11-dev nlohmann-json3-dev gnuplot-nox graphviz python3-dev python3-venv)
   local missing=()
   for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -41,5 +41,36 @@ gg_build() {
   if ! cmake --build "$GG_BUILD" -j "$(nproc)" "$@" >"$log" 2>&1; then
     grep -E "error|Error" -A5 "$log" | head -60 >&2
     gg_die "build failed (full log: $log)"
+  fi
+}
+
+# The Python package (python/, pyproject.toml) installed into the venv $GG_BUILD/venv, which sees
+# the system's site-packages (an installed torch is used as it is), with what its tests need:
+# torch (from GG_TORCH_INDEX_URL, by default PyTorch's CPU-only index, when missing) and pytest.
+# The build requirements come from .whl/ when it exists (scripts/python-wheels.sh fills it, for a
+# machine without a registry), else from the registry; the wheel's CMake tree is $GG_BUILD/python
+# (incremental) and GG_PY_CUDA (default OFF: the C++ build has compiled the CUDA kernels already)
+# is its GG_CUDA. Sets GG_VENV_PYTHON.
+gg_python_install() {
+  local venv="$GG_BUILD/venv" log="$GG_BUILD/python-install.log"
+  local from=()
+  mkdir -p "$GG_BUILD"
+  : >"$log"
+  [ -d "$GG_ROOT/.whl" ] && from=(--no-index --find-links "$GG_ROOT/.whl")
+  GG_VENV_PYTHON="$venv/bin/python"
+  [ -x "$GG_VENV_PYTHON" ] || python3 -m venv --system-site-packages "$venv" >>"$log" 2>&1 \
+    || { tail -20 "$log" >&2; gg_die "python3 -m venv failed (log: $log)"; }
+  local pip=("$GG_VENV_PYTHON" -m pip install -q --disable-pip-version-check)
+  if ! "$GG_VENV_PYTHON" -c "import torch" >/dev/null 2>&1; then
+    echo "gradgrad setup: installing torch into $venv" >&2
+    "${pip[@]}" --index-url "${GG_TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}" torch >>"$log" 2>&1 \
+      || { tail -20 "$log" >&2; gg_die "pip install torch failed (log: $log)"; }
+  fi
+  "${pip[@]}" "${from[@]}" scikit-build-core nanobind pytest >>"$log" 2>&1 \
+    || { tail -20 "$log" >&2; gg_die "pip install of the build requirements failed (log: $log)"; }
+  if ! CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "${pip[@]}" --no-build-isolation --no-deps --force-reinstall \
+      -Cbuild-dir="$GG_BUILD/python" -Ccmake.define.GG_CUDA="${GG_PY_CUDA:-OFF}" "$GG_ROOT" >>"$log" 2>&1; then
+    grep -E "error|Error" -A5 "$log" | head -60 >&2
+    gg_die "pip install . failed (full log: $log)"
   fi
 }

@@ -3,8 +3,10 @@
 # the whole test suite. GPU tests (ctest label "gpu") skip without a GPU unless GG_REQUIRE_GPU=1.
 # Then the robustness stages: the fuzzer over a fixed number of programs from seed 1, and the CPU
 # suite, the edge-case suite and the fuzzer again in a CPU-only build under AddressSanitizer +
-# UndefinedBehaviorSanitizer (build-asan/; GG_SANITIZE=0 skips it). Every stage does a fixed
-# amount of work, so any machine reaches the same verdict. Hunting for new failures is a separate,
+# UndefinedBehaviorSanitizer (build-asan/; GG_SANITIZE=0 skips it); between them the Python
+# package, built by pip into build/venv without CUDA (torch from the registry when missing), and
+# its tests (tests/python). Every stage does a fixed amount of work, so any machine reaches the
+# same verdict. Hunting for new failures is a separate,
 # open-ended run: GG_FUZZ_SECONDS=S fuzzes for S seconds instead, from a fresh seed unless
 # GG_FUZZ_SEED=X is given. Quiet on success: one line per stage.
 set -euo pipefail
@@ -41,6 +43,11 @@ gg_stage() {
 gg_stage "edge cases" "$GG_BUILD/edge.log" "$GG_BUILD/tests/edge/gg_edge"
 gg_stage "fuzzer" "$GG_BUILD/fuzz.log" "$GG_BUILD/tests/fuzz/gg_fuzz" "${fuzz_args[@]}"
 echo "gradgrad: $(tail -1 "$GG_BUILD/edge.log" | sed 's/^gradgrad //'); $(tail -1 "$GG_BUILD/fuzz.log")"
+
+# ---- the Python package: built with pip into a venv, its tests on the CPU (tests/python)
+gg_python_install
+gg_stage "Python tests" "$GG_BUILD/pytest.log" "$GG_VENV_PYTHON" -m pytest -q -p no:cacheprovider "$GG_ROOT/tests/python"
+echo "gradgrad (Python): $(tail -1 "$GG_BUILD/pytest.log" | sed 's/^=* *//; s/ *=*$//')"
 
 [ "${GG_SANITIZE:-1}" = 0 ] && exit 0
 # ---- the same suites under ASan + UBSan (CPU only; any report fails the run)
