@@ -19,12 +19,12 @@ from gradgrad import _C
 f64 = torch.float64
 
 
-def visible(nq, nk, causal=False, window=(None, None)):
+def visible(nq, nk, causal=False, window=(None, None), device=None):
     """gradgrad's mask as a boolean (Nq, Nk) tensor: query i at i' = i + Nk - Nq sees keys j with
     i' - left <= j <= i' + right; causal is right = 0 (ops/ops.h, AttentionOptions)."""
-    i = torch.arange(nq)[:, None] + (nk - nq)
-    j = torch.arange(nk)[None, :]
-    seen = torch.ones(nq, nk, dtype=torch.bool)
+    i = torch.arange(nq, device=device)[:, None] + (nk - nq)
+    j = torch.arange(nk, device=device)[None, :]
+    seen = torch.ones(nq, nk, dtype=torch.bool, device=device)
     left, right = window[0], 0 if causal else window[1]
     if left is not None:
         seen &= j >= i - left
@@ -39,7 +39,7 @@ def math_sdpa(q, k, v, **kw):
 
 
 def reference(q, k, v, causal=False, window=(None, None), scale=None):
-    mask = visible(q.shape[-2], k.shape[-2], causal, window)
+    mask = visible(q.shape[-2], k.shape[-2], causal, window, q.device)
     return math_sdpa(q, k, v, attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
 
 
@@ -52,11 +52,11 @@ def inputs(B, Hq, Hkv, Nq, Nk, d, seed, dtype=f64):
 def chain(fn, q, k, v, seed):
     """O, the first derivatives (with create_graph) for a random dO, and the second derivatives
     of a random weighted sum of squares of the first."""
-    g = torch.Generator().manual_seed(seed)
-    O = fn(q, k, v)
-    dO = torch.randn(O.shape, generator=g, dtype=O.dtype)
+    g = torch.Generator().manual_seed(seed)  # f64 on the CPU, then O's dtype and device: the
+    O = fn(q, k, v)                           # same draws whatever the inputs
+    dO = torch.randn(O.shape, generator=g, dtype=f64).to(O)
     first = torch.autograd.grad(O, (q, k, v), dO, create_graph=True)
-    weights = [torch.randn(t.shape, generator=g, dtype=t.dtype) for t in first]
+    weights = [torch.randn(t.shape, generator=g, dtype=f64).to(t) for t in first]
     penalty = sum((w * t * t).sum() for w, t in zip(weights, first))
     second = torch.autograd.grad(penalty, (q, k, v))
     return O, first, second
@@ -327,6 +327,29 @@ def test_cuda_runs_on_the_current_stream():
         got = chain(lambda *x: ggt.attention(*x, is_causal=True), q, k, v, 4)
     torch.cuda.current_stream().wait_stream(side)
     assert_chains_equal(got, want, tol=1e-4)
+
+
+def relative_error(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-300)).item()
+
+
+# Across the CUDA kernels' tiles: the sizes of CASES times 16, every dtype.
+@pytest.mark.skipif(not (torch.cuda.is_available() and _C.cuda_available()), reason="needs CUDA in torch and gradgrad")
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", ["causal", "gqa_causal", "nq_gt_nk_gqa_left_window", "two_sided_window"])
+def test_cuda_chain_within_twice_the_math_backends_error(name, dtype):
+    """O, first and second derivatives on CUDA against the f64 math backend: each error at most
+    twice that of PyTorch's math backend in the same dtype (plus a floor at f64's rounding)."""
+    B, Hq, Hkv, Nq, Nk, d, causal, window = CASES[name]
+    q, k, v = (t.detach().to(dtype).cuda() for t in inputs(B, Hq, Hkv, 16 * Nq, 16 * Nk, d, seed=20))
+    run = lambda fn, ty: chain(fn, *(t.to(ty).requires_grad_() for t in (q, k, v)), 5)  # noqa: E731
+    ours = run(lambda *x: ggt.attention(*x, is_causal=causal, window=window, enable_gqa=True), dtype)
+    theirs = run(lambda *x: reference(*x, causal=causal, window=window), dtype)
+    exact = run(lambda *x: reference(*x, causal=causal, window=window), f64)
+    flat = lambda c: [c[0], *c[1], *c[2]]  # noqa: E731
+    for what, a, b, x in zip(["O", "dQ", "dK", "dV", "gQ", "gK", "gV"], flat(ours), flat(theirs), flat(exact)):
+        ours_err, theirs_err = relative_error(a, x), relative_error(b, x)
+        assert ours_err <= 2 * theirs_err + 1e-12, f"{what}: {ours_err:.3g} against the math backend's {theirs_err:.3g}"
 
 
 # ----------------------------------------------------------------------------- bad inputs
