@@ -29,6 +29,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils.dlpack import to_dlpack as _to_dlpack
 
 from . import _C
 
@@ -46,14 +47,66 @@ def _stream(t: Tensor) -> int:
     return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else 0
 
 
-def _dl(t: Optional[Tensor]) -> Optional[Tensor]:
-    """What _C reads: the contiguous tensor without autograd state (DLPack refuses tensors that
-    require grad; detach() is a view, no copy)."""
-    return None if t is None else t.detach().contiguous()
+def _dl(t: Optional[Tensor]):
+    """What _C reads: a DLPack capsule of the tensor, made contiguous if it is not. The capsule
+    comes from torch's C function (to_dlpack), which also takes tensors that require grad;
+    Tensor.__dlpack__ refuses those and costs several microseconds per tensor in Python checks."""
+    if t is None:
+        return None
+    return _to_dlpack(t if t.is_contiguous() else t.contiguous())
 
 
 def _lse_like(q: Tensor) -> Tensor:
-    return q.new_empty(q.shape[:-1], dtype=_lse_dtype(q.dtype))
+    return torch.empty_like(q[..., 0], dtype=_lse_dtype(q.dtype), memory_format=torch.contiguous_format)
+
+
+# ----------------------------------------------------------------------------- the kernels
+#
+# _run_* allocate the outputs with torch and run gradgrad's kernels on them. They are the bodies
+# of the custom ops below, and the eager autograd Functions (_forms) call them directly: the
+# custom-op dispatcher adds tens of microseconds per call.
+
+
+def _run_forward(q, k, v, scale, causal, window_left, window_right):
+    O, L = torch.empty_like(q, memory_format=torch.contiguous_format), _lse_like(q)
+    _C.attention_forward(_dl(q), _dl(k), _dl(v), _dl(O), _dl(L), scale, causal, window_left, window_right, _stream(q))
+    return O, L
+
+
+def _run_backward(q, k, v, O, L, dO, dL, scale, causal, window_left, window_right):
+    c = torch.contiguous_format
+    dQ = torch.empty_like(q, memory_format=c)
+    dK, dV = torch.empty_like(k, dtype=q.dtype, memory_format=c), torch.empty_like(v, dtype=q.dtype, memory_format=c)
+    _C.attention_backward(
+        *map(_dl, (q, k, v, O, L, dO, dL, dQ, dK, dV)), scale, causal, window_left, window_right, _stream(q)
+    )
+    return dQ, dK, dV
+
+
+def _run_backward_backward(q, k, v, O, L, dO, dL, qt, kt, vt, scale, causal, window_left, window_right):
+    c = torch.contiguous_format
+    gQ = torch.empty_like(q, memory_format=c)
+    gK, gV = torch.empty_like(k, dtype=q.dtype, memory_format=c), torch.empty_like(v, dtype=q.dtype, memory_format=c)
+    gdO, gdL = torch.empty_like(q, memory_format=c), torch.empty_like(L, memory_format=c)
+    _C.attention_backward_backward(
+        *map(_dl, (q, k, v, O, L, dO, dL, qt, kt, vt, gQ, gK, gV, gdO, gdL)),
+        scale, causal, window_left, window_right, _stream(q),
+    )
+    return gQ, gK, gV, gdO, gdL
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _direct(q: Tensor) -> bool:
+    """Whether a call may skip the custom-op dispatcher: eager mode on a plain CPU or CUDA tensor,
+    with no dispatch mode active. Tracing (torch.compile), fake tensors and tensor subclasses go
+    through the ops, which carry the fake implementations and the dispatch keys they need."""
+    return (
+        type(q) in _PLAIN
+        and not torch.compiler.is_compiling()
+        and torch._C._len_torch_dispatch_stack() == 0
+    )
 
 
 # ----------------------------------------------------------------------------- the three ops
@@ -69,10 +122,7 @@ def _forward(
     window_left: Optional[int],
     window_right: Optional[int],
 ) -> tuple[Tensor, Tensor]:
-    q, k, v = _dl(q), _dl(k), _dl(v)
-    O, L = torch.empty_like(q), _lse_like(q)
-    _C.attention_forward(q, k, v, O, L, scale, causal, window_left, window_right, _stream(q))
-    return O, L
+    return _run_forward(q, k, v, scale, causal, window_left, window_right)
 
 
 @_forward.register_fake
@@ -94,10 +144,7 @@ def _backward(
     window_left: Optional[int],
     window_right: Optional[int],
 ) -> tuple[Tensor, Tensor, Tensor]:
-    q, k, v, O, L, dO, dL = map(_dl, (q, k, v, O, L, dO, dL))
-    dQ, dK, dV = torch.empty_like(q), torch.empty_like(k, dtype=q.dtype), torch.empty_like(v, dtype=q.dtype)
-    _C.attention_backward(q, k, v, O, L, dO, dL, dQ, dK, dV, scale, causal, window_left, window_right, _stream(q))
-    return dQ, dK, dV
+    return _run_backward(q, k, v, O, L, dO, dL, scale, causal, window_left, window_right)
 
 
 @_backward.register_fake
@@ -127,13 +174,7 @@ def _backward_backward(
     window_left: Optional[int],
     window_right: Optional[int],
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    q, k, v, O, L, dO, dL, qt, kt, vt = map(_dl, (q, k, v, O, L, dO, dL, qt, kt, vt))
-    gQ, gK, gV = torch.empty_like(q), torch.empty_like(k, dtype=q.dtype), torch.empty_like(v, dtype=q.dtype)
-    gdO, gdL = torch.empty_like(q), torch.empty_like(L)
-    _C.attention_backward_backward(
-        q, k, v, O, L, dO, dL, qt, kt, vt, gQ, gK, gV, gdO, gdL, scale, causal, window_left, window_right, _stream(q)
-    )
-    return gQ, gK, gV, gdO, gdL
+    return _run_backward_backward(q, k, v, O, L, dO, dL, qt, kt, vt, scale, causal, window_left, window_right)
 
 
 @_backward_backward.register_fake
@@ -150,11 +191,11 @@ def _(q, k, v, O, L, dO, dL, qt, kt, vt, scale, causal, window_left, window_righ
 
 # ----------------------------------------------------------------------------- autograd formulas
 #
-# Each formula is registered twice: on its custom op (register_autograd, so that the ops are
-# differentiable when called directly) and on an autograd.Function with a separate setup_context
-# (_Forward, _Backward, _BackwardBackward): torch.func's transforms accept those, and not the
-# Function that register_autograd generates. The formulas call the next level through its
-# Function, so that every order stays usable under torch.func.
+# Each formula is registered on its custom op (register_autograd, so that the ops are
+# differentiable when called directly) and on the two autograd.Function forms of its level
+# (_forms): torch.func's transforms accept the setup_context form, and not the Function that
+# register_autograd generates. The formulas call the next level through _call, so that every
+# order stays usable under torch.func.
 
 
 def _forward_setup(ctx, inputs, output):
@@ -168,7 +209,7 @@ def _forward_grad(ctx, dO, dL):
     q, k, v, O, L = ctx.saved_tensors
     if dO is None:
         dO = torch.zeros_like(O)
-    dQ, dK, dV = _Backward.apply(q, k, v, O.detach(), L.detach(), dO, dL, *ctx.options)
+    dQ, dK, dV = _call(_BACKWARD, q, k, v, O.detach(), L.detach(), dO, dL, *ctx.options)
     return dQ, dK, dV, None, None, None, None
 
 
@@ -181,7 +222,7 @@ def _backward_setup(ctx, inputs, output):
 
 def _backward_grad(ctx, qt, kt, vt):
     q, k, v, O, L, dO, dL = ctx.saved_tensors
-    gQ, gK, gV, gdO, gdL = _BackwardBackward.apply(q, k, v, O, L, dO, dL, qt, kt, vt, *ctx.options)
+    gQ, gK, gV, gdO, gdL = _call(_BACKWARD_BACKWARD, q, k, v, O, L, dO, dL, qt, kt, vt, *ctx.options)
     return gQ, gK, gV, None, None, gdO, (gdL if dL is not None else None), None, None, None, None
 
 
@@ -202,22 +243,43 @@ def _bob_grad(ctx, cQ, cK, cV, cdO, cdL):
     return g[0], g[1], g[2], None, None, g[3], g[4], g[5], g[6], g[7], None, None, None, None
 
 
-class _Forward(torch.autograd.Function):
-    forward = staticmethod(lambda *args: torch.ops.gradgrad.attention_forward(*args))
-    setup_context = staticmethod(_forward_setup)
-    backward = staticmethod(_forward_grad)
+def _forms(run, op, setup, grad):
+    """The two autograd.Function forms of one level. `func` has a separate setup_context, which
+    torch.func's transforms and torch.compile require, and calls the custom op. `eager` is the
+    classic form, used for plain eager calls: it runs the kernels directly, and its apply skips
+    the signature binding that the setup_context form pays on every call."""
+
+    class Func(torch.autograd.Function):
+        forward = staticmethod(lambda *args: op(*args))
+        setup_context = staticmethod(setup)
+        backward = staticmethod(grad)
+
+    class Eager(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *args):
+            output = run(*args)
+            setup(ctx, args, output)
+            return output
+
+        backward = staticmethod(grad)
+
+    return Eager, Func
 
 
-class _Backward(torch.autograd.Function):
-    forward = staticmethod(lambda *args: torch.ops.gradgrad.attention_backward(*args))
-    setup_context = staticmethod(_backward_setup)
-    backward = staticmethod(_backward_grad)
+def _call(forms, *args):
+    """Applies a level's Function: the eager form where _direct allows it and no torch.func
+    transform is active, the torch.func form otherwise."""
+    eager, func = forms
+    if _direct(args[0]) and not torch._C._are_functorch_transforms_active():
+        return eager.apply(*args)
+    return func.apply(*args)
 
 
-class _BackwardBackward(torch.autograd.Function):
-    forward = staticmethod(lambda *args: torch.ops.gradgrad.attention_backward_backward(*args))
-    setup_context = staticmethod(_bob_setup)
-    backward = staticmethod(_bob_grad)
+_FORWARD = _forms(_run_forward, torch.ops.gradgrad.attention_forward, _forward_setup, _forward_grad)
+_BACKWARD = _forms(_run_backward, torch.ops.gradgrad.attention_backward, _backward_setup, _backward_grad)
+_BACKWARD_BACKWARD = _forms(
+    _run_backward_backward, torch.ops.gradgrad.attention_backward_backward, _bob_setup, _bob_grad
+)
 
 
 _forward.register_autograd(_forward_grad, setup_context=_forward_setup)
@@ -322,7 +384,7 @@ def attention(
             f"gradgrad.torch.attention: q has Hq = {q.shape[1]} heads and k has Hkv = {k.shape[1]}; "
             "pass enable_gqa=True for grouped-query attention"
         )
-    return _Forward.apply(q, k, v, scale, is_causal, window[0], window[1])[0]
+    return _call(_FORWARD, q, k, v, scale, is_causal, window[0], window[1])[0]
 
 
 def scaled_dot_product_attention(
@@ -361,7 +423,7 @@ def scaled_dot_product_attention(
         key, value = key[..., :nq, :], value[..., :nq, :]
     elif is_causal:
         window_right = nq - nk  # j <= i is j <= i' + (Nq - Nk) with i' = i + Nk - Nq
-    return _Forward.apply(query, key, value, scale, is_causal and window_right is None, None, window_right)[0]
+    return _call(_FORWARD, query, key, value, scale, is_causal and window_right is None, None, window_right)[0]
 
 
 _patch_lock = threading.Lock()
