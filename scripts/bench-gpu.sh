@@ -44,6 +44,12 @@
 #              then 4M on the most ranks; the one-GPU process also times gg::attention's chain, the
 #              baseline of the speed-ups                                   -> bench/results/dist.jsonl
 #              Not part of "all".
+#   python     bench/attention_python.py on the CUDA build of the Python extension (imported from
+#              the build folder; needs nanobind, pytest and torch, from .whl where the machine has
+#              no registry): the chain through gradgrad.torch beside the same chain through the
+#              C++ API in one process, first order beside PyTorch's SDPA, the chain beside SDPA's
+#              math backend, and the per-call Python overhead at N = 128  -> bench/results/python.jsonl
+#              GG_BENCH_PYTHON_ARGS passes arguments (e.g. "--quick"). Not part of "all".
 #
 # Then: python3 bench/make_tables.py (docs/benchmarks.md) and python3 bench/plot_attention.py.
 # Logs go to $OUT (default ./gpu-logs). GG_GPU_BUILD names the build folder (default build-gpu).
@@ -58,10 +64,16 @@ if [[ "$what" == *" ab "* && -z "${GG_AB_BASE:-}" ]]; then
   echo "bench-gpu: ab needs GG_AB_BASE=<directory of the other source tree>"; exit 2
 fi
 
+py=OFF
+if [[ "$what" == *" python "* ]]; then
+  python3 -c "import nanobind" 2>/dev/null || { [ -d .whl ] &&
+    python3 -m pip install -q --no-index --find-links .whl nanobind >"$OUT/pip.log" 2>&1; }
+  py=ON
+fi
 configure_and_build() {  # source dir, build dir, log name, targets...
   local src=$1 dir=$2 log=$3; shift 3
   if ! cmake -S "$src" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
-         -DGG_BUILD_BENCH=ON -DGG_BUILD_EXAMPLES=OFF -DGG_BUILD_TESTS=OFF >"$OUT/$log.log" 2>&1 ||
+         -DGG_BUILD_BENCH=ON -DGG_BUILD_EXAMPLES=OFF -DGG_BUILD_TESTS=OFF -DGG_PYTHON=$py >"$OUT/$log.log" 2>&1 ||
      ! cmake --build "$dir" -j "$(nproc)" --target "$@" >>"$OUT/$log.log" 2>&1; then
     tail -40 "$OUT/$log.log"; echo "bench-gpu: build of $src failed ($OUT/$log.log)"; exit 1
   fi
@@ -71,6 +83,7 @@ want cuda && targets+=(bench_cuda)
 { want attention || want long || [[ "$what" == *" ab "* || "$what" == *" options "* ]]; } &&
   targets+=(bench_attention_gpu)
 [[ "$what" == *" dist "* ]] && targets+=(bench_dist)
+[ $py = ON ] && targets+=(_C)
 configure_and_build . "$BUILD" build "${targets[@]}"
 
 card="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
@@ -120,6 +133,13 @@ if want long; then
   start long "scripts/bench-gpu.sh long"
   "$ours" --chain-only --n 65536,262144,1048576 --d 64 --heads 8 --batch 1 --dtype bf16 \
     >>bench/results/long.jsonl 2>>"$OUT/bench_attention_gpu.err" || rc=1
+fi
+
+if [ $py = ON ]; then
+  start python "scripts/bench-gpu.sh python ${GG_BENCH_PYTHON_ARGS:-}"
+  # shellcheck disable=SC2086
+  PYTHONPATH="$PWD/$BUILD/python" PYTHONUNBUFFERED=1 python3 bench/attention_python.py ${GG_BENCH_PYTHON_ARGS:-} |
+    grep -v '"bench": "meta"' >>bench/results/python.jsonl 2>"$OUT/attention_python.err" || rc=1
 fi
 
 if [[ "$what" == *" options "* ]]; then
@@ -226,6 +246,7 @@ fi
 ran=()
 for f in cuda attention long; do want $f && ran+=("$f"); done
 [[ "$what" == *" options "* ]] && ran+=(options)
+[ $py = ON ] && ran+=(python)
 for f in "${ran[@]}"; do
   [ -s "bench/results/$f.jsonl" ] && cp "bench/results/$f.jsonl" "$OUT/" &&
     echo "wrote bench/results/$f.jsonl ($(($(wc -l <"bench/results/$f.jsonl") - 1)) lines)"

@@ -2,6 +2,9 @@
 # On the GPU machine (H200): builds the GPU test binary with CUDA for sm_90a, runs the GPU tests
 # (ctest label gpu) with GG_REQUIRE_GPU=1 (a skip is a failure), then compute-sanitizer memcheck
 # on part of the GPU test binary (the op table and every attention kernel) and racecheck on a small case of each attention kernel. (The CPU suite runs in CI: scripts/test.sh.) Logs go to $OUT (default ./gpu-logs); a short table is last.
+# The Python package's tests run too (tests/python on the CUDA build of gradgrad._C in the same
+# build folder, imported from $BUILD/python) where nanobind is importable or can be installed
+# from .whl (the GPU machine has no package registry); GG_GPU_PYTHON=0 skips them.
 # Usage: scripts/gpu-test.sh [gtest filter for memcheck]   (GG_GPU_SANITIZE=0 skips both sanitizers)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -18,11 +21,17 @@ status "gpu" "$(head -1 "$OUT/gpu.txt")"
 status "date" "$(date -u +%FT%TZ)"
 status "commit" "${GG_COMMIT:-$(git describe --always --dirty 2>/dev/null || echo unknown)}"
 
+py_targets=()
+if [ "${GG_GPU_PYTHON:-1}" != 0 ]; then
+  python3 -c "import nanobind, pytest" 2>/dev/null || { [ -d .whl ] &&
+    python3 -m pip install -q --no-index --find-links .whl nanobind pytest >"$OUT/pip.log" 2>&1; }
+  python3 -c "import nanobind, pytest, torch" 2>/dev/null && py_targets=(_C)
+fi
 if ! cmake -S . -B "$BUILD" -G Ninja -DGG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DGG_BUILD_EXAMPLES=OFF \
-     >"$OUT/configure.log" 2>&1; then
+     -DGG_PYTHON="$([ ${#py_targets[@]} -gt 0 ] && echo ON || echo OFF)" >"$OUT/configure.log" 2>&1; then
   tail -30 "$OUT/configure.log"; status "configure" "FAILED"; exit 1
 fi
-if ! cmake --build "$BUILD" -j "$(nproc)" --target gg_gpu_tests gg_dist_gpu_tests >"$OUT/build.log" 2>&1; then
+if ! cmake --build "$BUILD" -j "$(nproc)" --target gg_gpu_tests gg_dist_gpu_tests "${py_targets[@]}" >"$OUT/build.log" 2>&1; then
   grep -E "error" -A5 "$OUT/build.log" | head -60; status "build" "FAILED"; exit 1
 fi
 status "build" "ok"
@@ -31,6 +40,15 @@ status "build" "ok"
 gpu_rc=$?
 status "ctest -L gpu" "$(grep -E 'tests passed' "$OUT/ctest-gpu.log" | tail -1) (rc $gpu_rc)"
 if [ $gpu_rc -ne 0 ]; then grep -E "Failure|FAILED|Expected|error" "$OUT/ctest-gpu.log" | head -40; fi
+py_rc=0
+if [ ${#py_targets[@]} -gt 0 ]; then
+  PYTHONPATH="$PWD/$BUILD/python" python3 -m pytest -q -p no:cacheprovider tests/python >"$OUT/pytest.log" 2>&1
+  py_rc=$?
+  status "pytest (CUDA build)" "$(tail -1 "$OUT/pytest.log" | sed 's/^=* *//; s/ *=*$//') (rc $py_rc)"
+  [ $py_rc -eq 0 ] || grep -E "^FAILED|Error" "$OUT/pytest.log" | head -20
+else
+  status "pytest (CUDA build)" "skipped (no nanobind/pytest/torch)"
+fi
 # the determinism switch's initial value from the environment (atomic mode), and the attention
 # tests that run the fused sweeps with it
 GG_REQUIRE_GPU=1 GG_ATTENTION_DETERMINISTIC=0 "$BUILD/tests/gg_gpu_tests" \
@@ -59,4 +77,4 @@ else
 fi
 echo
 cat "$OUT/summary.txt"
-[ $gpu_rc -eq 0 ] && [ $atomic_rc -eq 0 ]
+[ $gpu_rc -eq 0 ] && [ $atomic_rc -eq 0 ] && [ $py_rc -eq 0 ]

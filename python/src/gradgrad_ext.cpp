@@ -11,9 +11,12 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/tuple.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <tuple>
+#include <vector>
 
 #include "gradgrad.h"
 
@@ -115,6 +118,60 @@ void backward_backward(const Array& q, const Array& k, const Array& v, const Arr
   });
 }
 
+// Bench hooks (bench/attention_python.py): the same work through the C++ API on the caller's
+// arrays, timed in C++ from a synchronised start to a synchronised end; the median over `reps`
+// runs after one warm-up run, in seconds.
+template <typename F>
+double median_seconds(const gg::Tensor& q, uintptr_t stream, int reps, F&& f) {
+  std::vector<double> t;
+  run_on(q, stream, [&] {
+    const bool cuda = q.device().is_cuda();
+    for (int r = 0; r <= reps; ++r) {
+      if (cuda) gg::cuda::synchronize();
+      const auto t0 = std::chrono::steady_clock::now();
+      f();
+      if (cuda) gg::cuda::synchronize();
+      if (r > 0) t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+  });
+  std::sort(t.begin(), t.end());
+  return t.empty() ? 0.0 : t[t.size() / 2];
+}
+
+// `calls` forward calls (attention_forward_out into O, L) per timed run.
+double bench_forward(const Array& q, const Array& k, const Array& v, const Array& O, const Array& L,
+                     std::optional<double> scale, bool causal, std::optional<int64_t> window_left,
+                     std::optional<int64_t> window_right, uintptr_t stream, int calls, int reps) {
+  const char* op = "bench_forward";
+  const gg::Tensor tq = wrap(q, op, "q"), tk = wrap(k, op, "k"), tv = wrap(v, op, "v");
+  const gg::Tensor tO = wrap(O, op, "O"), tL = wrap(L, op, "L");
+  const gg::AttentionOptions o = options(scale, causal, window_left, window_right);
+  return median_seconds(tq, stream, reps, [&] {
+    for (int i = 0; i < calls; ++i) gg::attention_forward_out(tq, tk, tv, tO, tL, o);
+  });
+}
+
+// The chain: O = attention(q, k, v); (dQ, dK, dV) = grad(O, (q, k, v), dO) with create_graph;
+// the gradient of <qt, dQ> + <kt, dK> + <vt, dV> with respect to q, k, v and dO.
+double bench_chain(const Array& q, const Array& k, const Array& v, const Array& dO, const Array& qt,
+                   const Array& kt, const Array& vt, std::optional<double> scale, bool causal,
+                   std::optional<int64_t> window_left, std::optional<int64_t> window_right, uintptr_t stream,
+                   int reps) {
+  const char* op = "bench_chain";
+  gg::Tensor tq = wrap(q, op, "q"), tk = wrap(k, op, "k"), tv = wrap(v, op, "v"), tdO = wrap(dO, op, "dO");
+  const gg::Tensor tqt = wrap(qt, op, "qt"), tkt = wrap(kt, op, "kt"), tvt = wrap(vt, op, "vt");
+  for (gg::Tensor* t : {&tq, &tk, &tv, &tdO}) t->requires_grad_();
+  const gg::AttentionOptions o = options(scale, causal, window_left, window_right);
+  gg::GradOptions record;
+  record.create_graph = true;
+  return median_seconds(tq, stream, reps, [&] {
+    const gg::Tensor out = gg::attention(tq, tk, tv, o);
+    const gg::TensorList g = gg::grad(gg::TensorList{out}, gg::TensorList{tq, tk, tv}, gg::TensorList{tdO}, record);
+    const gg::Tensor s = gg::sum(g[0] * tqt) + gg::sum(g[1] * tkt) + gg::sum(g[2] * tvt);
+    gg::grad(gg::TensorList{s}, gg::TensorList{tq, tk, tv, tdO});
+  });
+}
+
 void translate(const std::exception_ptr& p, void*) {
   try {
     std::rethrow_exception(p);
@@ -150,6 +207,12 @@ NB_MODULE(_C, m) {
         nb::arg("scale").none() = none, nb::arg("causal") = false, nb::arg("window_left").none() = none,
         nb::arg("window_right").none() = none, nb::arg("stream") = 0,
         "Writes gQ, gK, gV, gdO and gdL (gg::attention_backward_backward_out); dL, qt, kt, vt and gdL may be None.");
+  m.def("_bench_forward", &bench_forward, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("O"), nb::arg("L"),
+        nb::arg("scale").none(), nb::arg("causal"), nb::arg("window_left").none(), nb::arg("window_right").none(),
+        nb::arg("stream"), nb::arg("calls"), nb::arg("reps"));
+  m.def("_bench_chain", &bench_chain, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("dO"), nb::arg("qt"),
+        nb::arg("kt"), nb::arg("vt"), nb::arg("scale").none(), nb::arg("causal"), nb::arg("window_left").none(),
+        nb::arg("window_right").none(), nb::arg("stream"), nb::arg("reps"));
   m.def("cuda_available", [] { return gg::cuda::is_available(); }, "Built with CUDA, and a GPU is present.");
   // Test hooks: the address an array is read at (zero-copy checks), and the allocation counters of
   // gg's CPU allocator (a call on contiguous CPU inputs allocates nothing there).

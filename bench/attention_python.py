@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""gradgrad's attention through PyTorch (gradgrad.torch) beside the same work through the C++ API,
+in one process on one GPU (scripts/bench-gpu.sh python -> bench/results/python.jsonl).
+
+The C++ side runs in the extension's bench hooks (_C._bench_chain, _C._bench_forward) on the same
+torch tensors, so both sides share the card, the inputs and the process. One JSON object per line:
+
+  {"bench": "chain", ...}     the chain (forward, gradient with create_graph, gradient of
+                              <qt, dQ> + <kt, dK> + <vt, dV> w.r.t. q, k, v and dO): torch_ms
+                              through gradgrad.torch, cpp_ms through gg::attention and gg::grad
+  {"bench": "first", ...}     forward + gradient w.r.t. q, k, v: gradgrad_ms through
+                              gradgrad.torch, sdpa_ms through F.scaled_dot_product_attention
+                              (PyTorch's default backend choice)
+  {"bench": "math", ...}      the chain through gradgrad.torch beside the same chain through SDPA
+                              on its math backend (the one with a double backward), until the
+                              math backend runs out of memory ("math_ms": "OOM")
+  {"bench": "overhead", ...}  per-call time of gradgrad.torch.attention (inputs that require
+                              grad, forward only) and of the same forward through the C++ API, in
+                              a loop of `calls` calls; overhead_us is their difference
+
+Times are medians of --reps runs after a warm-up, the two sides alternating; the chain sides are
+timed from a synchronised start to a synchronised end.
+
+  python3 bench/attention_python.py [--quick] [--reps 5]
+"""
+import argparse
+import json
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.dlpack import to_dlpack
+
+import gradgrad.torch as gt
+from gradgrad import _C
+
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
+DEVICE = "cuda"
+
+
+def DTYPE():
+    return torch.bfloat16 if DEVICE == "cuda" else torch.float32
+
+
+def sync():
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def stream():
+    return torch.cuda.current_stream().cuda_stream if DEVICE == "cuda" else 0
+
+
+def wall(fn):
+    sync()
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    return time.perf_counter() - t0
+
+
+def inputs(B, Hq, Hkv, N, d, dtype, seed=0):
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+    qs, ks = (B, Hq, N, d), (B, Hkv, N, d)
+    mk = lambda s: torch.randn(s, device=DEVICE, dtype=dtype, generator=g)
+    q, k, v, dO = mk(qs), mk(ks), mk(ks), mk(qs)
+    qt, kt, vt = mk(qs), mk(ks), mk(ks)
+    for t in (q, k, v, dO):
+        t.requires_grad_(True)
+    return q, k, v, dO, qt, kt, vt
+
+
+def torch_chain(attn, q, k, v, dO, qt, kt, vt):
+    o = attn(q, k, v)
+    dq, dk, dv = torch.autograd.grad(o, (q, k, v), dO, create_graph=True)
+    s = (dq * qt).sum() + (dk * kt).sum() + (dv * vt).sum()
+    torch.autograd.grad(s, (q, k, v, dO))
+
+
+def bench_chain(cfg, reps):
+    B, Hq, Hkv, N, d, causal, left = cfg
+    q, k, v, dO, qt, kt, vt = inputs(B, Hq, Hkv, N, d, DTYPE())
+    right = 0 if causal else None
+    attn = lambda q, k, v: gt.attention(q, k, v, is_causal=causal, window=(left, None), enable_gqa=Hq != Hkv)
+    cpp = lambda: _C._bench_chain(
+        *(to_dlpack(t.detach()) for t in (q, k, v, dO, qt, kt, vt)), None, causal, left, right, stream(), 1
+    )
+    py = lambda: wall(lambda: torch_chain(attn, q, k, v, dO, qt, kt, vt))
+    py(), cpp()  # warm-up
+    t_py, t_cpp = [], []
+    for _ in range(reps):
+        t_py.append(py())
+        t_cpp.append(cpp())
+    row = dict(bench="chain", B=B, Hq=Hq, Hkv=Hkv, N=N, d=d, dtype=str(DTYPE()).replace("torch.", ""), causal=causal, window_left=left)
+    row.update(torch_ms=round(1e3 * median(t_py), 3), cpp_ms=round(1e3 * median(t_cpp), 3))
+    row["torch_over_cpp"] = round(row["torch_ms"] / row["cpp_ms"], 4)
+    return row
+
+
+def bench_first(cfg, reps):
+    B, Hq, Hkv, N, d, causal, _ = cfg
+    q, k, v, dO, *_ = inputs(B, Hq, Hkv, N, d, DTYPE())
+    gqa = Hq != Hkv
+
+    def first(attn):
+        return lambda: wall(lambda: torch.autograd.grad(attn(q, k, v), (q, k, v), dO))
+
+    ours = first(lambda q, k, v: gt.attention(q, k, v, is_causal=causal, enable_gqa=gqa))
+    sdpa = first(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa))
+    ours(), sdpa()
+    t_ours, t_sdpa = [], []
+    for _ in range(reps):
+        t_ours.append(ours())
+        t_sdpa.append(sdpa())
+    row = dict(bench="first", B=B, Hq=Hq, Hkv=Hkv, N=N, d=d, dtype=str(DTYPE()).replace("torch.", ""), causal=causal)
+    row.update(gradgrad_ms=round(1e3 * median(t_ours), 3), sdpa_ms=round(1e3 * median(t_sdpa), 3))
+    row["gradgrad_over_sdpa"] = round(row["gradgrad_ms"] / row["sdpa_ms"], 4)
+    return row
+
+
+def bench_math(N, d, causal, reps):
+    q, k, v, dO, qt, kt, vt = inputs(1, 16, 16, N, d, DTYPE())
+    ours = lambda: wall(lambda: torch_chain(lambda q, k, v: gt.attention(q, k, v, is_causal=causal), q, k, v, dO, qt, kt, vt))
+
+    def math_chain():
+        with sdpa_kernel(SDPBackend.MATH):
+            torch_chain(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal), q, k, v, dO, qt, kt, vt)
+
+    row = dict(bench="math", B=1, Hq=16, Hkv=16, N=N, d=d, dtype=str(DTYPE()).replace("torch.", ""), causal=causal)
+    ours()
+    t_ours = [ours() for _ in range(reps)]
+    row["gradgrad_ms"] = round(1e3 * median(t_ours), 3)
+    try:
+        wall(math_chain)
+        if DEVICE == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        t_math = [wall(math_chain) for _ in range(reps)]
+        row["math_ms"] = round(1e3 * median(t_math), 3)
+        if DEVICE == "cuda":
+            row["math_peak_GiB"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+        row["gradgrad_over_math"] = round(row["gradgrad_ms"] / row["math_ms"], 4)
+    except torch.OutOfMemoryError:
+        row["math_ms"] = "OOM"
+    if DEVICE == "cuda":
+        torch.cuda.empty_cache()
+    return row
+
+
+def bench_overhead(B, H, N, d, calls, reps):
+    q, k, v, *_ = inputs(B, H, H, N, d, DTYPE())
+    O, L = gt._run_forward(q.detach(), k.detach(), v.detach(), None, False, None, None)
+
+    def ours():
+        for _ in range(calls):
+            gt.attention(q, k, v)
+
+    cpp = lambda: _C._bench_forward(*(to_dlpack(t.detach()) for t in (q, k, v, O, L)), None, False, None, None, stream(), calls, 1)
+    wall(ours), cpp()
+    t_ours, t_cpp = [], []
+    for _ in range(reps):
+        t_ours.append(wall(ours) / calls)
+        t_cpp.append(cpp() / calls)
+    row = dict(bench="overhead", B=B, H=H, N=N, d=d, dtype=str(DTYPE()).replace("torch.", ""), calls=calls)
+    row.update(torch_us=round(1e6 * median(t_ours), 2), cpp_us=round(1e6 * median(t_cpp), 2))
+    row["overhead_us"] = round(row["torch_us"] - row["cpp_us"], 2)
+    return row
+
+
+def main():
+    global DEVICE
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="N up to 16K only")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU: checks that the script runs")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    DEVICE = "cpu" if args.smoke else "cuda"
+    card = torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu"
+    print(json.dumps(dict(bench="env", card=card, torch=torch.__version__, reps=args.reps)), flush=True)
+    sizes = (256,) if args.smoke else (4096, 16384) if args.quick else (4096, 16384, 65536)
+    long, heads = (sizes[-1], 2) if args.smoke else (65536, 16)
+    mid = sizes[-1] if args.smoke else 16384
+    dense = [(1, heads, heads, n, d, c, None) for n in sizes for d in (64, 128) for c in (False, True)]
+    options = [(1, heads, heads // 4 or 1, mid, 64, False, None), (1, heads, 1, mid, 64, True, None),
+               (1, heads, heads, long, 64, True, 64 if args.smoke else 4096)]
+    for cfg in dense + options:
+        print(json.dumps(bench_chain(cfg, args.reps)), flush=True)
+    if DEVICE == "cuda":  # SDPA's fused kernels are CUDA kernels; on the CPU it is the math path
+        for cfg in dense + options[:2]:
+            print(json.dumps(bench_first(cfg, args.reps)), flush=True)
+    for n in (128, 256) if args.smoke else (1024, 4096, 16384):
+        for causal in (False, True):
+            print(json.dumps(bench_math(n, 64, causal, args.reps)), flush=True)
+    print(json.dumps(bench_overhead(4, 4, 128, 64, 20 if args.smoke else 1000, args.reps)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
