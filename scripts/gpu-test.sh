@@ -31,10 +31,11 @@ if ! cmake -S . -B "$BUILD" -G Ninja -DGG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a
      -DGG_PYTHON="$([ ${#py_targets[@]} -gt 0 ] && echo ON || echo OFF)" >"$OUT/configure.log" 2>&1; then
   tail -30 "$OUT/configure.log"; status "configure" "FAILED"; exit 1
 fi
+t_build=$SECONDS
 if ! cmake --build "$BUILD" -j "$(nproc)" --target gg_gpu_tests gg_dist_gpu_tests "${py_targets[@]}" >"$OUT/build.log" 2>&1; then
   grep -E "error" -A5 "$OUT/build.log" | head -60; status "build" "FAILED"; exit 1
 fi
-status "build" "ok"
+status "build" "ok ($((SECONDS - t_build)) s)"
 
 (cd "$BUILD" && GG_REQUIRE_GPU=1 ctest -L gpu -j 8 --output-on-failure --timeout 600 >"$OUT/ctest-gpu.log" 2>&1)
 gpu_rc=$?
