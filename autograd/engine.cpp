@@ -319,8 +319,17 @@ TensorList AccumulateGrad::apply(const TensorList& grads, const std::vector<bool
 TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs,
                 const GradOptions& o) {
   GG_CHECK(!inputs.empty(), ValueError, "gg::grad: no inputs given");
-  bool keep = o.retain_graph < 0 ? o.create_graph : o.retain_graph != 0;
+  const bool keep = o.retain_graph.value_or(o.create_graph);
   return run_backward("grad", outputs, grad_outputs, inputs, keep, o.create_graph, o.allow_unused, o.on_gradient);
+}
+
+TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs,
+                std::optional<bool> retain_graph, bool create_graph, bool allow_unused) {
+  GradOptions o;
+  o.retain_graph = retain_graph;
+  o.create_graph = create_graph;
+  o.allow_unused = allow_unused;
+  return grad(outputs, inputs, grad_outputs, o);
 }
 
 Tensor grad(const Tensor& output, const Tensor& input, const Tensor& grad_output, const GradOptions& o) {
@@ -328,10 +337,18 @@ Tensor grad(const Tensor& output, const Tensor& input, const Tensor& grad_output
               grad_output.defined() ? TensorList{grad_output} : TensorList{}, o)[0];
 }
 
-void Tensor::backward(const Tensor& gradient, bool create_graph, int retain_graph) const {
-  bool keep = retain_graph < 0 ? create_graph : retain_graph != 0;
-  run_backward("backward", {*this}, gradient.defined() ? TensorList{gradient} : TensorList{}, {}, keep,
-               create_graph, false);
+Tensor grad(const Tensor& output, const Tensor& input, const Tensor& grad_output, std::optional<bool> retain_graph,
+            bool create_graph, bool allow_unused) {
+  GradOptions o;
+  o.retain_graph = retain_graph;
+  o.create_graph = create_graph;
+  o.allow_unused = allow_unused;
+  return grad(output, input, grad_output, o);
+}
+
+void Tensor::backward(const Tensor& gradient, std::optional<bool> retain_graph, bool create_graph) const {
+  run_backward("backward", {*this}, gradient.defined() ? TensorList{gradient} : TensorList{}, {},
+               retain_graph.value_or(create_graph), create_graph, false);
 }
 
 }  // namespace gg

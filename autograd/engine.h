@@ -3,15 +3,20 @@
 #include <cstddef>
 #include <functional>
 #include <initializer_list>
+#include <optional>
 
 #include "../core/tensor.h"
 
 namespace gg {
 
+// The options of gg::grad by name, for callers that set them one at a time or need
+// on_gradient. Not an aggregate (it has a constructor), so a braced list cannot fill its fields
+// by position: positional arguments follow libtorch's order in the overloads below instead.
 struct GradOptions {
-  bool create_graph = false;  // record the backward so it can be differentiated again
-  int retain_graph = -1;      // keep saved tensors for another pass; -1: same as create_graph
-  bool allow_unused = false;  // an input the outputs do not depend on gets an undefined tensor
+  GradOptions() {}
+  std::optional<bool> retain_graph;  // keep saved tensors for another pass; unset: create_graph
+  bool create_graph = false;         // record the backward so it can be differentiated again
+  bool allow_unused = false;         // an input the outputs do not depend on gets an undefined tensor
   // Called once per input, in the pass, as soon as that input's gradient is complete (with the
   // input's index and the gradient grad will return for it; undefined for an unused input, once
   // the pass has ended): work on early gradients can start while the backward goes on, as
@@ -21,20 +26,33 @@ struct GradOptions {
 
 // Gradients of sum_i <grad_outputs[i], outputs[i]> with respect to each input.
 // grad_outputs may be empty (or hold undefined tensors) for one-element outputs: 1 is used.
-TensorList grad(const TensorList& outputs, const TensorList& inputs,
-                const TensorList& grad_outputs = {}, const GradOptions& options = {});
+// Positional arguments in libtorch's order (torch::autograd::grad): retain_graph (unset: the
+// value of create_graph), create_graph, allow_unused.
+TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs = {},
+                std::optional<bool> retain_graph = std::nullopt, bool create_graph = false,
+                bool allow_unused = false);
+TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs,
+                const GradOptions& options);
 
 // One output, one input: grad(y, x) with plain tensors returns one Tensor.
 Tensor grad(const Tensor& output, const Tensor& input, const Tensor& grad_output = Tensor(),
-            const GradOptions& options = {});
+            std::optional<bool> retain_graph = std::nullopt, bool create_graph = false, bool allow_unused = false);
+Tensor grad(const Tensor& output, const Tensor& input, const Tensor& grad_output, const GradOptions& options);
 
-// Braced lists, as written with libtorch: grad({y}, {x})[0], grad({o}, {q, k, v}, {dO}, {true}).
-// Without this overload a one-element list {y} would select the Tensor form above (a braced
+// Braced lists, as written with libtorch: grad({y}, {x})[0], grad({o}, {q, k, v}, {dO}, {}, true).
+// Without these overloads a one-element list {y} would select the Tensor form above (a braced
 // list of one Tensor converts to Tensor exactly, to TensorList only through a constructor);
 // a std::initializer_list parameter is preferred over both, so any braced list is a list.
 // Mixing a braced list with a TensorList variable selects the TensorList form.
 inline TensorList grad(std::initializer_list<Tensor> outputs, std::initializer_list<Tensor> inputs,
-                       std::initializer_list<Tensor> grad_outputs = {}, const GradOptions& options = {}) {
+                       std::initializer_list<Tensor> grad_outputs = {},
+                       std::optional<bool> retain_graph = std::nullopt, bool create_graph = false,
+                       bool allow_unused = false) {
+  return grad(TensorList(outputs), TensorList(inputs), TensorList(grad_outputs), retain_graph, create_graph,
+              allow_unused);
+}
+inline TensorList grad(std::initializer_list<Tensor> outputs, std::initializer_list<Tensor> inputs,
+                       std::initializer_list<Tensor> grad_outputs, const GradOptions& options) {
   return grad(TensorList(outputs), TensorList(inputs), TensorList(grad_outputs), options);
 }
 

@@ -76,7 +76,7 @@ GradcheckResult gradcheck(const MultiFn& f, const TensorList& inputs, const Grad
         std::vector<double> onehot(static_cast<size_t>(ny), 0.0);
         onehot[static_cast<size_t>(r)] = 1.0;
         analytic = grad({y}, diff_leaves, {from_vector(onehot, y.shape(), y.dtype(), y.device())},
-                        {false, /*retain_graph=*/1, /*allow_unused=*/true});
+                        /*retain_graph=*/true, /*create_graph=*/false, /*allow_unused=*/true);
       }
       for (size_t j = 0; j < diff.size(); ++j) {
         size_t i = diff[j];
@@ -120,7 +120,7 @@ GradcheckResult gradgradcheck(const MultiFn& f, const TensorList& inputs, const 
     for (const Tensor& x : xs)
       if (x.requires_grad()) diff_xs.push_back(x);
     TensorList ys = f(xs);
-    TensorList gs = grad(ys, diff_xs, vs, {/*create_graph=*/true, -1, /*allow_unused=*/true});
+    TensorList gs = grad(ys, diff_xs, vs, std::nullopt, /*create_graph=*/true, /*allow_unused=*/true);
     for (size_t j = 0; j < gs.size(); ++j)
       if (!gs[j].defined()) gs[j] = zeros_like(diff_xs[j]);
     return gs;

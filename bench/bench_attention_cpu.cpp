@@ -145,8 +145,9 @@ Result run_stage(Stage stage, AttnFn f, const Inputs& in, bool causal, const Con
   const gg::AttentionOptions o{std::nullopt, causal};
   const gg::TensorList qkv = {in.q, in.k, in.v};
   const gg::TensorList wrt = {in.q, in.k, in.v, in.dO};
-  const gg::GradOptions keep{/*create_graph=*/false, /*retain_graph=*/1, /*allow_unused=*/false};
-  const gg::GradOptions record{/*create_graph=*/true};
+  gg::GradOptions keep, record;
+  keep.retain_graph = true;
+  record.create_graph = true;
   switch (stage) {
     case Stage::forward:
       return measure([&] { return gg::TensorList{f(in.q, in.k, in.v, o)}; }, cfg);

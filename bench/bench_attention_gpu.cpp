@@ -244,7 +244,7 @@ int main(int argc, char** argv) {
       const AttentionOptions opt{std::nullopt, causal, window_left, window_right};
       auto first_order = [&]() {
         Tensor o = attention(q, k, v, opt);
-        TensorList g = grad({o}, {q, k, v}, {dO}, {/*create_graph=*/true});
+        TensorList g = grad({o}, {q, k, v}, {dO}, std::nullopt, /*create_graph=*/true);
         return sum(g[0] * qt) + sum(g[1] * kt) + sum(g[2] * vt);
       };
       auto chain = [&]() { grad({first_order()}, {q, k, v, dO}); };
@@ -278,7 +278,7 @@ int main(int argc, char** argv) {
         double ch = median_ms(chain, 3, reps, &chains);
         double peak = double(cuda::memory_stats(0).peak_bytes - base2) / kGiB;
         Tensor inner = first_order();
-        double bob = median_ms([&] { grad({inner}, {q, k, v, dO}, {}, {false, /*retain_graph=*/1}); }, 1, reps);
+        double bob = median_ms([&] { grad({inner}, {q, k, v, dO}, {}, /*retain_graph=*/true); }, 1, reps);
         std::snprintf(buf, sizeof buf,
                       "{\"impl\":\"gradgrad\",\"fwd_kernel\":\"%s\",\"deterministic\":%s,%s,\"reps\":%d,"
                       "\"fwd_ms\":%.4f,\"fwdbwd_ms\":%.4f,\"bob_ms\":%.4f,\"chain_ms\":%.4f,\"first_chain_ms\":%.2f,"

@@ -99,7 +99,7 @@ int main() {
       Tensor hdn = tanh(matmul(X, W[0]));
       hdn = tanh(matmul(hdn, W[1]));
       Tensor loss = mse_loss(matmul(hdn, W[2]), Y);
-      TensorList g = grad({loss}, W, {}, {/*create_graph=*/true});
+      TensorList g = grad({loss}, W, {}, std::nullopt, /*create_graph=*/true);
       Tensor penalty = sum(g[0] * g[0]) + sum(g[1] * g[1]) + sum(g[2] * g[2]);
       TensorList g2 = grad({loss + penalty}, W);
     };

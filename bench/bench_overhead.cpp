@@ -93,12 +93,12 @@ int64_t count_mlp_ops(int stages) {
   TinyMlp m;
   gg::Tensor y = m.forward();
   if (stages == 1) return count_ops({y});
-  gg::TensorList g = gg::grad({y}, m.params, {}, {/*create_graph=*/true});
+  gg::TensorList g = gg::grad({y}, m.params, {}, std::nullopt, /*create_graph=*/true);
   gg::TensorList roots = g;
   roots.push_back(y);
   if (stages == 2) return count_ops(roots);
   gg::Tensor s = sum_of_squares(g);
-  gg::TensorList gg2 = gg::grad({s}, m.params, {}, {/*create_graph=*/true, -1, /*allow_unused=*/true});
+  gg::TensorList gg2 = gg::grad({s}, m.params, {}, std::nullopt, /*create_graph=*/true, /*allow_unused=*/true);
   roots.push_back(s);
   roots.insert(roots.end(), gg2.begin(), gg2.end());
   return count_ops(roots);
@@ -125,9 +125,9 @@ void BM_mlp_forward_backward(benchmark::State& state) {
 void BM_mlp_double_backward(benchmark::State& state) {
   TinyMlp m;
   for (auto _ : state) {
-    gg::TensorList g = gg::grad({m.forward()}, m.params, {}, {/*create_graph=*/true});
+    gg::TensorList g = gg::grad({m.forward()}, m.params, {}, std::nullopt, /*create_graph=*/true);
     // b3's gradient is the constant 1, so Σ g² does not depend on b3: allow_unused.
-    gg::TensorList g2 = gg::grad({sum_of_squares(g)}, m.params, {}, {false, -1, /*allow_unused=*/true});
+    gg::TensorList g2 = gg::grad({sum_of_squares(g)}, m.params, {}, std::nullopt, /*create_graph=*/false, /*allow_unused=*/true);
     benchmark::DoNotOptimize(g2[0].impl_ptr().get());
   }
   report_ops(state, count_mlp_ops(3));
@@ -201,7 +201,7 @@ struct MamlSine {
     const gg::nn::NamedTensors task = gg::nn::expand_params(net.named_parameters(), kTasks);
     const gg::TensorList theta = gg::nn::values(task);
     const gg::Tensor inner = gg::mse_loss(net(task, sx), sy) * static_cast<double>(kTasks);
-    const gg::TensorList g = gg::grad({inner}, theta, {}, {/*create_graph=*/second_order});
+    const gg::TensorList g = gg::grad({inner}, theta, {}, std::nullopt, /*create_graph=*/second_order);
     const gg::nn::NamedTensors adapted = gg::nn::with_values(task, gg::optim::sgd_update(theta, g, 0.01));
     return gg::mse_loss(net(adapted, qx), qy);
   }
@@ -217,7 +217,7 @@ void BM_maml_sine_step(benchmark::State& state) {
   }
   // The forward, the inner backward (recorded when second order) and the outer gradient's ops.
   const gg::Tensor loss = m.meta_loss(second_order);
-  const gg::TensorList g = gg::grad({loss}, m.adam.params(), {}, {/*create_graph=*/true});
+  const gg::TensorList g = gg::grad({loss}, m.adam.params(), {}, std::nullopt, /*create_graph=*/true);
   gg::TensorList roots = g;
   roots.push_back(loss);
   report_ops(state, count_ops(roots));

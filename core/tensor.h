@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <vector>
 
@@ -72,9 +73,10 @@ class Tensor {
   // Same data, no history, requires_grad false.
   Tensor detach() const;
   // Accumulates d(this)/d(leaf) into leaf.grad() for every leaf that requires grad.
-  // `gradient` defaults to 1 for a one-element tensor. retain_graph defaults to create_graph.
-  void backward(const Tensor& gradient = Tensor(), bool create_graph = false,
-                int retain_graph = -1) const;
+  // `gradient` defaults to 1 for a one-element tensor. libtorch's argument order: retain_graph
+  // (unset: the value of create_graph), then create_graph.
+  void backward(const Tensor& gradient = Tensor(), std::optional<bool> retain_graph = std::nullopt,
+                bool create_graph = false) const;
 
   // ---- moves and casts (differentiable; defined with the ops in ops/shape.cpp) ----
   Tensor to(Device device) const;  // this tensor itself when already there

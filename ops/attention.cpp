@@ -178,7 +178,7 @@ TensorList bob_composite_vjp(const TensorList& inputs, const TensorList& cots, c
     outs0.push_back(f.L);
     cots0.push_back(x[4].dtype() == f.L.dtype() ? x[4] : to(x[4], f.L.dtype()));
   }
-  TensorList d = grad(outs0, {x[0], x[1], x[2]}, cots0, {/*create_graph=*/true});
+  TensorList d = grad(outs0, {x[0], x[1], x[2]}, cots0, std::nullopt, /*create_graph=*/true);
   // Second level: gradient of <Q̃, dQ> + <K̃, dK> + <Ṽ, dV> with respect to Q, K, V, dO, dL.
   Tensor inner;
   for (size_t t = 0; t < 3; ++t)
@@ -187,7 +187,7 @@ TensorList bob_composite_vjp(const TensorList& inputs, const TensorList& cots, c
   if (!inner.defined()) return result;  // no cotangent at all: BoB is identically zero
   TensorList wrt2 = {x[0], x[1], x[2], x[3]};
   if (has_dL) wrt2.push_back(x[4]);
-  TensorList g = grad({inner}, wrt2, {}, {/*create_graph=*/true, -1, /*allow_unused=*/true});
+  TensorList g = grad({inner}, wrt2, {}, std::nullopt, /*create_graph=*/true, /*allow_unused=*/true);
   // Third level: the requested vector-Jacobian product.
   TensorList outs, outs_cots, wrt;
   std::vector<size_t> wrt_index;
@@ -202,7 +202,7 @@ TensorList bob_composite_vjp(const TensorList& inputs, const TensorList& cots, c
       wrt_index.push_back(i);
     }
   if (outs.empty()) return result;
-  TensorList r = grad(outs, wrt, outs_cots, {record_result, -1, /*allow_unused=*/true});
+  TensorList r = grad(outs, wrt, outs_cots, std::nullopt, /*create_graph=*/record_result, /*allow_unused=*/true);
   for (size_t j = 0; j < r.size(); ++j) result[wrt_index[j]] = r[j];
   return result;
 }

@@ -33,7 +33,7 @@ inline Chain run_chain(AttnFn f, const TensorList& qkv, const Tensor& dO_in, con
   for (const Tensor& t : qkv) x.push_back(leaf(t));
   Tensor dO = leaf(dO_in);
   Tensor O = f(x[0], x[1], x[2], o);
-  TensorList d = grad({O}, x, {dO}, {/*create_graph=*/true});
+  TensorList d = grad({O}, x, {dO}, std::nullopt, /*create_graph=*/true);
   Chain c;
   c.O = O.to_vector<double>();
   for (const Tensor& t : d) c.first.push_back(t.to_vector<double>());
@@ -42,14 +42,14 @@ inline Chain run_chain(AttnFn f, const TensorList& qkv, const Tensor& dO_in, con
     if (tilde[i].defined()) inner = inner.defined() ? inner + sum(tilde[i] * d[i]) : sum(tilde[i] * d[i]);
   if (!inner.defined()) return c;
   const TensorList wrt = {x[0], x[1], x[2], dO};
-  TensorList g = grad({inner}, wrt, {}, {/*create_graph=*/!w.empty(), -1, /*allow_unused=*/true});
+  TensorList g = grad({inner}, wrt, {}, std::nullopt, /*create_graph=*/!w.empty(), /*allow_unused=*/true);
   for (size_t i = 0; i < g.size(); ++i)
     c.second.push_back(g[i].defined() ? g[i].to_vector<double>() : Values(static_cast<size_t>(wrt[i].numel()), 0.0));
   if (w.empty()) return c;
   Tensor outer;
   for (size_t i = 0; i < g.size(); ++i)
     if (g[i].defined() && g[i].requires_grad()) outer = outer.defined() ? outer + sum(w[i] * g[i]) : sum(w[i] * g[i]);
-  TensorList h = outer.defined() ? grad({outer}, wrt, {}, {false, -1, /*allow_unused=*/true}) : TensorList(4);
+  TensorList h = outer.defined() ? grad({outer}, wrt, {}, std::nullopt, /*create_graph=*/false, /*allow_unused=*/true) : TensorList(4);
   for (size_t i = 0; i < h.size(); ++i)
     c.third.push_back(h[i].defined() ? h[i].to_vector<double>() : Values(static_cast<size_t>(wrt[i].numel()), 0.0));
   return c;

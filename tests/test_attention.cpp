@@ -190,7 +190,7 @@ TEST(Attention, ThirdOrderThroughFallback) {
     for (const Tensor& t : random_inputs(s, 4)) x.push_back(leaf(t));  // q, k, v, u
     MultiFn first = [causal](const TensorList& a) {
       TensorList qkv = {a[0], a[1], a[2]};
-      return grad({attention(a[0], a[1], a[2], {std::nullopt, causal})}, qkv, {a[3]}, {true});
+      return grad({attention(a[0], a[1], a[2], {std::nullopt, causal})}, qkv, {a[3]}, std::nullopt, /*create_graph=*/true);
     };
     GradcheckResult r = gradgradcheck(first, x);  // second derivatives of the first: order 3
     EXPECT_TRUE(r.ok) << r.message;
@@ -208,7 +208,7 @@ TEST(Attention, FourthOrderMatchesComposite) {
     Tensor g = q;
     Tensor cur = y;
     for (int order = 0; order < 4; ++order) {
-      Tensor gq = grad(cur, q, {}, {true});
+      Tensor gq = grad(cur, q, {}, std::nullopt, /*create_graph=*/true);
       cur = sum(gq * base[0]);  // contract with a fixed direction to keep a scalar
     }
     return cur.item();
@@ -620,7 +620,7 @@ TEST(Attention, OptionsThirdOrderThroughFallback) {
     x.push_back(leaf(in.dO));
     const AttentionOptions o = options_of(c);
     MultiFn first = [o](const TensorList& a) {
-      return grad({attention(a[0], a[1], a[2], o)}, {a[0], a[1], a[2]}, {a[3]}, {true});
+      return grad({attention(a[0], a[1], a[2], o)}, {a[0], a[1], a[2]}, {a[3]}, std::nullopt, /*create_graph=*/true);
     };
     GradcheckResult r = gradgradcheck(first, x);
     EXPECT_TRUE(r.ok) << describe(c) << ": " << r.message;
@@ -755,7 +755,7 @@ TEST(Attention, MamlOuterGradientMatchesComposite) {
       return f(matmul(x, p[0]), matmul(x, p[1]), matmul(x, p[2]), {std::nullopt, true});
     };
     Tensor inner_loss = mse_loss(model(w, X), Y);
-    TensorList g = grad({inner_loss}, w, {}, {/*create_graph=*/true});
+    TensorList g = grad({inner_loss}, w, {}, std::nullopt, /*create_graph=*/true);
     TensorList adapted;
     for (size_t i = 0; i < w.size(); ++i) adapted.push_back(w[i] - g[i] * 0.1);
     Tensor outer_loss = mse_loss(model(adapted, Xq), Yq);

@@ -13,9 +13,9 @@ Tensor scalar(double v) { return full({}, v, DType::f64).requires_grad_(true); }
 TEST(Autograd, NestedGradGivesHigherDerivatives) {
   Tensor x = scalar(0.7);
   Tensor y = sin(x) * exp(x);  // y' = e^x (sin + cos), y'' = 2 e^x cos, y''' = 2 e^x (cos - sin)
-  Tensor d1 = grad(y, x, {}, {true});
-  Tensor d2 = grad(d1, x, {}, {true});
-  Tensor d3 = grad(d2, x, {}, {true});
+  Tensor d1 = grad(y, x, {}, std::nullopt, /*create_graph=*/true);
+  Tensor d2 = grad(d1, x, {}, std::nullopt, /*create_graph=*/true);
+  Tensor d3 = grad(d2, x, {}, std::nullopt, /*create_graph=*/true);
   const double e = std::exp(0.7), s = std::sin(0.7), c = std::cos(0.7);
   EXPECT_NEAR(d1.item(), e * (s + c), 1e-13);
   EXPECT_NEAR(d2.item(), 2 * e * c, 1e-13);
@@ -36,11 +36,29 @@ TEST(Autograd, BackwardAccumulatesIntoLeaves) {
 
 TEST(Autograd, BackwardWithCreateGraphKeepsHistoryOnGrad) {
   Tensor x = scalar(2.0);
-  pow(x, 3.0).backward(Tensor(), /*create_graph=*/true);
+  pow(x, 3.0).backward(Tensor(), /*retain_graph=*/std::nullopt, /*create_graph=*/true);
   Tensor g = x.grad();  // 3x² = 12, differentiable
   EXPECT_DOUBLE_EQ(g.item(), 12.0);
   ASSERT_TRUE(g.requires_grad());
   EXPECT_DOUBLE_EQ(grad(g, x).item(), 12.0);  // 6x
+}
+
+// libtorch's positional order: backward(gradient, retain_graph, create_graph) and
+// grad(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused).
+TEST(Autograd, PositionalArgumentsFollowLibtorch) {
+  Tensor x = scalar(2.0);
+  Tensor y = pow(x, 3.0);
+  y.backward(Tensor(), true);  // retain_graph: nothing recorded, the graph kept
+  EXPECT_FALSE(x.grad().requires_grad());
+  y.backward();
+  EXPECT_DOUBLE_EQ(x.grad().item(), 24.0);
+  EXPECT_THROW(y.backward(), AutogradError);
+
+  Tensor z = pow(x, 3.0);
+  Tensor g = grad({z}, {x}, {}, /*retain_graph=*/true, /*create_graph=*/false)[0];
+  EXPECT_FALSE(g.requires_grad());
+  EXPECT_TRUE(grad({z}, {x}, {}, /*retain_graph=*/false, /*create_graph=*/true)[0].requires_grad());
+  EXPECT_THROW(grad(z, x), AutogradError);  // retain_graph = false freed it
 }
 
 TEST(Autograd, GradDoesNotTouchLeafGrad) {
@@ -52,8 +70,8 @@ TEST(Autograd, GradDoesNotTouchLeafGrad) {
 TEST(Autograd, RetainGraph) {
   Tensor x = scalar(1.5);
   Tensor y = exp(x) * x;
-  grad(y, x, {}, {false, /*retain_graph=*/1});
-  EXPECT_NO_THROW(grad(y, x, {}, {false, 1}));
+  grad(y, x, {}, /*retain_graph=*/true);
+  EXPECT_NO_THROW(grad(y, x, {}, /*retain_graph=*/true));
   grad(y, x);  // frees the saved tensors
   try {
     grad(y, x);
@@ -67,8 +85,8 @@ TEST(Autograd, RetainGraph) {
 TEST(Autograd, AllowUnused) {
   Tensor x = scalar(1.0), z = scalar(2.0);
   Tensor y = x * 3.0;
-  EXPECT_THROW(grad({y}, {x, z}, {}, {false, 1}), AutogradError);
-  TensorList g = grad({y}, {x, z}, {}, {false, 1, /*allow_unused=*/true});
+  EXPECT_THROW(grad({y}, {x, z}, {}, /*retain_graph=*/true), AutogradError);
+  TensorList g = grad({y}, {x, z}, {}, /*retain_graph=*/true, /*create_graph=*/false, /*allow_unused=*/true);
   EXPECT_DOUBLE_EQ(g[0].item(), 3.0);
   EXPECT_FALSE(g[1].defined());
 }
@@ -143,8 +161,8 @@ TEST(Autograd, DiamondGraphSumsBothPaths) {
 TEST(Autograd, GraphReusedByTwoGradCalls) {
   Tensor x = scalar(0.5), w = scalar(-1.2);
   Tensor y = tanh(x * w);
-  TensorList g1 = grad(TensorList{y}, {x}, {}, {false, 1});
-  TensorList g2 = grad(TensorList{y}, {w}, {}, {false, 1});
+  TensorList g1 = grad(TensorList{y}, {x}, {}, /*retain_graph=*/true);
+  TensorList g2 = grad(TensorList{y}, {w}, {}, /*retain_graph=*/true);
   double t = std::tanh(-0.6);
   EXPECT_NEAR(g1[0].item(), (1 - t * t) * -1.2, 1e-14);
   EXPECT_NEAR(g2[0].item(), (1 - t * t) * 0.5, 1e-14);
@@ -195,10 +213,10 @@ TEST(Autograd, BackwardRecordsLevels) {
   Tensor x = scalar(0.4);
   Tensor y = tanh(x);
   EXPECT_EQ(y.grad_fn()->level, 0);
-  Tensor d1 = grad(y, x, {}, {true});
+  Tensor d1 = grad(y, x, {}, std::nullopt, /*create_graph=*/true);
   ASSERT_TRUE(d1.grad_fn());
   EXPECT_EQ(d1.grad_fn()->level, 1);
-  Tensor d2 = grad(d1, x, {}, {true});
+  Tensor d2 = grad(d1, x, {}, std::nullopt, /*create_graph=*/true);
   EXPECT_EQ(d2.grad_fn()->level, 2);
 }
 
@@ -224,20 +242,20 @@ TEST(Autograd, GradCallFormsOfLibtorch) {
   EXPECT_NEAR(both[1].item(), dfdw, 1e-15);
   EXPECT_NEAR(grad({f(), x * 3.0}, {x})[0].item(), dfdx + 3.0, 1e-15);
 
-  // grad_outputs and options as braced lists: TensorList d = grad({o}, {q}, {dO}, {true}).
+  // grad_outputs and options as braced lists: TensorList d = grad({o}, {q}, {dO}, std::nullopt, /*create_graph=*/true).
   Tensor o = f();
-  TensorList d = grad({o}, {x}, {full({}, 2.0, DType::f64)}, {/*create_graph=*/true});
+  TensorList d = grad({o}, {x}, {full({}, 2.0, DType::f64)}, std::nullopt, /*create_graph=*/true);
   ASSERT_EQ(d.size(), 1u);
   EXPECT_NEAR(d[0].item(), 2.0 * dfdx, 1e-15);
   ASSERT_TRUE(d[0].requires_grad());
   EXPECT_NEAR(grad({d[0]}, {w})[0].item(), 2.0 * 2 * xv, 1e-15);  // d(2·2xw)/dw
   // Empty grad_outputs with options.
-  static_assert(std::is_same_v<decltype(grad({o}, {x}, {}, {true})), TensorList>);
-  EXPECT_NEAR(grad({f()}, {w}, {}, {true})[0].item(), dfdw, 1e-15);
+  static_assert(std::is_same_v<decltype(grad({o}, {x}, {}, std::nullopt, /*create_graph=*/true)), TensorList>);
+  EXPECT_NEAR(grad({f()}, {w}, {}, std::nullopt, /*create_graph=*/true)[0].item(), dfdw, 1e-15);
 
   // A vector output with a vector cotangent, the attention-style call.
   Tensor q = from_vector({0.5, -2.0, 3.0}, {3}, DType::f64).requires_grad_();
-  Tensor dq = grad({q * q}, {q}, {from_vector({1.0, 10.0, 100.0}, {3}, DType::f64)}, {true})[0];
+  Tensor dq = grad({q * q}, {q}, {from_vector({1.0, 10.0, 100.0}, {3}, DType::f64)}, std::nullopt, /*create_graph=*/true)[0];
   expect_close(dq.to_vector<double>(), {1.0, -40.0, 600.0}, 0, 1e-13, "grad({q*q}, {q}, {v})");
 
   // TensorList variables, and each mixed with a braced list.
@@ -246,17 +264,17 @@ TEST(Autograd, GradCallFormsOfLibtorch) {
   TensorList from_vars = grad(outs, ins);
   EXPECT_NEAR(from_vars[0].item(), dfdx, 1e-15);
   EXPECT_NEAR(from_vars[1].item(), dfdw, 1e-15);
-  static_assert(std::is_same_v<decltype(grad({f()}, ins, {}, {true})), TensorList>);
-  EXPECT_NEAR(grad({f()}, ins, {}, {true})[1].item(), dfdw, 1e-15);
+  static_assert(std::is_same_v<decltype(grad({f()}, ins, {}, std::nullopt, /*create_graph=*/true)), TensorList>);
+  EXPECT_NEAR(grad({f()}, ins, {}, std::nullopt, /*create_graph=*/true)[1].item(), dfdw, 1e-15);
   TensorList outs2{f()};
   static_assert(std::is_same_v<decltype(grad(outs2, {w})), TensorList>);
   EXPECT_NEAR(grad(outs2, {w})[0].item(), dfdw, 1e-15);
 
   // Plain tensors keep returning one Tensor, with and without grad_output and options.
   static_assert(std::is_same_v<decltype(grad(f(), x)), Tensor>);
-  static_assert(std::is_same_v<decltype(grad(f(), x, {}, {true})), Tensor>);
+  static_assert(std::is_same_v<decltype(grad(f(), x, {}, std::nullopt, /*create_graph=*/true)), Tensor>);
   EXPECT_NEAR(grad(f(), x).item(), dfdx, 1e-15);
-  Tensor gw = grad(f(), w, full({}, -3.0, DType::f64), {/*create_graph=*/true});
+  Tensor gw = grad(f(), w, full({}, -3.0, DType::f64), std::nullopt, /*create_graph=*/true);
   EXPECT_NEAR(gw.item(), -3.0 * dfdw, 1e-15);
   EXPECT_NEAR(grad(gw, x).item(), -3.0 * 2 * xv, 1e-15);
 }

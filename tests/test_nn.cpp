@@ -228,7 +228,7 @@ TEST(NN, MetaGradientThroughInnerStep) {
   Tensor xs = randn({5, 1}, DType::f64), ys = sin(xs), xq = randn({5, 1}, DType::f64), yq = sin(xq);
   SingleFn meta = [&](const TensorList& theta) {
     Tensor inner = mse_loss(mlp(nn::with_values(named, theta), xs), ys);
-    const TensorList g = grad({inner}, theta, {}, {/*create_graph=*/true});
+    const TensorList g = grad({inner}, theta, {}, std::nullopt, /*create_graph=*/true);
     return mse_loss(mlp(nn::with_values(named, optim::sgd_update(theta, g, 0.1)), xq), yq);
   };
   TensorList theta;

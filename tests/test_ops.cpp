@@ -68,7 +68,7 @@ TEST_P(OpTableThirdOrder, GradOfGradOfGrad) {
   xs.push_back(u);
   MultiFn first = [&c, n](const TensorList& a) {
     TensorList x(a.begin(), a.begin() + static_cast<long>(n));
-    return grad({c.fn(x)}, x, {a[n]}, {true, -1, true});
+    return grad({c.fn(x)}, x, {a[n]}, std::nullopt, /*create_graph=*/true, /*allow_unused=*/true);
   };
   GradcheckResult r = gradgradcheck(first, xs);
   EXPECT_TRUE(r.ok) << r.message;

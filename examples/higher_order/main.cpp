@@ -77,7 +77,7 @@ std::vector<double> tanh_derivatives_by_autograd(double x0) {
   for (int k = 1; k <= kMaxOrder; ++k) {
     // create_graph=true: the backward we are running is itself recorded, so `d` (the k-th
     // derivative) is again a function of x on the tape and the next grad call can use it.
-    d = gg::grad(d, x, gg::Tensor(), {/*create_graph=*/true});
+    d = gg::grad(d, x, gg::Tensor(), std::nullopt, /*create_graph=*/true);
     out.push_back(d.item());
   }
   return out;

@@ -227,7 +227,7 @@ inline FastWeights inner_steps(const Model& m, FastWeights fast, const Chunks& d
                                const InnerLoop& inner, Order order) {
   gg::GradOptions options;
   options.create_graph = order == Order::second_order;
-  options.retain_graph = 1;  // the outer backward still needs this chunk's forward
+  options.retain_graph = true;  // the outer backward still needs this chunk's forward
   for (int s = 0; s < inner.steps; ++s) {
     if (s > 0) loss = gg::sum(per_sequence_ce(forward_chunk(m, fast, data.inputs[c]), data.targets[c]));
     const TensorList w = gg::nn::values(fast);

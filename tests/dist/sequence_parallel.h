@@ -85,7 +85,7 @@ inline void expect_matches_one_rank(int P, dist::Sharding sharding, int64_t N, D
     // One thread, whole sequence.
     const TensorList full = {test::leaf(Q), test::leaf(K), test::leaf(V)};
     const Tensor O = attention(full[0], full[1], full[2], mc.options);
-    const TensorList g1 = grad({O}, full, {dO}, {true});
+    const TensorList g1 = grad({O}, full, {dO}, std::nullopt, /*create_graph=*/true);
     const TensorList g2 = second_order(penalty(g1, A, C), full);
 
     std::vector<Tensor> out(static_cast<size_t>(P));
@@ -96,9 +96,9 @@ inline void expect_matches_one_rank(int P, dist::Sharding sharding, int64_t N, D
                                  test::leaf(rows_of(V, r, P, sharding))};
       const Tensor o = dist::attention(g, leaves[0], leaves[1], leaves[2], mc.options, sharding, schedule);
       GradOptions keep;  // a plain first-order pass (the ring's own backward), the graph kept
-      keep.retain_graph = 1;
+      keep.retain_graph = true;
       plain[static_cast<size_t>(r)] = grad({o}, leaves, {rows_of(dO, r, P, sharding)}, keep);
-      const TensorList gr = grad({o}, leaves, {rows_of(dO, r, P, sharding)}, {true});
+      const TensorList gr = grad({o}, leaves, {rows_of(dO, r, P, sharding)}, std::nullopt, /*create_graph=*/true);
       out[static_cast<size_t>(r)] = o.detach();
       first[static_cast<size_t>(r)] = gr;
       second[static_cast<size_t>(r)] =

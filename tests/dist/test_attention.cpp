@@ -99,9 +99,9 @@ TEST(RingDeadlock, ThirdOrderAllGatherMatchesRingRaises) {
   // Orders 1-3 of one program: the output's vector-Jacobian product, a nonlinear scalar of
   // those gradients, and the same again one order up.
   auto third = [&](const Tensor& o, const TensorList& leaves, const Tensor& cot) {
-    const TensorList g1 = grad({o}, leaves, {cot}, {true});
+    const TensorList g1 = grad({o}, leaves, {cot}, std::nullopt, /*create_graph=*/true);
     const TensorList g2 = grad({sum(g1[0] * g1[0]) + sum(tanh(g1[1])) + sum(g1[2] * g1[2] * g1[2])}, leaves, {},
-                               {true});
+                               std::nullopt, /*create_graph=*/true);
     return grad({sum(g2[0] * g2[0]) + sum(g2[1] * g2[2])}, leaves);
   };
   const TensorList full = {test::leaf(Q), test::leaf(K), test::leaf(V)};
@@ -344,7 +344,7 @@ TEST(RingOverlap, EveryOrderStartsEveryTransfer) {
     const Tensor o = dist::attention(*logging, q, k, v, {std::nullopt, true}, Sharding::zigzag, Schedule::ring);
     forward[r] = shifts();
     GradOptions keep;
-    keep.retain_graph = 1;
+    keep.retain_graph = true;
     grad({sum(o * o)}, {q, k, v}, {}, keep);
     backward[r] = shifts();
     GradOptions create;

@@ -66,7 +66,7 @@ TEST_P(DifferentiableCollectives, FirstAndSecondOrderMatchOneRank) {
   const TensorList full = {test::leaf(d.X), test::leaf(d.W), test::leaf(d.W2), test::leaf(d.b)};
   const Data fd{full[0], full[1], full[2], full[3]};
   const Tensor L = reference_loss(fd, P);
-  const TensorList g1 = grad({L}, full, {}, {true});
+  const TensorList g1 = grad({L}, full, {}, std::nullopt, /*create_graph=*/true);
   Tensor pen = sum(g1[0] * g1[0]) + sum(g1[1] * g1[1]) + sum(g1[2] * g1[2]) + sum(g1[3] * g1[3]);
   const TensorList g2 = grad({pen}, full);
 
@@ -79,7 +79,7 @@ TEST_P(DifferentiableCollectives, FirstAndSecondOrderMatchOneRank) {
                                test::leaf(biases[static_cast<size_t>(r)])};
     const Tensor l = rank_loss(g, leaves, root);
     losses[static_cast<size_t>(r)] = l.item();
-    const TensorList gr = grad({l}, leaves, {}, {true});
+    const TensorList gr = grad({l}, leaves, {}, std::nullopt, /*create_graph=*/true);
     const Tensor p = sum(gr[0] * gr[0]) + sum(gr[1] * gr[1]) + sum(gr[2] * gr[2]) + sum(gr[3] * gr[3]);
     first[static_cast<size_t>(r)] = gr;
     second[static_cast<size_t>(r)] = grad({p}, leaves);
@@ -118,7 +118,7 @@ TEST(DistSendrecv, GradientsGoBackAroundTheRing) {
       const int from = (r + 2 * P - 2) % P;
       total = total + f(squeeze(slice(Xl, 0, from, from + 1), 0), squeeze(slice(W, 0, r, r + 1), 0));
     }
-    const Tensor g1 = grad({total}, {Xl}, {}, {true})[0];
+    const Tensor g1 = grad({total}, {Xl}, {}, std::nullopt, /*create_graph=*/true)[0];
     const Tensor g2 = grad({sum(g1 * g1 * g1)}, {Xl})[0];
     std::vector<Tensor> first(static_cast<size_t>(P)), second(static_cast<size_t>(P));
     dist::run_threads(P, [&](Group& g) {
@@ -126,7 +126,7 @@ TEST(DistSendrecv, GradientsGoBackAroundTheRing) {
       const Tensor x = test::leaf(squeeze(slice(X, 0, r, r + 1), 0));
       Tensor y = x;
       for (int step = 0; step < 2; ++step) y = dist::sendrecv(g, y, (r + 1) % P, (r + P - 1) % P);
-      const Tensor gr = grad({f(y, squeeze(slice(W, 0, r, r + 1), 0))}, {x}, {}, {true})[0];
+      const Tensor gr = grad({f(y, squeeze(slice(W, 0, r, r + 1), 0))}, {x}, {}, std::nullopt, /*create_graph=*/true)[0];
       first[static_cast<size_t>(r)] = gr;
       second[static_cast<size_t>(r)] = grad({sum(gr * gr * gr)}, {x})[0];
     });
@@ -178,7 +178,7 @@ Tensor net_loss(const TensorList& p, const Tensor& X) {
   return sum(sin(matmul(h2, p[4])));
 }
 Tensor meta_loss(const TensorList& p, const Tensor& X) {
-  const TensorList g = grad({net_loss(p, X)}, p, {}, {true});
+  const TensorList g = grad({net_loss(p, X)}, p, {}, std::nullopt, /*create_graph=*/true);
   TensorList fast;
   for (size_t i = 0; i < p.size(); ++i) fast.push_back(p[i] - g[i] * 0.1);
   return net_loss(fast, X * 0.5);
@@ -284,7 +284,7 @@ TEST(DataParallel, GradAllReduceUnusedInputsAndErrors) {
     o.allow_unused = true;
     const size_t r = static_cast<size_t>(g.rank());
     GradOptions keep = o;
-    keep.retain_graph = 1;
+    keep.retain_graph = true;
     own[r] = grad({loss}, {p[0], p[4], spare}, {}, keep);
     got[r] = dist::grad_all_reduce(g, {loss}, {p[0], p[4], spare}, {}, o, false, 1);
   });

@@ -148,7 +148,7 @@ TEST(ThreadGroupOnGpu, RingInBf16WithinTwiceTheOneGpuError) {
       auto chain = [&](const TensorList& in, auto&& attend) {
         const TensorList leaves = {test::leaf(in[0]), test::leaf(in[1]), test::leaf(in[2])};
         const Tensor o = attend(leaves);
-        const TensorList g1 = grad({o}, leaves, {in[3]}, {true});
+        const TensorList g1 = grad({o}, leaves, {in[3]}, std::nullopt, /*create_graph=*/true);
         const TensorList g2 = grad({sum(g1[0] * in[4]) + sum(g1[1] * in[5]) + sum(g1[2] * in[6])}, leaves);
         TensorList out = {o.detach()};
         for (const TensorList* g : {&g1, &g2})

@@ -43,7 +43,7 @@ Levels levels(const TensorList& x, bool fused, bool causal, uint64_t seed) {
   Tensor o = fused ? attention(x[0], x[1], x[2], opt) : attention_composite(x[0], x[1], x[2], opt);
   manual_seed(seed);
   Tensor dO = randn(o.shape(), DType::f64).to(o.dtype());
-  TensorList d1 = grad({o}, x, {dO}, {true});
+  TensorList d1 = grad({o}, x, {dO}, std::nullopt, /*create_graph=*/true);
   Tensor penalty = sum(d1[0] * d1[0]) + sum(d1[1] * d1[2]);
   TensorList d2 = grad({penalty}, x);
   return {o.detach(), {d1[0].detach(), d1[1].detach(), d1[2].detach()}, d2};

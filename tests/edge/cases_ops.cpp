@@ -252,7 +252,7 @@ CASE("autograd/grad with an unused input") {
 }
 CASE("autograd/grad with allow_unused gives undefined") {
   Tensor x = v({1}).requires_grad_(), y = v({2}).requires_grad_();
-  TensorList g = grad({sum(x * 2.0)}, {x, y}, {}, {false, -1, true});
+  TensorList g = grad({sum(x * 2.0)}, {x, y}, {}, std::nullopt, /*create_graph=*/false, /*allow_unused=*/true);
   CHECK_VALUES(g[0], {2});
   CHECK(!g[1].defined());
 }
@@ -265,7 +265,7 @@ CASE("autograd/second backward without retain_graph") {
 CASE("autograd/retain_graph allows a second backward") {
   Tensor x = v({1, 2}).requires_grad_();
   Tensor y = sum(x * x);
-  grad(y, x, Tensor(), {false, 1});
+  grad(y, x, Tensor(), /*retain_graph=*/true);
   CHECK_VALUES(grad(y, x), {2, 4});
 }
 CASE("autograd/non-scalar output without grad_output") { Tensor x = v({1, 2}).requires_grad_(); THROWS(ValueError, "gg::grad: grad can be implicitly created only for one-element outputs, but output 0 has shape [2]", grad(x * 2.0, x)); }
@@ -281,7 +281,7 @@ CASE("autograd/NoGradGuard records nothing") { Tensor x = v({1}).requires_grad_(
 CASE("autograd/detach cuts the tape") { Tensor x = v({1}).requires_grad_(); CHECK(!(x * 2.0).detach().requires_grad()); }
 CASE("autograd/grad of grad of x^3") {
   Tensor x = scalar_tensor(2.0, DType::f64).requires_grad_();
-  Tensor g = grad(x * x * x, x, Tensor(), {true});
+  Tensor g = grad(x * x * x, x, Tensor(), std::nullopt, /*create_graph=*/true);
   CHECK_VALUES(grad(g, x), {12});
 }
 CASE("autograd/hvp shape mismatch") { THROWS(ShapeError, "gg::hvp: v has shape [3] but x has shape [2]", hvp([](const Tensor& x) { return sum(x); }, v({1, 2}), v({1, 2, 3}))); }

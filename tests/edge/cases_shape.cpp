@@ -176,7 +176,7 @@ CASE("empty/fused attention at N = 0, forward and backward") {
 CASE("empty/fused attention at N = 0, second order") {
   Tensor q = zeros({1, 1, 0, 4}, DType::f64).requires_grad_();
   Tensor k = zeros({1, 1, 0, 4}, DType::f64), v = zeros({1, 1, 0, 4}, DType::f64);
-  Tensor dq = grad(sum(attention(q, k, v)), q, Tensor(), {true});
+  Tensor dq = grad(sum(attention(q, k, v)), q, Tensor(), std::nullopt, /*create_graph=*/true);
   CHECK_SHAPE(dq, {1, 1, 0, 4});
 }
 CASE("empty/cross_entropy with N = 0 is NaN") {

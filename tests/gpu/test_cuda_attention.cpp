@@ -150,7 +150,7 @@ Levels run_composite(const Inputs& in, DType dtype, Device device, bool causal, 
   Levels r;
   Tensor O = attention_composite(x[0], x[1], x[2], {scale, causal});
   r.O = O.to_vector<double>();
-  TensorList d = grad({O}, x, {dO}, {/*create_graph=*/true});
+  TensorList d = grad({O}, x, {dO}, std::nullopt, /*create_graph=*/true);
   for (const Tensor& g : d) r.bwd.push_back(g.to_vector<double>());
   Tensor inner;
   for (int i = 0; i < 3; ++i)
@@ -159,7 +159,7 @@ Levels run_composite(const Inputs& in, DType dtype, Device device, bool causal, 
     r.bob.assign(4, Values(r.O.size(), 0.0));
     return r;
   }
-  TensorList g = grad({inner}, {x[0], x[1], x[2], dO}, {}, {false, -1, /*allow_unused=*/true});
+  TensorList g = grad({inner}, {x[0], x[1], x[2], dO}, {}, std::nullopt, /*create_graph=*/false, /*allow_unused=*/true);
   for (const Tensor& gi : g) r.bob.push_back(gi.defined() ? gi.to_vector<double>() : Values(r.O.size(), 0.0));
   return r;
 }
@@ -1211,7 +1211,7 @@ TEST(CudaAttention, AutogradChain) {
   Tensor dO = leaf(t(in.dO));
   const TensorList tilde = {t(in.Qt), t(in.Kt), t(in.Vt)};
   Tensor O = attention(x[0], x[1], x[2], o);
-  TensorList d = grad({O}, x, {dO}, {/*create_graph=*/true});
+  TensorList d = grad({O}, x, {dO}, std::nullopt, /*create_graph=*/true);
   Tensor inner = sum(tilde[0] * d[0]) + sum(tilde[1] * d[1]) + sum(tilde[2] * d[2]);
   TensorList g = grad({inner}, {x[0], x[1], x[2], dO});
 

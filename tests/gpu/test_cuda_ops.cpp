@@ -41,7 +41,7 @@ Derivs derivatives(const OpCase& c, const std::vector<Values>& in, const Values&
   Tensor y = c.fn(xs);
   Derivs d;
   d.y = y.to_vector<double>();
-  TensorList g = grad({y}, xs, {from_vector(u, y.shape(), dtype, device)}, {second, -1, /*allow_unused=*/true});
+  TensorList g = grad({y}, xs, {from_vector(u, y.shape(), dtype, device)}, std::nullopt, /*create_graph=*/second, /*allow_unused=*/true);
   for (const Tensor& t : g) d.g1.push_back(t.defined() ? t.to_vector<double>() : Values());
   if (!second) return d;
   Tensor inner;
@@ -51,7 +51,7 @@ Derivs derivatives(const OpCase& c, const std::vector<Values>& in, const Values&
     inner = inner.defined() ? inner + term : term;
   }
   if (!inner.defined()) return d;
-  TensorList g2 = grad({inner}, xs, {}, {false, -1, true});
+  TensorList g2 = grad({inner}, xs, {}, std::nullopt, /*create_graph=*/false, /*allow_unused=*/true);
   for (const Tensor& t : g2) d.g2.push_back(t.defined() ? t.to_vector<double>() : Values());
   return d;
 }

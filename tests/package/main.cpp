@@ -19,7 +19,7 @@ namespace {
 
 bool second_derivative_ok() {
   gg::Tensor x = gg::full({}, 2.0, gg::DType::f64).requires_grad_();
-  gg::Tensor dy = gg::grad(gg::pow(x, 3.0), x, {}, {/*create_graph=*/true});
+  gg::Tensor dy = gg::grad(gg::pow(x, 3.0), x, {}, std::nullopt, /*create_graph=*/true);
   const double d2 = gg::grad(dy, x).item();
   std::cout << "d2/dx2 x^3 at 2 = " << d2 << "\n";
   return std::abs(d2 - 12.0) < 1e-12;
