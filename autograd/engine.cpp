@@ -237,6 +237,24 @@ void send_to_inputs(const char* what, Node* node, const TensorList& in_grads, co
   }
 }
 
+// ---------------------------------------------------------------- step 5b: retained grads
+
+// The sum a gradient slot keeps across passes (a leaf's, or a retained non-leaf's grad()): with
+// create_graph the sum stays on the tape; without, it is a constant with storage of its own.
+Tensor add_into_grad(const Tensor& old, const Tensor& g) {
+  if (GradMode::is_enabled()) return old.defined() ? old + g : g;
+  return old.defined() ? old + g : clone(g);
+}
+
+// Tensor::backward only: the gradients that arrived at outputs whose tensors called retain_grad.
+void keep_retained_grads(Node* node, const TensorList& buf) {
+  for (const Node::RetainedGrad& r : node->retained_grads) {
+    const std::shared_ptr<TensorImpl> t = r.tensor.lock();
+    if (!t || !buf[r.nr].defined()) continue;
+    t->grad = add_into_grad(Tensor(t->grad), buf[r.nr]).impl_ptr();
+  }
+}
+
 // ---------------------------------------------------------------- the pass
 
 // Runs the backward. With `inputs` non-empty, returns the gradients arriving at them and runs
@@ -283,6 +301,7 @@ TensorList run_backward(const char* what, const TensorList& outputs, const Tenso
           if (on_gradient && result[c.input_index].defined()) on_gradient(c.input_index, result[c.input_index]);
         }
     if (!plan.exec[idx]) continue;
+    if (inputs.empty()) keep_retained_grads(node, buf);
 
     const TensorList in_grads = apply_node(what, node, buf, g, plan);  // 5. run its backward
     buf.clear();
@@ -307,12 +326,7 @@ TensorList run_backward(const char* what, const TensorList& outputs, const Tenso
 
 
 TensorList AccumulateGrad::apply(const TensorList& grads, const std::vector<bool>&) {
-  Tensor g = grads[0];
-  Tensor old(leaf->grad);
-  Tensor updated;
-  if (GradMode::is_enabled()) updated = old.defined() ? old + g : g;        // create_graph: keep history
-  else updated = old.defined() ? old + g : clone(g);                         // own copy, no history
-  leaf->grad = updated.impl_ptr();
+  leaf->grad = add_into_grad(Tensor(leaf->grad), grads[0]).impl_ptr();
   return {};
 }
 
@@ -344,6 +358,15 @@ Tensor grad(const Tensor& output, const Tensor& input, const Tensor& grad_output
   o.create_graph = create_graph;
   o.allow_unused = allow_unused;
   return grad(output, input, grad_output, o);
+}
+
+void Tensor::retain_grad() const {
+  GG_CHECK(requires_grad(), AutogradError, "gg::Tensor::retain_grad: the tensor (shape ", shape_str(shape()),
+           ") does not require grad, so no gradient reaches it");
+  if (is_leaf()) return;  // a leaf keeps its gradient anyway
+  for (const Node::RetainedGrad& r : grad_fn()->retained_grads)
+    if (r.nr == output_nr() && r.tensor.lock() == impl_ptr()) return;
+  grad_fn()->retained_grads.push_back({output_nr(), impl_ptr()});
 }
 
 void Tensor::backward(const Tensor& gradient, std::optional<bool> retain_graph, bool create_graph) const {

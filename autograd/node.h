@@ -55,6 +55,13 @@ class Node : public std::enable_shared_from_this<Node> {
   bool materialize_grads = true;    // false: missing output gradients reach apply() undefined
   int level;                        // 0: recorded in the forward; k: recorded by a backward
                                     // pass over nodes of level k-1 at most (create_graph)
+  // Outputs whose tensors asked to keep their gradient (Tensor::retain_grad): Tensor::backward
+  // adds the gradient arriving at output `nr` into that tensor's grad(), as for a leaf.
+  struct RetainedGrad {
+    uint32_t nr;
+    std::weak_ptr<TensorImpl> tensor;
+  };
+  std::vector<RetainedGrad> retained_grads;
 };
 
 // Saves a tensor for the backward. An op's own output is stored without its grad_fn (that

@@ -1,6 +1,7 @@
 // Where a tensor's storage lives. The CPU is always there; CUDA devices exist when the
 // library is built with GG_CUDA and a GPU is present at run time.
 #pragma once
+#include <ostream>
 #include <string>
 
 namespace gg {
@@ -19,5 +20,7 @@ struct Device {
   bool operator!=(const Device& o) const { return !(*this == o); }
   std::string str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
 };
+
+inline std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }
 
 }  // namespace gg

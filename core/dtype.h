@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <iosfwd>
 
 namespace gg {
 
@@ -35,5 +36,8 @@ constexpr const char* dtype_name(DType t) {
 constexpr bool is_floating(DType t) {
   return t == DType::f32 || t == DType::f64 || t == DType::bf16 || t == DType::f16;
 }
+
+// Writes dtype_name(t): `std::cout << x.dtype()` prints "f32".
+std::ostream& operator<<(std::ostream& os, DType t);
 
 }  // namespace gg

@@ -1,6 +1,7 @@
 #include "core/shape.h"
 
 #include <algorithm>
+#include <ostream>
 
 #include "core/error.h"
 
@@ -46,6 +47,8 @@ std::string shape_str(const Shape& shape) {
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
 }
+
+std::ostream& operator<<(std::ostream& os, const Shape& shape) { return os << shape_str(shape); }
 
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   size_t n = std::max(a.size(), b.size());

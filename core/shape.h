@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,9 @@ int64_t numel_of(const Shape& shape, const char* op = "numel");
 int64_t nbytes_of(const Shape& shape, size_t element_size, const char* op = "numel");
 Shape contiguous_strides(const Shape& shape);  // checked like numel_of
 std::string shape_str(const Shape& shape);  // "[2, 3]"
+// Writes shape_str(shape), so `std::cout << x.shape()` prints "[2, 3]". Shape is a std::vector,
+// so the operator is found from code in namespace gg or with `using namespace gg`.
+std::ostream& operator<<(std::ostream& os, const Shape& shape);
 // Numpy broadcasting of two shapes; throws ShapeError naming `op` and both shapes.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 

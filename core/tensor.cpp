@@ -80,6 +80,33 @@ template std::vector<double> Tensor::to_vector<double>() const;
 template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
 template std::vector<uint8_t> Tensor::to_vector<uint8_t>() const;
 
+template <typename T>
+T* Tensor::data_ptr() const {
+  constexpr DType want = dtype_of<T>();
+  GG_CHECK(dtype() == want, DTypeError, "gg::Tensor::data_ptr: tensor has dtype ", dtype_name(dtype()),
+           ", requested ", dtype_name(want));
+  return static_cast<T*>(raw_data());
+}
+template float* Tensor::data_ptr<float>() const;
+template double* Tensor::data_ptr<double>() const;
+template int64_t* Tensor::data_ptr<int64_t>() const;
+template uint8_t* Tensor::data_ptr<uint8_t>() const;
+template bool* Tensor::data_ptr<bool>() const;
+
+// Floating values convert as C++ does; i64 values are read exactly.
+template <typename T>
+T Tensor::item() const {
+  if (dtype() != DType::i64) return static_cast<T>(item());
+  GG_CHECK(numel() == 1, ValueError, "gg::Tensor::item: tensor of shape ", shape_str(shape()), " has ", numel(),
+           " elements, expected 1");
+  return static_cast<T>(to_vector<int64_t>()[0]);
+}
+template float Tensor::item<float>() const;
+template double Tensor::item<double>() const;
+template int64_t Tensor::item<int64_t>() const;
+template int Tensor::item<int>() const;
+template bool Tensor::item<bool>() const;
+
 double Tensor::item() const {
   GG_CHECK(numel() == 1, ValueError, "gg::Tensor::item: tensor of shape ", shape_str(shape()),
            " has ", numel(), " elements, expected 1");
@@ -259,6 +286,8 @@ void print_values(std::ostream& os, const Tensor& t) {
   print_rec(os, v, kept, cut, 0, pos, 0);
 }
 }  // namespace
+
+std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (!t.defined()) return os << "tensor(undefined)";

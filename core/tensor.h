@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <type_traits>
 #include <vector>
 
 #include "device.h"
@@ -83,6 +84,105 @@ class Tensor {
   Tensor to(DType dtype) const;
   Tensor cuda(int index = 0) const { return to(Device::cuda(index)); }
   Tensor cpu() const { return to(Device::cpu()); }
+
+  // ---- libtorch's member forms ----
+  // The layering rule: core/ never includes ops/. These members are declared here and defined
+  // in ops/tensor_methods.cpp, each forwarding to the free function in ops/ops.h, which stays
+  // the reference (PyTorch's TensorBody.h declares methods the same way and ATen defines them).
+  // In-place members (name_) are const, as in libtorch: they change the data, not the handle.
+  const Shape& sizes() const { return shape(); }
+  bool is_cuda() const { return device().is_cuda(); }
+  template <typename T> T item() const;       // T: float, double, int64_t, int, bool
+  template <typename T> T* data_ptr() const;  // any device (a device pointer on a GPU); checks the dtype
+  void* data_ptr() const { return raw_data(); }
+  // A non-leaf keeps its gradient in grad() after the next backward(), as a leaf does. A no-op
+  // on a leaf; AutogradError on a tensor that does not require grad.
+  void retain_grad() const;
+
+  Tensor sum() const;
+  // One dim as an integer of any type; a template so that sum({}) takes the list form (all dims).
+  template <typename I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int> = 0>
+  Tensor sum(I dim, bool keepdim = false) const { return sum(std::vector<int64_t>{static_cast<int64_t>(dim)}, keepdim); }
+  Tensor sum(const std::vector<int64_t>& dims, bool keepdim = false) const;
+  Tensor mean() const;
+  template <typename I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int> = 0>
+  Tensor mean(I dim, bool keepdim = false) const { return mean(std::vector<int64_t>{static_cast<int64_t>(dim)}, keepdim); }
+  Tensor mean(const std::vector<int64_t>& dims, bool keepdim = false) const;
+  Tensor max() const;  // all elements; NaN propagates
+
+  Tensor reshape(const Shape& shape) const;
+  Tensor view(const Shape& shape) const;  // reshape that never copies: ShapeError where it would
+  Tensor reshape_as(const Tensor& other) const;
+  Tensor t() const;  // transpose of a tensor with at most 2 dims
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor permute(const std::vector<int64_t>& dims) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor squeeze() const;  // every dim of size 1
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor expand(const Shape& shape) const;
+  Tensor expand_as(const Tensor& other) const;
+  Tensor clone() const;
+  Tensor contiguous() const;
+
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor abs() const;
+  Tensor neg() const;
+  Tensor tanh() const;
+  Tensor sigmoid() const;
+  Tensor relu() const;
+  Tensor sin() const;
+  Tensor cos() const;
+  Tensor sign() const;
+  Tensor pow(double exponent) const;
+  Tensor softmax(int64_t dim) const;
+  Tensor log_softmax(int64_t dim) const;
+  Tensor matmul(const Tensor& other) const;
+  Tensor mm(const Tensor& other) const;  // both 2-D
+  Tensor add(const Tensor& other, double alpha = 1.0) const;
+  Tensor add(double other) const;
+  Tensor sub(const Tensor& other, double alpha = 1.0) const;
+  Tensor sub(double other) const;
+  Tensor mul(const Tensor& other) const;
+  Tensor mul(double other) const;
+  Tensor div(const Tensor& other) const;
+  Tensor div(double other) const;
+  Tensor eq(const Tensor& other) const;
+  Tensor eq(double other) const;
+  Tensor ne(const Tensor& other) const;
+  Tensor ne(double other) const;
+  Tensor lt(const Tensor& other) const;
+  Tensor lt(double other) const;
+  Tensor le(const Tensor& other) const;
+  Tensor le(double other) const;
+  Tensor gt(const Tensor& other) const;
+  Tensor gt(double other) const;
+  Tensor ge(const Tensor& other) const;
+  Tensor ge(double other) const;
+
+  // ---- in place (the rules of ops/inplace.cpp: refused on tensors that require grad while
+  // grad mode is on) ----
+  const Tensor& add_(const Tensor& other, double alpha = 1.0) const;
+  const Tensor& add_(double other) const;
+  const Tensor& sub_(const Tensor& other, double alpha = 1.0) const;
+  const Tensor& sub_(double other) const;
+  const Tensor& mul_(const Tensor& other) const;
+  const Tensor& mul_(double other) const;
+  const Tensor& div_(const Tensor& other) const;
+  const Tensor& div_(double other) const;
+  const Tensor& zero_() const;
+  const Tensor& fill_(double value) const;
+  const Tensor& copy_(const Tensor& src) const;
+  const Tensor& operator+=(const Tensor& other) const { return add_(other); }
+  const Tensor& operator+=(double other) const { return add_(other); }
+  const Tensor& operator-=(const Tensor& other) const { return sub_(other); }
+  const Tensor& operator-=(double other) const { return sub_(other); }
+  const Tensor& operator*=(const Tensor& other) const { return mul_(other); }
+  const Tensor& operator*=(double other) const { return mul_(other); }
+  const Tensor& operator/=(const Tensor& other) const { return div_(other); }
+  const Tensor& operator/=(double other) const { return div_(other); }
 
   // ---- identity ----
   TensorImpl& impl() const;

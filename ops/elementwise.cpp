@@ -319,6 +319,37 @@ Tensor le(const Tensor& a, const Tensor& b) { return cmp(BinaryOp::le, a, b, "le
 Tensor gt(const Tensor& a, const Tensor& b) { return cmp(BinaryOp::gt, a, b, "gt"); }
 Tensor ge(const Tensor& a, const Tensor& b) { return cmp(BinaryOp::ge, a, b, "ge"); }
 
+namespace {
+// A comparison of x with the number s: s in x's dtype, or both in f64 when x is i64 and s is
+// not a whole number that fits (rounding s to an integer would change the answer).
+Tensor cmp_scalar(BinaryOp op, const Tensor& x, double s, const char* name) {
+  detail::check_defined(name, x, "input");
+  const bool exact = x.dtype() != DType::i64 || (std::nearbyint(s) == s && std::abs(s) < 9.0e18);
+  if (!exact) return cmp(op, to(x, DType::f64), scalar_tensor(s, DType::f64, x.device()), name);
+  return cmp(op, x, scalar_tensor(s, x.dtype(), x.device()), name);
+}
+}  // namespace
+
+Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }
+Tensor operator!=(const Tensor& a, const Tensor& b) { return ne(a, b); }
+Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
+Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
+Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
+Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
+Tensor operator==(const Tensor& a, double s) { return cmp_scalar(BinaryOp::eq, a, s, "eq"); }
+Tensor operator!=(const Tensor& a, double s) { return cmp_scalar(BinaryOp::ne, a, s, "ne"); }
+Tensor operator<(const Tensor& a, double s) { return cmp_scalar(BinaryOp::lt, a, s, "lt"); }
+Tensor operator<=(const Tensor& a, double s) { return cmp_scalar(BinaryOp::le, a, s, "le"); }
+Tensor operator>(const Tensor& a, double s) { return cmp_scalar(BinaryOp::gt, a, s, "gt"); }
+Tensor operator>=(const Tensor& a, double s) { return cmp_scalar(BinaryOp::ge, a, s, "ge"); }
+// s < a is a > s, and so on: the number moves to the right, the comparison turns around.
+Tensor operator==(double s, const Tensor& a) { return a == s; }
+Tensor operator!=(double s, const Tensor& a) { return a != s; }
+Tensor operator<(double s, const Tensor& a) { return a > s; }
+Tensor operator<=(double s, const Tensor& a) { return a >= s; }
+Tensor operator>(double s, const Tensor& a) { return a < s; }
+Tensor operator>=(double s, const Tensor& a) { return a <= s; }
+
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }

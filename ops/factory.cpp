@@ -32,6 +32,16 @@ Tensor full(const Shape& shape, double value, DType dtype, Device device) {
 Tensor zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0.0, dtype, device); }
 Tensor ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
 Tensor scalar_tensor(double value, DType dtype, Device device) { return full({}, value, dtype, device); }
+
+namespace detail {
+Tensor tensor_from(const std::vector<double>& values, const Shape& shape, DType dtype, Device device) {
+  return from_vector(values, shape, dtype, device);
+}
+Tensor tensor_from(const std::vector<int64_t>& values, const Shape& shape, DType dtype, Device device) {
+  if (dtype == DType::i64) return from_indices(values, shape, device);  // exact beyond 2^53
+  return from_vector(std::vector<double>(values.begin(), values.end()), shape, dtype, device);
+}
+}  // namespace detail
 Tensor zeros_like(const Tensor& t) {
   detail::check_defined("zeros_like", t, "input");
   return zeros(t.shape(), t.dtype(), t.device());

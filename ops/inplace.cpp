@@ -73,6 +73,13 @@ Tensor& write(Tensor& self, const Tensor& value) {
   return self;
 }
 
+// Writes r, computed from self and other, back into self: other must broadcast to self's shape.
+Tensor& write_result(const char* op, Tensor& self, const Tensor& other, const Tensor& r) {
+  GG_CHECK(r.shape() == self.shape(), ShapeError, "gg::", op, ": cannot broadcast shape ", shape_str(other.shape()),
+           " into ", shape_str(self.shape()));
+  return write(self, r);
+}
+
 }  // namespace
 
 Tensor& add_(Tensor& self, const Tensor& other, double alpha) {
@@ -84,6 +91,51 @@ Tensor& add_(Tensor& self, const Tensor& other, double alpha) {
   GG_CHECK(r.shape() == self.shape(), ShapeError, "gg::add_: cannot broadcast shape ", shape_str(other.shape()),
            " into ", shape_str(self.shape()));
   return write(self, r);
+}
+
+Tensor& add_(Tensor& self, double s) {
+  check_inplace("add_", self);
+  check_destination("add_", self);
+  NoGradGuard ng;
+  return write(self, self + s);
+}
+
+Tensor& sub_(Tensor& self, const Tensor& other, double alpha) {
+  check_inplace("sub_", self, other);
+  detail::check_defined("sub_", other, "other");
+  check_destination("sub_", self);
+  NoGradGuard ng;
+  return write_result("sub_", self, other, self - (alpha == 1.0 ? other : other * alpha));
+}
+
+Tensor& sub_(Tensor& self, double s) {
+  check_inplace("sub_", self);
+  check_destination("sub_", self);
+  NoGradGuard ng;
+  return write(self, self - s);
+}
+
+Tensor& mul_(Tensor& self, const Tensor& other) {
+  check_inplace("mul_", self, other);
+  detail::check_defined("mul_", other, "other");
+  check_destination("mul_", self);
+  NoGradGuard ng;
+  return write_result("mul_", self, other, self * other);
+}
+
+Tensor& div_(Tensor& self, const Tensor& other) {
+  check_inplace("div_", self, other);
+  detail::check_defined("div_", other, "other");
+  check_destination("div_", self);
+  NoGradGuard ng;
+  return write_result("div_", self, other, self / other);
+}
+
+Tensor& div_(Tensor& self, double s) {
+  check_inplace("div_", self);
+  check_destination("div_", self);
+  NoGradGuard ng;
+  return write(self, self / s);
 }
 
 Tensor& mul_(Tensor& self, double s) {

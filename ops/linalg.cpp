@@ -108,4 +108,12 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return y;
 }
 
+Tensor mm(const Tensor& a, const Tensor& b) {
+  detail::check_defined("mm", a, "a");
+  detail::check_defined("mm", b, "b");
+  GG_CHECK(a.dim() == 2 && b.dim() == 2, ShapeError, "gg::mm: expects two 2-D tensors, got a of shape ",
+           shape_str(a.shape()), " and b of shape ", shape_str(b.shape()), "; matmul takes other shapes");
+  return matmul(a, b);
+}
+
 }  // namespace gg

@@ -14,9 +14,12 @@
 //   ValueError (there is no identity to return).
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
+#include "../core/error.h"
 #include "../core/tensor.h"
 
 namespace gg {
@@ -35,6 +38,67 @@ Tensor from_vector(const std::vector<double>& values, const Shape& shape, DType 
 // An i64 tensor, for indices and class targets.
 Tensor from_indices(const std::vector<int64_t>& values, const Shape& shape, Device device = Device::cpu());
 Tensor scalar_tensor(double value, DType dtype = DType::f32, Device device = Device::cpu());
+// libtorch's torch::tensor: the listed values as a 1-D tensor ({1.0, 2.0}), nested lists as a
+// 2-D one ({{1, 2}, {3, 4}}), one number as a 0-dim one. Integers give i64, booleans b8 and
+// floating values f32 (libtorch's default dtype) unless `dtype` says otherwise; i64 values are
+// stored exactly. The list's values must share one type; ragged rows are a ShapeError.
+namespace detail {
+template <typename T>
+constexpr DType default_dtype() {
+  return std::is_same_v<T, bool> ? DType::b8 : std::is_floating_point_v<T> ? DType::f32 : DType::i64;
+}
+Tensor tensor_from(const std::vector<double>& values, const Shape& shape, DType dtype, Device device);
+Tensor tensor_from(const std::vector<int64_t>& values, const Shape& shape, DType dtype, Device device);
+// The values of `rows` in row-major order, with their shape (rows, columns).
+template <typename T>
+std::vector<T> flatten_rows(std::initializer_list<std::initializer_list<T>> rows, Shape& shape) {
+  std::vector<T> flat;
+  size_t r = 0;
+  for (const auto& row : rows) {
+    GG_CHECK(row.size() == rows.begin()->size(), ShapeError, "gg::tensor: ragged rows: row ", r, " has ",
+             row.size(), " values, row 0 has ", rows.begin()->size());
+    flat.insert(flat.end(), row.begin(), row.end());
+    ++r;
+  }
+  shape = {static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows.size() ? rows.begin()->size() : 0)};
+  return flat;
+}
+template <typename T>
+Tensor tensor_from(const std::vector<T>& values, const Shape& shape, DType dtype, Device device) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+    return tensor_from(std::vector<int64_t>(values.begin(), values.end()), shape, dtype, device);
+  else
+    return tensor_from(std::vector<double>(values.begin(), values.end()), shape, dtype, device);
+}
+}  // namespace detail
+// Templates, so that a list of lists never reads as a list of one-element braces.
+template <typename T, std::enable_if_t<std::is_arithmetic_v<T>, int> = 0>
+Tensor tensor(std::initializer_list<T> values, DType dtype = detail::default_dtype<T>(),
+              Device device = Device::cpu()) {
+  return detail::tensor_from(std::vector<T>(values), {static_cast<int64_t>(values.size())}, dtype, device);
+}
+template <typename T, std::enable_if_t<std::is_arithmetic_v<T>, int> = 0>
+Tensor tensor(std::initializer_list<std::initializer_list<T>> rows, DType dtype = detail::default_dtype<T>(),
+              Device device = Device::cpu()) {
+  Shape shape;
+  const std::vector<T> flat = detail::flatten_rows(rows, shape);
+  return detail::tensor_from(flat, shape, dtype, device);
+}
+inline Tensor tensor(const std::vector<double>& values, DType dtype = DType::f32, Device device = Device::cpu()) {
+  return detail::tensor_from(values, {static_cast<int64_t>(values.size())}, dtype, device);
+}
+inline Tensor tensor(const std::vector<int64_t>& values, DType dtype = DType::i64, Device device = Device::cpu()) {
+  return detail::tensor_from(values, {static_cast<int64_t>(values.size())}, dtype, device);
+}
+inline Tensor tensor(double value, DType dtype = DType::f32, Device device = Device::cpu()) {
+  return detail::tensor_from(std::vector<double>{value}, {}, dtype, device);
+}
+inline Tensor tensor(int value, DType dtype = DType::i64, Device device = Device::cpu()) {
+  return detail::tensor_from(std::vector<int64_t>{value}, {}, dtype, device);
+}
+inline Tensor tensor(int64_t value, DType dtype = DType::i64, Device device = Device::cpu()) {
+  return detail::tensor_from(std::vector<int64_t>{value}, {}, dtype, device);
+}
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 Tensor randn_like(const Tensor& t);
@@ -80,6 +144,27 @@ Tensor lt(const Tensor& a, const Tensor& b);
 Tensor le(const Tensor& a, const Tensor& b);
 Tensor gt(const Tensor& a, const Tensor& b);
 Tensor ge(const Tensor& a, const Tensor& b);
+// The same as operators, with a tensor or a number on either side (x > 1.0, 0.5 <= x, a == b),
+// as in libtorch: b8 results. A number is taken in the tensor's dtype, except that an i64 tensor
+// meets a fractional number in f64 (x > 1.5 is not x > 1).
+Tensor operator==(const Tensor& a, const Tensor& b);
+Tensor operator!=(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator==(const Tensor& a, double s);
+Tensor operator!=(const Tensor& a, double s);
+Tensor operator<(const Tensor& a, double s);
+Tensor operator<=(const Tensor& a, double s);
+Tensor operator>(const Tensor& a, double s);
+Tensor operator>=(const Tensor& a, double s);
+Tensor operator==(double s, const Tensor& a);
+Tensor operator!=(double s, const Tensor& a);
+Tensor operator<(double s, const Tensor& a);
+Tensor operator<=(double s, const Tensor& a);
+Tensor operator>(double s, const Tensor& a);
+Tensor operator>=(double s, const Tensor& a);
 
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);
@@ -127,6 +212,8 @@ Tensor embedding(const Tensor& weight, const Tensor& indices);  // weight (V, D)
 // (K) x (K) is the dot product with a 0-dim result, (K) x (.., K, N) -> (.., N) and
 // (.., M, K) x (K) -> (.., M). 0-dim operands are a ShapeError.
 Tensor matmul(const Tensor& a, const Tensor& b);
+// libtorch's mm: a (M, K) x b (K, N) -> (M, N); anything but two 2-D tensors is a ShapeError.
+Tensor mm(const Tensor& a, const Tensor& b);
 
 // ------------------------------------------------------- neural-network ops (ops/nn.cpp)
 Tensor softmax(const Tensor& x, int64_t dim);
@@ -256,9 +343,27 @@ bool attention_deterministic();
 // broadcast view from expand) is a ValueError, and so is a copy_ source that partially
 // overlaps the destination (e.g. its own transpose), as in PyTorch (ops/inplace.cpp).
 Tensor& add_(Tensor& self, const Tensor& other, double alpha = 1.0);  // self += alpha·other
+Tensor& add_(Tensor& self, double s);
+Tensor& sub_(Tensor& self, const Tensor& other, double alpha = 1.0);  // self -= alpha·other
+Tensor& sub_(Tensor& self, double s);
+Tensor& mul_(Tensor& self, const Tensor& other);
 Tensor& mul_(Tensor& self, double s);
+Tensor& div_(Tensor& self, const Tensor& other);
+Tensor& div_(Tensor& self, double s);
 Tensor& fill_(Tensor& self, double value);
 Tensor& zero_(Tensor& self);
 Tensor& copy_(Tensor& self, const Tensor& src);
+// The same on a temporary handle, e.g. zero_(x.grad()): the data change, the handle is returned.
+inline Tensor add_(Tensor&& self, const Tensor& other, double alpha = 1.0) { return add_(self, other, alpha); }
+inline Tensor add_(Tensor&& self, double s) { return add_(self, s); }
+inline Tensor sub_(Tensor&& self, const Tensor& other, double alpha = 1.0) { return sub_(self, other, alpha); }
+inline Tensor sub_(Tensor&& self, double s) { return sub_(self, s); }
+inline Tensor mul_(Tensor&& self, const Tensor& other) { return mul_(self, other); }
+inline Tensor mul_(Tensor&& self, double s) { return mul_(self, s); }
+inline Tensor div_(Tensor&& self, const Tensor& other) { return div_(self, other); }
+inline Tensor div_(Tensor&& self, double s) { return div_(self, s); }
+inline Tensor fill_(Tensor&& self, double value) { return fill_(self, value); }
+inline Tensor zero_(Tensor&& self) { return zero_(self); }
+inline Tensor copy_(Tensor&& self, const Tensor& src) { return copy_(self, src); }
 
 }  // namespace gg

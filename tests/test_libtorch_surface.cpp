@@ -1,0 +1,230 @@
+// The programs a libtorch user writes in the first hour, each as libtorch spells it, each
+// checking that it computes what it computes in libtorch (not only that it compiles).
+#include <sstream>
+
+#include "test_util.h"
+
+namespace gg::test {
+namespace {
+
+std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
+
+// backward(gradient, retain_graph, create_graph): the second argument keeps the graph and
+// records nothing, so the gradient is a constant and a second pass works.
+TEST(LibtorchSurface, BackwardSecondArgumentIsRetainGraph) {
+  Tensor x = tensor({2.0}, DType::f64).requires_grad_();
+  Tensor y = (x * x * x).sum();
+  y.backward(Tensor(), true);
+  EXPECT_FALSE(x.grad().requires_grad());
+  EXPECT_DOUBLE_EQ(x.grad().item<double>(), 12.0);
+  y.backward();  // the graph was retained: accumulates 12 again
+  EXPECT_DOUBLE_EQ(x.grad().item<double>(), 24.0);
+  EXPECT_THROW(y.backward(), AutogradError);  // freed by the pass above
+
+  x.grad().zero_();
+  (x * x * x).sum().backward({}, /*retain_graph=*/{}, /*create_graph=*/true);
+  EXPECT_TRUE(x.grad().requires_grad());  // 3x², differentiable: d/dx = 6x
+  EXPECT_DOUBLE_EQ(grad(x.grad().sum(), x).item<double>(), 12.0);
+}
+
+// grad(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused).
+TEST(LibtorchSurface, GradPositionalArgumentsFollowLibtorch) {
+  Tensor x = tensor({1.0, 2.0}, DType::f64).requires_grad_();
+  Tensor z = tensor({5.0}, DType::f64).requires_grad_();
+  Tensor y = (x.exp() * x).sum();
+  TensorList g = grad({y}, {x}, {}, /*retain_graph=*/true, /*create_graph=*/false);
+  EXPECT_FALSE(g[0].requires_grad());
+  TensorList h = grad({y}, {x}, {}, /*retain_graph=*/std::nullopt, /*create_graph=*/true);
+  EXPECT_TRUE(h[0].requires_grad());
+  TensorList u = grad({(x * 2.0).sum()}, {x, z}, {}, std::nullopt, false, /*allow_unused=*/true);
+  EXPECT_FALSE(u[1].defined());
+  // The named form, for options set one at a time.
+  GradOptions o;
+  o.create_graph = true;
+  EXPECT_TRUE(grad({(x * x).sum()}, {x}, {}, o)[0].requires_grad());
+  EXPECT_TRUE(o.retain_graph == std::nullopt);
+}
+
+TEST(LibtorchSurface, MemberForms) {
+  Tensor x = tensor({{1.0, 2.0, 3.0}, {4.0, 5.0, 6.0}}, DType::f64);  // (2, 3)
+  EXPECT_DOUBLE_EQ(x.sum().item<double>(), 21.0);
+  EXPECT_EQ(values(x.sum(1)), (std::vector<double>{6.0, 15.0}));
+  EXPECT_EQ(x.sum(0, /*keepdim=*/true).sizes(), (Shape{1, 3}));
+  EXPECT_EQ(values(x.sum({0, 1})), (std::vector<double>{21.0}));
+  EXPECT_DOUBLE_EQ(x.mean().item<double>(), 3.5);
+  EXPECT_EQ(values(x.mean(-1)), (std::vector<double>{2.0, 5.0}));
+  EXPECT_DOUBLE_EQ(x.max().item<double>(), 6.0);
+  EXPECT_EQ(x.reshape({3, 2}).sizes(), (Shape{3, 2}));
+  EXPECT_EQ(x.view({-1}).sizes(), (Shape{6}));
+  EXPECT_THROW(x.t().view({6}), ShapeError);  // not contiguous: view never copies
+  EXPECT_EQ(values(x.t().reshape({6})), (std::vector<double>{1, 4, 2, 5, 3, 6}));
+  EXPECT_EQ(x.transpose(0, 1).sizes(), (Shape{3, 2}));
+  EXPECT_EQ(x.unsqueeze(0).unsqueeze(-1).permute({3, 1, 0, 2}).sizes(), (Shape{1, 2, 1, 3}));
+  EXPECT_EQ(x.unsqueeze(1).squeeze().sizes(), (Shape{2, 3}));
+  EXPECT_EQ(x.unsqueeze(1).squeeze(1).sizes(), (Shape{2, 3}));
+  EXPECT_EQ(x.reshape({1, 2, 3}).flatten(1).sizes(), (Shape{1, 6}));
+  EXPECT_EQ(x.flatten().sizes(), (Shape{6}));
+  EXPECT_EQ(x.sum(0).expand({4, 3}).sizes(), (Shape{4, 3}));
+  EXPECT_EQ(values(x.pow(2.0).sqrt()), values(x));
+  EXPECT_EQ(values(x.neg().abs()), values(x));
+  EXPECT_NEAR(x.log().exp().sum().item<double>(), 21.0, 1e-12);
+  EXPECT_NEAR(x.tanh().sum().item<double>(), values(tanh(x).sum())[0], 0.0);
+  EXPECT_NEAR(x.sigmoid().sum().item<double>(), values(sigmoid(x).sum())[0], 0.0);
+  EXPECT_EQ(values((-x).relu()), std::vector<double>(6, 0.0));
+  EXPECT_EQ(values(x.matmul(x.t())), (std::vector<double>{14, 32, 32, 77}));
+  EXPECT_EQ(values(x.mm(x.t())), (std::vector<double>{14, 32, 32, 77}));
+  EXPECT_EQ(values(mm(x.t(), x).sum(0)), (std::vector<double>{66, 87, 108}));
+  EXPECT_THROW(mm(x, x.sum(0)), ShapeError);  // mm wants two matrices
+  EXPECT_EQ(x.to(DType::f32).dtype(), DType::f32);
+  EXPECT_EQ(values(x.add(x, 2.0).sub(1.0).mul(2.0).div(x)).front(), 4.0);  // (1 + 2·1 - 1)·2 / 1
+
+  Tensor c = x.clone();
+  EXPECT_FALSE(c.is_same(x));
+  EXPECT_EQ(values(c), values(x));
+  EXPECT_TRUE(x.t().contiguous().is_contiguous());
+  Tensor w = x.clone().requires_grad_();
+  EXPECT_FALSE((w * 2.0).detach().requires_grad());
+}
+
+TEST(LibtorchSurface, ItemSizesAndDataPointers) {
+  Tensor x = zeros({2, 3});
+  EXPECT_EQ(x.dim(), 2);
+  EXPECT_EQ(x.numel(), 6);
+  EXPECT_EQ(x.sizes()[1], 3);
+  EXPECT_EQ(x.size(-1), 3);
+  float* p = x.data_ptr<float>();
+  for (int i = 0; i < 6; ++i) p[i] = static_cast<float>(i);
+  EXPECT_FLOAT_EQ(x.sum().item<float>(), 15.0f);
+  EXPECT_EQ(x.sum().item<int64_t>(), 15);
+  EXPECT_EQ(tensor({15}).item<int>(), 15);
+  EXPECT_EQ(tensor(int64_t{1} << 60).item<int64_t>(), int64_t{1} << 60);  // exact beyond 2^53
+  EXPECT_TRUE((x.sum() > 1.0).item<bool>());
+  EXPECT_THROW(x.data_ptr<double>(), DTypeError);
+  EXPECT_THROW(x.item<double>(), ValueError);  // six elements
+}
+
+TEST(LibtorchSurface, RetainGradOnANonLeaf) {
+  Tensor x = tensor({1.0, -2.0, 3.0}, DType::f64).requires_grad_();
+  Tensor y = x * 2.0;
+  y.retain_grad();
+  Tensor z = (y * y).sum();
+  z.backward();
+  EXPECT_EQ(values(y.grad()), (std::vector<double>{4.0, -8.0, 12.0}));  // 2y
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{8.0, -16.0, 24.0}));
+  x.retain_grad();  // a leaf keeps its gradient anyway
+  EXPECT_THROW(tensor({1.0}).retain_grad(), AutogradError);
+}
+
+TEST(LibtorchSurface, InPlaceAndCompoundAssignment) {
+  Tensor x = tensor({1.0, 2.0, 3.0}, DType::f64);
+  Tensor alias = x;  // the same tensor, as in libtorch
+  x.add_(tensor({1.0, 1.0, 1.0}, DType::f64)).mul_(2.0);
+  EXPECT_EQ(values(alias), (std::vector<double>{4, 6, 8}));
+  x -= 2.0;
+  x /= tensor({2.0, 4.0, 6.0}, DType::f64);
+  x *= 3.0;
+  x += x;
+  EXPECT_EQ(values(x), (std::vector<double>{6, 6, 6}));
+  x.sub_(x, 0.5).div_(3.0);
+  EXPECT_EQ(values(x), (std::vector<double>{1, 1, 1}));
+  x.fill_(7.0);
+  EXPECT_EQ(values(x), (std::vector<double>{7, 7, 7}));
+  x.copy_(tensor({1.0, 2.0, 3.0}, DType::f64));
+  x.zero_();
+  EXPECT_EQ(values(x), (std::vector<double>{0, 0, 0}));
+  EXPECT_THROW(x += tensor({1.0, 2.0}, DType::f64), ShapeError);
+
+  // A leaf that requires grad is updated under NoGradGuard, like an optimizer step.
+  Tensor w = tensor({1.0, 2.0}, DType::f64).requires_grad_();
+  try {
+    w += 1.0;
+    FAIL() << "expected AutogradError";
+  } catch (const AutogradError& e) {
+    EXPECT_NE(std::string(e.what()).find("requires grad"), std::string::npos) << e.what();
+  }
+  (w * w).sum().backward();
+  {
+    NoGradGuard no_grad;
+    w -= 0.25 * w.grad();
+    zero_(w.grad());  // an rvalue handle
+  }
+  EXPECT_EQ(values(w), (std::vector<double>{0.5, 1.0}));
+  EXPECT_EQ(values(w.grad()), (std::vector<double>{0.0, 0.0}));
+}
+
+TEST(LibtorchSurface, ComparisonsWithNumbers) {
+  Tensor x = tensor({0.5, 1.0, 2.0}, DType::f64);
+  EXPECT_EQ((x > 1.0).dtype(), DType::b8);
+  EXPECT_EQ((x > 1.0).to_vector<uint8_t>(), (std::vector<uint8_t>{0, 0, 1}));
+  EXPECT_EQ((1.0 < x).to_vector<uint8_t>(), (std::vector<uint8_t>{0, 0, 1}));
+  EXPECT_EQ((x >= 1).to_vector<uint8_t>(), (std::vector<uint8_t>{0, 1, 1}));
+  EXPECT_EQ((x <= 1.0).to_vector<uint8_t>(), (std::vector<uint8_t>{1, 1, 0}));
+  EXPECT_EQ((x == 1.0).to_vector<uint8_t>(), (std::vector<uint8_t>{0, 1, 0}));
+  EXPECT_EQ((2.0 != x).to_vector<uint8_t>(), (std::vector<uint8_t>{1, 1, 0}));
+  EXPECT_EQ((x < x * 2.0).to_vector<uint8_t>(), (std::vector<uint8_t>{1, 1, 1}));
+  EXPECT_EQ((x.gt(0.75)).to_vector<uint8_t>(), (std::vector<uint8_t>{0, 1, 1}));
+  // An integer tensor meets a fractional number exactly, not rounded to an integer.
+  EXPECT_EQ((tensor({1, 2, 3}) > 1.5).to_vector<uint8_t>(), (std::vector<uint8_t>{0, 1, 1}));
+  EXPECT_EQ((tensor({1, 2, 3}) == 2).to_vector<uint8_t>(), (std::vector<uint8_t>{0, 1, 0}));
+  // A mask selects through where, as torch::where does.
+  EXPECT_EQ(values(where(x > 1.0, x, zeros_like(x))), (std::vector<double>{0, 0, 2}));
+}
+
+TEST(LibtorchSurface, PrintingShapesDTypesAndDevices) {
+  std::ostringstream os;
+  Tensor x = zeros({2, 3}, DType::f64);
+  os << x.shape() << " " << x.sizes() << " " << x.dtype() << " " << x.device();
+  EXPECT_EQ(os.str(), "[2, 3] [2, 3] f64 cpu");
+}
+
+TEST(LibtorchSurface, TensorFactoriesAndGuards) {
+  Tensor i = tensor({1, 2, 3});
+  EXPECT_EQ(i.dtype(), DType::i64);
+  EXPECT_EQ(i.to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 3}));
+  Tensor f = tensor({1.0, 2.0});
+  EXPECT_EQ(f.dtype(), DType::f32);
+  EXPECT_EQ(f.sizes(), (Shape{2}));
+  EXPECT_EQ(tensor({1.0, 2.0}, DType::f64).dtype(), DType::f64);
+  EXPECT_EQ(tensor({1, 2}, DType::f32).dtype(), DType::f32);
+  EXPECT_EQ(tensor({true, false}).dtype(), DType::b8);
+  Tensor m = tensor({{1, 2}, {3, 4}});
+  EXPECT_EQ(m.sizes(), (Shape{2, 2}));
+  EXPECT_EQ(m.to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(tensor(2.5).dim(), 0);
+  EXPECT_EQ(tensor(int64_t{3}).item<int64_t>(), 3);
+  EXPECT_THROW(tensor({{1.0, 2.0}, {3.0}}), ShapeError);  // ragged rows
+
+  Tensor w = tensor({1.0}).requires_grad_();
+  {
+    NoGradGuard no_grad;
+    EXPECT_FALSE((w * 2.0).requires_grad());
+  }
+  EXPECT_TRUE((w * 2.0).requires_grad());
+}
+
+// A whole first program: least squares by gradient descent, written with member forms.
+TEST(LibtorchSurface, LinearRegressionLoop) {
+  manual_seed(0);
+  Tensor X = randn({64, 3}, DType::f64);
+  Tensor true_w = tensor({{2.0}, {-1.0}, {0.5}}, DType::f64);
+  Tensor Y = X.mm(true_w) + 0.25;
+  Tensor w = zeros({3, 1}, DType::f64).requires_grad_();
+  Tensor b = zeros({1}, DType::f64).requires_grad_();
+  for (int step = 0; step < 300; ++step) {
+    Tensor loss = (X.matmul(w) + b - Y).pow(2).mean();
+    loss.backward();
+    NoGradGuard no_grad;
+    w -= 0.1 * w.grad();
+    b -= 0.1 * b.grad();
+    w.grad().zero_();
+    b.grad().zero_();
+  }
+  const std::vector<double> wv = values(w);
+  EXPECT_NEAR(wv[0], 2.0, 1e-6);
+  EXPECT_NEAR(wv[1], -1.0, 1e-6);
+  EXPECT_NEAR(wv[2], 0.5, 1e-6);
+  EXPECT_NEAR(b.item<double>(), 0.25, 1e-6);
+}
+
+}  // namespace
+}  // namespace gg::test
