@@ -16,6 +16,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/indexing.h"
 #include "core/shape.h"
 #include "core/storage.h"
 #include "core/tensor.h"

@@ -21,6 +21,9 @@ namespace gg {
 class Node;
 class Tensor;
 using TensorList = std::vector<Tensor>;
+namespace indexing {
+class TensorIndex;  // core/indexing.h
+}
 
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
@@ -42,6 +45,14 @@ class Tensor {
  public:
   Tensor() = default;
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+  // Assigning to a named tensor rebinds the handle; assigning to a temporary one writes into its
+  // data, as in libtorch: x[0] = y copies y into row 0 of x (copy_), x[0] = 1.0 fills it.
+  Tensor(const Tensor&) = default;
+  Tensor(Tensor&&) = default;
+  Tensor& operator=(const Tensor&) & = default;
+  Tensor& operator=(Tensor&&) & = default;
+  Tensor& operator=(const Tensor& src) &&;
+  Tensor& operator=(double value) &&;
 
   // ---- metadata ----
   bool defined() const { return impl_ != nullptr; }
@@ -162,6 +173,16 @@ class Tensor {
   Tensor ge(const Tensor& other) const;
   Tensor ge(double other) const;
 
+  // ---- indexing (core/indexing.h has the index types; ops/index.cpp the ops) ----
+  Tensor operator[](int64_t index) const;        // select(0, index): a view
+  Tensor operator[](const Tensor& index) const;  // index({index}): a b8 mask or i64 indices
+  Tensor index(const std::vector<indexing::TensorIndex>& indices) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor slice(int64_t dim = 0, std::optional<int64_t> start = std::nullopt,
+               std::optional<int64_t> end = std::nullopt, int64_t step = 1) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor index_select(int64_t dim, const Tensor& index) const;
+
   // ---- in place (the rules of ops/inplace.cpp: refused on tensors that require grad while
   // grad mode is on) ----
   const Tensor& add_(const Tensor& other, double alpha = 1.0) const;
@@ -175,6 +196,8 @@ class Tensor {
   const Tensor& zero_() const;
   const Tensor& fill_(double value) const;
   const Tensor& copy_(const Tensor& src) const;
+  const Tensor& index_put_(const std::vector<indexing::TensorIndex>& indices, const Tensor& value) const;
+  const Tensor& index_put_(const std::vector<indexing::TensorIndex>& indices, double value) const;
   const Tensor& operator+=(const Tensor& other) const { return add_(other); }
   const Tensor& operator+=(double other) const { return add_(other); }
   const Tensor& operator-=(const Tensor& other) const { return sub_(other); }

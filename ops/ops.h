@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "../core/error.h"
+#include "../core/indexing.h"
 #include "../core/tensor.h"
 
 namespace gg {
@@ -206,6 +207,20 @@ Tensor cat(const TensorList& xs, int64_t dim);
 Tensor stack(const TensorList& xs, int64_t dim);
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);  // index: 1-D i64
 Tensor embedding(const Tensor& weight, const Tensor& indices);  // weight (V, D), indices any i64 shape
+
+// ------------------------------------------------------- indexing (ops/index.cpp)
+// libtorch's torch::indexing (core/indexing.h). Integers, Slices, None and Ellipsis give views;
+// one tensor index per list, a b8 mask (over as many dims as it has) or i64 indices (of any
+// shape; negative ones count from the end), gathers a copy. Differentiable to any order.
+// Out-of-range indices and masks of the wrong shape are IndexErrors naming the op.
+Tensor select(const Tensor& x, int64_t dim, int64_t index);  // view without dim
+Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length);  // view
+Tensor index(const Tensor& x, const std::vector<indexing::TensorIndex>& indices);
+// x.index(indices) = value, in place (the rules of the in-place ops below): the value broadcasts
+// to the indexed view; with a mask, to the view the indices before the mask select (only full
+// slices may follow a mask). i64 index tensors are refused (ValueError).
+Tensor& index_put_(Tensor& self, const std::vector<indexing::TensorIndex>& indices, const Tensor& value);
+Tensor& index_put_(Tensor& self, const std::vector<indexing::TensorIndex>& indices, double value);
 
 // ------------------------------------------------------- linear algebra (ops/linalg.cpp)
 // (.., M, K) x (.., K, N) -> (.., M, N); batch dims broadcast; 1-D operands as in numpy:

@@ -1,11 +1,22 @@
 // Tensor's libtorch-style members (declared in core/tensor.h). The layering rule: core/ never
 // includes ops/, so the members are defined here, each one line forwarding to the free function
 // of ops/ops.h, which is the reference for what it computes, checks and records.
+#include <limits>
 #include <numeric>
 
+#include "core/indexing.h"
 #include "ops/common.h"
 
 namespace gg {
+
+Tensor& Tensor::operator=(const Tensor& src) && {
+  copy_(src);
+  return *this;
+}
+Tensor& Tensor::operator=(double value) && {
+  fill_(value);
+  return *this;
+}
 
 Tensor Tensor::sum() const { return gg::sum(*this); }
 Tensor Tensor::sum(const std::vector<int64_t>& dims, bool keepdim) const { return gg::sum(*this, dims, keepdim); }
@@ -88,6 +99,18 @@ Tensor Tensor::gt(double other) const { return *this > other; }
 Tensor Tensor::ge(const Tensor& other) const { return gg::ge(*this, other); }
 Tensor Tensor::ge(double other) const { return *this >= other; }
 
+Tensor Tensor::operator[](int64_t index) const { return gg::select(*this, 0, index); }
+Tensor Tensor::operator[](const Tensor& index) const { return gg::index(*this, {index}); }
+Tensor Tensor::index(const std::vector<indexing::TensorIndex>& indices) const { return gg::index(*this, indices); }
+Tensor Tensor::select(int64_t dim, int64_t index) const { return gg::select(*this, dim, index); }
+Tensor Tensor::slice(int64_t dim, std::optional<int64_t> start, std::optional<int64_t> end, int64_t step) const {
+  return gg::slice(*this, dim, start.value_or(0), end.value_or(std::numeric_limits<int64_t>::max()), step);
+}
+Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
+  return gg::narrow(*this, dim, start, length);
+}
+Tensor Tensor::index_select(int64_t dim, const Tensor& index) const { return gg::index_select(*this, dim, index); }
+
 // The free in-place functions take the handle by reference; a copy of it names the same data.
 const Tensor& Tensor::add_(const Tensor& other, double alpha) const {
   Tensor self = *this;
@@ -144,4 +167,15 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
   gg::copy_(self, src);
   return *this;
 }
+const Tensor& Tensor::index_put_(const std::vector<indexing::TensorIndex>& indices, const Tensor& value) const {
+  Tensor self = *this;
+  gg::index_put_(self, indices, value);
+  return *this;
+}
+const Tensor& Tensor::index_put_(const std::vector<indexing::TensorIndex>& indices, double value) const {
+  Tensor self = *this;
+  gg::index_put_(self, indices, value);
+  return *this;
+}
+
 }  // namespace gg

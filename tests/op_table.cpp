@@ -254,6 +254,44 @@ std::vector<OpCase> op_table() {
   t.push_back({"index_select", {{3, 4}}, [](const TensorList& x) { return index_select(x[0], 1, from_indices({2, 0, 2}, {3}, x[0].device())); },
                {3, 3}, gather_ref({3, 3}, {3, 4}, [](auto i) { const int64_t m[3] = {2, 0, 2}; return std::vector<int64_t>{i[0], m[i[1]]}; }),
                -2, 2, 0, true});
+  // libtorch-style indexing: views (select, narrow, integers, Slice, None, Ellipsis) and gathers
+  // (a b8 mask, i64 indices with a negative one).
+  t.push_back({"select", {{3, 4}}, [](const TensorList& x) { return select(x[0], 1, -1); }, {3},
+               gather_ref({3}, {3, 4}, [](auto i) { return std::vector<int64_t>{i[0], 3}; }), -2, 2, 0, true});
+  t.push_back({"narrow", {{4, 3}}, [](const TensorList& x) { return narrow(x[0], 0, 1, 2); }, {2, 3},
+               gather_ref({2, 3}, {4, 3}, [](auto i) { return std::vector<int64_t>{i[0] + 1, i[1]}; })});
+  t.push_back({"index_basic", {{2, 3, 4}},
+               [](const TensorList& x) {
+                 using namespace indexing;
+                 return x[0].index({1, None, Slice(1, None), Slice(None, None, 2)});
+               },
+               {1, 2, 2}, gather_ref({1, 2, 2}, {2, 3, 4}, [](auto i) { return std::vector<int64_t>{1, 1 + i[1], 2 * i[2]}; }),
+               -2, 2, 0, true});
+  t.push_back({"index_ellipsis", {{2, 3, 4}}, [](const TensorList& x) { return x[0].index({indexing::Ellipsis, 2}); },
+               {2, 3}, gather_ref({2, 3}, {2, 3, 4}, [](auto i) { return std::vector<int64_t>{i[0], i[1], 2}; })});
+  t.push_back({"index_mask", {{3, 4}},
+               [](const TensorList& x) {
+                 // true at (0, 1), (1, 0), (1, 3), (2, 2)
+                 Tensor mask = tensor({{0, 1, 0, 0}, {1, 0, 0, 1}, {0, 0, 1, 0}}, DType::f64, x[0].device()) > 0.5;
+                 return x[0].index({mask});
+               },
+               {4}, gather_ref({4}, {3, 4}, [](auto i) {
+                 const int64_t r[4] = {0, 1, 1, 2}, c[4] = {1, 0, 3, 2};
+                 return std::vector<int64_t>{r[i[0]], c[i[0]]};
+               }), -2, 2, 0, true});
+  t.push_back({"index_mask_rows", {{3, 2, 2}},
+               [](const TensorList& x) {
+                 return x[0].index({indexing::Slice(), tensor({1.0, 0.0}, DType::f64, x[0].device()) > 0.5});
+               },
+               {3, 1, 2}, gather_ref({3, 1, 2}, {3, 2, 2}, [](auto i) { return std::vector<int64_t>{i[0], 0, i[2]}; })});
+  t.push_back({"index_i64", {{4, 3}},
+               [](const TensorList& x) {
+                 return x[0].index({indexing::Slice(), tensor({{2, 0}, {-1, 1}}, DType::i64, x[0].device())});
+               },
+               {4, 2, 2}, gather_ref({4, 2, 2}, {4, 3}, [](auto i) {
+                 const int64_t m[2][2] = {{2, 0}, {2, 1}};
+                 return std::vector<int64_t>{i[0], m[i[1]][i[2]]};
+               }), -2, 2, 0, true});
   t.push_back({"embedding", {{5, 3}}, [](const TensorList& x) { return embedding(x[0], from_indices({4, 1, 1, 0}, {2, 2}, x[0].device())); },
                {2, 2, 3}, gather_ref({2, 2, 3}, {5, 3}, [](auto i) { const int64_t m[4] = {4, 1, 1, 0}; return std::vector<int64_t>{m[i[0] * 2 + i[1]], i[2]}; })});
 

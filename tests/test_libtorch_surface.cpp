@@ -1,6 +1,8 @@
 // The programs a libtorch user writes in the first hour, each as libtorch spells it, each
 // checking that it computes what it computes in libtorch (not only that it compiles).
+#include <functional>
 #include <sstream>
+#include <string>
 
 #include "test_util.h"
 
@@ -224,6 +226,106 @@ TEST(LibtorchSurface, LinearRegressionLoop) {
   EXPECT_NEAR(wv[1], -1.0, 1e-6);
   EXPECT_NEAR(wv[2], 0.5, 1e-6);
   EXPECT_NEAR(b.item<double>(), 0.25, 1e-6);
+}
+
+// torch::indexing, spelled the same: integers, Slice, None, Ellipsis ("..."), masks, indices.
+TEST(LibtorchSurface, IndexingLikeTorchIndexing) {
+  using namespace indexing;
+  Tensor x = arange(0, 24, 1, DType::f64).reshape({2, 3, 4});
+  EXPECT_EQ(x[1].sizes(), (Shape{3, 4}));
+  EXPECT_DOUBLE_EQ(x[1][2][3].item<double>(), 23.0);
+  EXPECT_DOUBLE_EQ(x[-1][0][-1].item<double>(), 15.0);
+  EXPECT_EQ(values(x.index({0, Slice(), 0})), (std::vector<double>{0, 4, 8}));
+  EXPECT_EQ(values(x.index({0, 1, Slice(1, None, 2)})), (std::vector<double>{5, 7}));
+  EXPECT_EQ(x.index({None, Ellipsis, None}).sizes(), (Shape{1, 2, 3, 4, 1}));
+  EXPECT_EQ(x.index({"...", 0}).sizes(), (Shape{2, 3}));
+  EXPECT_EQ(x.index({Slice(None, -1)}).sizes(), (Shape{1, 3, 4}));
+  EXPECT_EQ(x.index({}).sizes(), (Shape{2, 3, 4}));
+  EXPECT_EQ(values(x.slice(2, 1, 3).select(0, 0).select(0, 0)), (std::vector<double>{1, 2}));
+  EXPECT_EQ(values(x.slice(/*dim=*/1, /*start=*/2)[0]), (std::vector<double>{8, 9, 10, 11}));
+  EXPECT_EQ(values(x.narrow(2, -2, 2)[0][0]), (std::vector<double>{2, 3}));
+  EXPECT_EQ(values(x.index({x > 20.0})), (std::vector<double>{21, 22, 23}));
+  EXPECT_EQ(values(x[0].index({tensor({2, -3})})), (std::vector<double>{8, 9, 10, 11, 0, 1, 2, 3}));
+  EXPECT_EQ(x[tensor({false, true})].sizes(), (Shape{1, 3, 4}));
+  EXPECT_EQ(values(x.index_select(2, tensor({3})).flatten()), (std::vector<double>{3, 7, 11, 15, 19, 23}));
+
+  // Basic indexing gives views, so writing through one changes x; assigning to an indexed
+  // temporary writes into x, as in libtorch.
+  x[1][2].fill_(-1.0);
+  EXPECT_EQ(values(x[1][2]), (std::vector<double>(4, -1.0)));
+  x[0][0] = 100.0;
+  EXPECT_EQ(values(x[0][0]), (std::vector<double>(4, 100.0)));
+  x.index({0, 1}) = tensor({1.0, 2.0, 3.0, 4.0}, DType::f64);
+  EXPECT_EQ(values(x[0][1]), (std::vector<double>{1, 2, 3, 4}));
+  x.index_put_({x < 0.0}, 0.0);
+  EXPECT_EQ(values(x[1][2]), (std::vector<double>(4, 0.0)));
+  x.index_put_({1, Slice(), 0}, tensor({7.0, 8.0, 9.0}, DType::f64));
+  EXPECT_EQ(values(x.index({1, Slice(), 0})), (std::vector<double>{7, 8, 9}));
+  x.index_put_({Ellipsis, tensor({true, false, false, true})}, 5.0);
+  EXPECT_EQ(values(x[0][1]), (std::vector<double>{5, 2, 3, 5}));
+  const uint64_t before = x.version();
+  x[0] = x[1];  // a copy through the view bumps the version autograd checks
+  EXPECT_GT(x.version(), before);
+  EXPECT_EQ(values(x[0]), values(x[1]));
+}
+
+// Every index op is recorded with a backward in ops: gradients of gradients are exact.
+TEST(LibtorchSurface, IndexingIsDifferentiableToSecondOrder) {
+  using namespace indexing;
+  Tensor w = tensor({{1.0, 2.0, 3.0}, {4.0, 5.0, 6.0}}, DType::f64).requires_grad_();
+  auto f = [](const Tensor& w) {
+    return w.index({Slice(), 1}).pow(3.0).sum() + w[0][0] * w[1][2] + w.index({w > 4.5}).sum();
+  };
+  Tensor g = grad(f(w), w, {}, std::nullopt, /*create_graph=*/true);
+  // 3w² on column 1, w12 at (0, 0), w00 at (1, 2), and 1 where w > 4.5
+  EXPECT_EQ(values(g), (std::vector<double>{6, 12, 0, 0, 76, 2}));
+  EXPECT_EQ(values(grad(g.sum(), w)), (std::vector<double>{1, 12, 0, 0, 30, 1}));
+
+  SingleFn fn = [](const TensorList& in) {
+    const Tensor& x = in[0];
+    return x.index({Ellipsis, tensor({2, 0})}).index({None, 1}).tanh() * x.narrow(1, 1, 2).select(0, -1);
+  };
+  Tensor x = randn({2, 3}, DType::f64).requires_grad_();
+  EXPECT_TRUE(gradcheck(fn, {x}).ok);
+  EXPECT_TRUE(gradgradcheck(fn, {x}).ok);
+}
+
+// Bad indices are typed errors naming the op, the argument and the values.
+TEST(LibtorchSurface, IndexingErrorsNameTheOpAndTheValues) {
+  using namespace indexing;
+  Tensor x = zeros({2, 3});
+  auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  auto has = [](const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; };
+  std::string m = message([&] { x[5]; });
+  EXPECT_TRUE(has(m, "gg::select") && has(m, "index 5") && has(m, "size 2")) << m;
+  EXPECT_THROW(x[5], IndexError);
+  m = message([&] { x.index({0, -4}); });
+  EXPECT_TRUE(has(m, "gg::index") && has(m, "-4") && has(m, "dim 1 of size 3")) << m;
+  EXPECT_THROW(x.index({0, -4}), IndexError);
+  m = message([&] { x.index({tensor({true, false, true})}); });
+  EXPECT_TRUE(has(m, "gg::index") && has(m, "mask of shape [3]") && has(m, "[2]")) << m;
+  EXPECT_THROW(x.index({tensor({true, false, true})}), IndexError);
+  EXPECT_THROW(x.index({0, 0, 0}), IndexError);
+  EXPECT_THROW(x.index({Ellipsis, Ellipsis}), IndexError);
+  EXPECT_THROW(x.index({Slice(0, 2, -1)}), ValueError);
+  EXPECT_THROW(x.index({tensor({0.5})}), DTypeError);
+  EXPECT_THROW(x.index({tensor({0}), tensor({0})}), ValueError);
+  EXPECT_THROW(x.index({"..x"}), ValueError);
+  EXPECT_THROW(x.index({tensor({3})}), IndexError);
+  EXPECT_THROW(x.narrow(1, 2, 5), IndexError);
+  EXPECT_THROW(x.select(2, 0), IndexError);
+  EXPECT_THROW(x.index_put_({tensor({true})}, 1.0), IndexError);
+  EXPECT_THROW(x.index_put_({tensor({1})}, 1.0), ValueError);
+  Tensor w = zeros({2}).requires_grad_();
+  EXPECT_THROW(w.index_put_({0}, 1.0), AutogradError);
+  EXPECT_THROW(w[0] = 1.0, AutogradError);
 }
 
 }  // namespace
