@@ -1,6 +1,7 @@
 // gg::Tensor: a handle (shared pointer) to a strided view of a Storage, plus the autograd
 // fields the tape needs. Copying a Tensor copies the handle, as in PyTorch. The math lives in
-// ops/ (free functions gg::exp, gg::matmul, operators + - * /); this header is data only.
+// ops/ (free functions gg::exp, gg::matmul, operators + - * /); this header holds the data and
+// declares libtorch's member forms (x.exp(), x.sum(1), x.add_(y)), which ops/ defines.
 #pragma once
 #include <cstdint>
 #include <functional>
