@@ -256,5 +256,97 @@ CASE("casts/f64 to f32 gradient comes back as f64") {
 }
 CASE("casts/i64 cannot require grad") { Tensor i = from_indices({1}, {1}); THROWS(DTypeError, "gg::Tensor::requires_grad_: only floating tensors", i.requires_grad_()); }
 
+// ---- libtorch-style indexing (ops/index.cpp) and member forms
+CASE("indexing/select on a 0-dim tensor is an IndexError") {
+  THROWS(IndexError, "gg::select: dim 0 given for a 0-dim tensor", s0()[0]);
+}
+CASE("indexing/select with INT64_MIN") {
+  THROWS(IndexError, "gg::select: index -9223372036854775808 is out of range for dim 0 of size 2",
+         m23()[std::numeric_limits<int64_t>::min()]);
+}
+CASE("indexing/index with INT64_MAX") {
+  THROWS(IndexError, "gg::index: index 9223372036854775807 is out of range for dim 1 of size 3",
+         m23().index({0, std::numeric_limits<int64_t>::max()}));
+}
+CASE("indexing/narrow with INT64_MIN start") {
+  THROWS(IndexError, "gg::narrow: start -9223372036854775808 is out of range", m23().narrow(1, std::numeric_limits<int64_t>::min(), 1));
+}
+CASE("indexing/narrow with a huge length") {
+  THROWS(IndexError, "gg::narrow: start 1 + length 9223372036854775807 exceeds dim 1 of size 3",
+         m23().narrow(1, 1, std::numeric_limits<int64_t>::max()));
+}
+CASE("indexing/narrow with a negative length") { THROWS(IndexError, "gg::narrow: start 0 + length -1", m23().narrow(0, 0, -1)); }
+CASE("indexing/i64 index INT64_MIN") {
+  THROWS(IndexError, "gg::index: index -9223372036854775808 is out of range for dim 0 of size 2",
+         m23().index({from_indices({std::numeric_limits<int64_t>::min()}, {1})}));
+}
+CASE("indexing/0-dim with None, Ellipsis and nothing") {
+  CHECK_SHAPE(s0().index({indexing::None}), {1});
+  CHECK_SHAPE(s0().index({indexing::Ellipsis}), {});
+  CHECK_VALUES(s0().index({}), {2.5});
+}
+CASE("indexing/0-dim mask is a ValueError") {
+  THROWS(ValueError, "gg::index: index 0 is a 0-dim mask", m23().index({scalar_tensor(1.0) > 0.0}));
+}
+CASE("indexing/a mask of all false gives an empty result with a zero gradient") {
+  Tensor x = m23().requires_grad_();
+  Tensor y = x.index({x > 100.0});
+  CHECK_SHAPE(y, {0});
+  CHECK_VALUES(grad(sum(y) + sum(x) * 0.0, x), {0, 0, 0, 0, 0, 0});
+}
+CASE("indexing/empty tensor") {
+  Tensor e = zeros({0, 3}, DType::f64);
+  CHECK_SHAPE(e.index({indexing::Slice(), 1}), {0});
+  CHECK_SHAPE(e.index({e > 0.0}), {0});
+  THROWS(IndexError, "gg::select: index 0 is out of range for dim 0 of size 0", e[0]);
+}
+CASE("indexing/a bool-typed float tensor is a DTypeError") {
+  THROWS(DTypeError, "gg::index: index 0 must be a b8 mask or an i64 index tensor, got f64", m23().index({m23()}));
+}
+CASE("indexing/an undefined tensor index") { THROWS(ValueError, "gg::index: index 1 is an undefined tensor", m23().index({0, Tensor()})); }
+CASE("indexing/index of an undefined tensor") { THROWS(ValueError, "gg::index: input is an undefined tensor", index(Tensor(), {0})); }
+CASE("indexing/slice step 0") { THROWS(ValueError, "gg::index: a slice's step must be positive, got 0", m23().index({indexing::Slice(0, 2, 0)})); }
+CASE("indexing/index_put_ with an i64 tensor is a ValueError") {
+  Tensor x = m23().clone();
+  THROWS(ValueError, "gg::index_put_: an i64 index tensor is not supported", x.index_put_({from_indices({0}, {1})}, 1.0));
+}
+CASE("indexing/index_put_ with a value that does not broadcast") {
+  Tensor x = m23().clone();
+  THROWS(ShapeError, "gg::index_put_: shapes [2] and [2, 3] cannot be broadcast", x.index_put_({x > 1.0}, ones({2}, DType::f64)));
+  THROWS(ShapeError, "gg::index_put_: a value of shape [2, 1, 3] does not broadcast to the indexed view of shape [2, 3]",
+         x.index_put_({x > 1.0}, ones({2, 1, 3}, DType::f64)));
+}
+CASE("indexing/index_put_ with a mask into an expanded view") {
+  Tensor x = expand(scalar_tensor(1.0, DType::f64), {3});
+  THROWS(ValueError, "elements that share memory", x.index_put_({x > 0.5}, 2.0));
+}
+CASE("members/t of a 3-D tensor is a ShapeError") { THROWS(ShapeError, "gg::t: expects a tensor with at most 2 dims", zeros({1, 2, 3}).t()); }
+CASE("members/t of 0-dim and 1-D tensors is itself") { CHECK_SHAPE(s0().t(), {}); CHECK_SHAPE(zeros({3}).t(), {3}); }
+CASE("members/flatten with start after end") { THROWS(ValueError, "gg::flatten: start_dim 1 comes after end_dim 0", m23().flatten(1, 0)); }
+CASE("members/flatten of a 0-dim tensor") { CHECK_SHAPE(s0().flatten(), {1}); }
+CASE("members/view of a transpose is a ShapeError") { THROWS(ShapeError, "gg::view: a tensor of shape [3, 2]", m23().t().view({6})); }
+CASE("members/item<int64_t> of six elements") { THROWS(ValueError, "gg::Tensor::item: tensor of shape [2, 3] has 6 elements", m23().item<int64_t>()); }
+CASE("members/retain_grad without requires_grad") { THROWS(AutogradError, "gg::Tensor::retain_grad", m23().retain_grad()); }
+CASE("members/tensor with ragged rows") { THROWS(ShapeError, "gg::tensor: ragged rows: row 1 has 1 values, row 0 has 2", tensor({{1, 2}, {3}})); }
+CASE("members/tensor with an empty first row") { THROWS(ShapeError, "gg::tensor: ragged rows: row 1 has 2 values, row 0 has 0", tensor({std::initializer_list<int>{}, {1, 2}})); }
+CASE("members/mm of a vector") { THROWS(ShapeError, "gg::mm: expects two 2-D tensors, got a of shape [2, 3] and b of shape [3]", mm(m23(), ones({3}, DType::f64))); }
+CASE("members/comparisons with NaN") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  CHECK_VALUES(to(m23() > nan, DType::f64), {0, 0, 0, 0, 0, 0});
+  CHECK_VALUES(to(m23() != nan, DType::f64), {1, 1, 1, 1, 1, 1});
+  CHECK_VALUES(to(from_indices({1, 2}, {2}) < nan, DType::f64), {0, 0});
+}
+CASE("members/i64 compared with numbers beyond int64") {
+  CHECK_VALUES(to(from_indices({INT64_MAX, INT64_MIN}, {2}) < 1e19, DType::f64), {1, 1});
+  CHECK_VALUES(to(from_indices({INT64_MAX, INT64_MIN}, {2}) > -INFINITY, DType::f64), {1, 1});
+}
+CASE("members/in-place on a saved tensor is caught at backward") {
+  Tensor w = from_vector({1, 2}, {2}, DType::f64).requires_grad_();
+  Tensor x = from_vector({3, 4}, {2}, DType::f64);
+  Tensor y = sum(w * x);  // saves x
+  x += 1.0;
+  THROWS(AutogradError, "modified by an in-place operation", y.backward());
+}
+
 }  // namespace
 }  // namespace gg::edge
