@@ -4,7 +4,15 @@
 #include <sstream>
 #include <string>
 
+#include <strings.h>     // POSIX ::index
+#include <sys/select.h>  // POSIX ::select
+
 #include "test_util.h"
+
+// At global scope, as in a user's main.cpp: argument-dependent lookup picks gg::select and
+// gg::index over the POSIX functions of the same names.
+static gg::Tensor second_row(const gg::Tensor& m) { return select(m, 0, 1); }
+static gg::Tensor first_column(const gg::Tensor& m) { return index(m, {gg::indexing::Slice(), 0}); }
 
 namespace gg::test {
 namespace {
@@ -221,10 +229,9 @@ TEST(LibtorchSurface, LinearRegressionLoop) {
     w.grad().zero_();
     b.grad().zero_();
   }
-  const std::vector<double> wv = values(w);
-  EXPECT_NEAR(wv[0], 2.0, 1e-6);
-  EXPECT_NEAR(wv[1], -1.0, 1e-6);
-  EXPECT_NEAR(wv[2], 0.5, 1e-6);
+  EXPECT_NEAR(w[0].item<double>(), 2.0, 1e-6);
+  EXPECT_NEAR(w[1].item<double>(), -1.0, 1e-6);
+  EXPECT_NEAR(w[2].item<double>(), 0.5, 1e-6);
   EXPECT_NEAR(b.item<double>(), 0.25, 1e-6);
 }
 
@@ -248,6 +255,8 @@ TEST(LibtorchSurface, IndexingLikeTorchIndexing) {
   EXPECT_EQ(values(x[0].index({tensor({2, -3})})), (std::vector<double>{8, 9, 10, 11, 0, 1, 2, 3}));
   EXPECT_EQ(x[tensor({false, true})].sizes(), (Shape{1, 3, 4}));
   EXPECT_EQ(values(x.index_select(2, tensor({3})).flatten()), (std::vector<double>{3, 7, 11, 15, 19, 23}));
+  EXPECT_EQ(values(second_row(x[0])), (std::vector<double>{4, 5, 6, 7}));
+  EXPECT_EQ(values(first_column(x[0])), (std::vector<double>{0, 4, 8}));
 
   // Basic indexing gives views, so writing through one changes x; assigning to an indexed
   // temporary writes into x, as in libtorch.
