@@ -1,50 +1,331 @@
+// The transforms of autograd/functional.h. Each one follows Note [transforms compose] there:
+// make inner variables (inner_inputs), run f in grad mode, differentiate with gg::grad, and
+// keep or drop the graph of the last gg::grad by whether the caller's tape tracks the inputs.
 #include "autograd/functional.h"
 
 #include "autograd/engine.h"
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
 #include "ops/ops.h"
 
-namespace gg {
+namespace gg::func {
 namespace {
-Tensor fresh_leaf(const Tensor& x) {
-  Tensor leaf = x.detach();
-  leaf.requires_grad_(true);
-  return leaf;
+
+// Whether the caller's tape tracks some of these tensors, so results must stay on it.
+bool on_outer_tape(const TensorList& xs) {
+  if (!GradMode::is_enabled()) return false;
+  for (const Tensor& x : xs)
+    if (x.defined() && x.requires_grad()) return true;
+  return false;
 }
+
+// The variables a transform differentiates with respect to. On the outer tape an input that
+// requires grad gets an alias recorded on it (identity backward), so whatever is computed from
+// the alias is a function of the input; any other input gets a fresh leaf.
+TensorList inner_inputs(const char* what, const TensorList& xs, bool outer) {
+  TensorList in;
+  in.reserve(xs.size());
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const Tensor& x = xs[i];
+    GG_CHECK(x.defined(), ValueError, "gg::func::", what, ": input ", i, " is undefined");
+    Tensor alias = x.detach();
+    if (outer && x.requires_grad())
+      record("func_input", {x}, {alias}, {}, [](const BackwardArgs& g) -> TensorList { return {g.grads[0]}; });
+    else
+      alias.requires_grad_(true);
+    in.push_back(alias);
+  }
+  return in;
+}
+
+// A result handed back to the caller: on the outer tape as computed, otherwise without history.
+Tensor result(const Tensor& t, bool outer) { return outer || !t.defined() ? t : t.detach(); }
+TensorList results(const TensorList& ts, bool outer) {
+  TensorList out;
+  out.reserve(ts.size());
+  for (const Tensor& t : ts) out.push_back(result(t, outer));
+  return out;
+}
+
+// Gradients that gg::grad left undefined (an input the outputs do not use) become zeros.
+TensorList zeros_where_unused(TensorList gs, const TensorList& like) {
+  for (size_t i = 0; i < gs.size(); ++i)
+    if (!gs[i].defined()) gs[i] = zeros_like(like[i]);
+  return gs;
+}
+TensorList all_zeros(const TensorList& like) { return zeros_where_unused(TensorList(like.size()), like); }
+
+void check_scalar(const char* what, const Tensor& y) {
+  GG_CHECK(y.defined(), ValueError, "gg::func::", what, ": f returned an undefined tensor");
+  GG_CHECK(y.numel() == 1, ValueError, "gg::func::", what, ": f must return a one-element tensor, but returned shape ",
+           shape_str(y.shape()));
+}
+
+// vs must pair with xs one to one, shape for shape and dtype for dtype.
+void check_like(const char* what, const char* vname, const TensorList& vs, const char* xname, const TensorList& xs) {
+  GG_CHECK(vs.size() == xs.size(), ValueError, "gg::func::", what, ": got ", vs.size(), " ", vname, " for ", xs.size(),
+           " ", xname);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    GG_CHECK(vs[i].defined(), ValueError, "gg::func::", what, ": ", vname, "[", i, "] is undefined");
+    GG_CHECK(vs[i].shape() == xs[i].shape(), ShapeError, "gg::func::", what, ": ", vname, "[", i, "] has shape ",
+             shape_str(vs[i].shape()), " but ", xname, "[", i, "] has shape ", shape_str(xs[i].shape()));
+    GG_CHECK(vs[i].dtype() == xs[i].dtype(), DTypeError, "gg::func::", what, ": ", vname, "[", i, "] has dtype ",
+             dtype_name(vs[i].dtype()), " but ", xname, "[", i, "] has dtype ", dtype_name(xs[i].dtype()));
+  }
+}
+
+// Σ_i ⟨ws[i], ys[i]⟩ differentiated with respect to `in`, over the pairs where ys[i] is on the
+// tape (the others contribute nothing); zeros where no gradient arrives.
+TensorList contract_grad(const TensorList& ys, const TensorList& ws, const TensorList& in, bool retain, bool create) {
+  TensorList outs, grads;
+  for (size_t i = 0; i < ys.size(); ++i)
+    if (ys[i].defined() && ys[i].requires_grad()) {
+      outs.push_back(ys[i]);
+      grads.push_back(ws[i]);
+    }
+  if (outs.empty()) return all_zeros(in);
+  // A recorded gradient (create) is differentiated later through the forward's saved tensors.
+  return zeros_where_unused(gg::grad(outs, in, grads, retain || create, create, /*allow_unused=*/true), in);
+}
+
+// A tensor shaped like `like` with 1 at flat index k and 0 elsewhere.
+Tensor basis(const Tensor& like, int64_t k) {
+  std::vector<double> values(static_cast<size_t>(like.numel()), 0.0);
+  values[static_cast<size_t>(k)] = 1.0;
+  return from_vector(values, like.shape(), like.dtype(), like.device());
+}
+
+Shape concat_shapes(const Shape& a, const Shape& b) {
+  Shape s = a;
+  s.insert(s.end(), b.begin(), b.end());
+  return s;
+}
+
+// Rows r_k (one per element of an output of shape S, each shaped like inputs[j]) to the block
+// ∂y/∂x_j of shape S + x_j.shape.
+Tensor rows_to_block(const TensorList& rows, const Shape& out_shape, const Tensor& input) {
+  const Shape shape = concat_shapes(out_shape, input.shape());
+  if (rows.empty()) return zeros(shape, input.dtype(), input.device());
+  return reshape(stack(rows, 0), shape);
+}
+
+// Columns c_k (one per element of an input of shape T, each shaped like the output y) to the
+// block ∂y/∂x of shape y.shape + T.
+Tensor columns_to_block(const TensorList& cols, const Tensor& y, const Tensor& input) {
+  const Shape shape = concat_shapes(y.shape(), input.shape());
+  if (cols.empty()) return zeros(shape, y.dtype(), y.device());
+  const int64_t dim = static_cast<int64_t>(y.shape().size());
+  return reshape(stack(cols, dim), shape);
+}
+
+// A single-tensor function as a function of a one-element list.
+ListScalarFn scalar_on_list(const ScalarFn& f) {
+  return [f](const TensorList& xs) { return f(xs[0]); };
+}
+ListFn tensor_on_list(const TensorFn& f) {
+  return [f](const TensorList& xs) { return TensorList{f(xs[0])}; };
+}
+
+TensorList values_of(const NamedTensors& named) {
+  TensorList v;
+  v.reserve(named.size());
+  for (const auto& [name, t] : named) v.push_back(t);
+  return v;
+}
+NamedTensors named_like(const NamedTensors& names, const TensorList& values) {
+  NamedTensors out;
+  out.reserve(names.size());
+  for (size_t i = 0; i < names.size(); ++i) out.emplace_back(names[i].first, values[i]);
+  return out;
+}
+ListScalarFn on_names(const NamedScalarFn& f, const NamedTensors& names) {
+  return [f, names](const TensorList& xs) { return f(named_like(names, xs)); };
+}
+
+// The double-VJP trick, for jvp and jacfwd until gradgrad has a forward mode: with dummy
+// cotangents us that require grad, Jᵀu is recorded (create_graph) and is linear in u, so its
+// gradient with respect to u along v is J·v. One JvpTape serves any number of tangents.
+struct JvpTape {
+  TensorList us;    // one dummy cotangent per output on the tape
+  TensorList jt_u;  // Jᵀu, one per input (only those on the tape)
+  std::vector<size_t> out_index;  // us[k] belongs to output out_index[k]
+  std::vector<size_t> in_index;   // jt_u[k] belongs to input in_index[k]
+
+  JvpTape(const TensorList& ys, const TensorList& in) {
+    TensorList outs;
+    for (size_t i = 0; i < ys.size(); ++i)
+      if (ys[i].requires_grad()) {
+        outs.push_back(ys[i]);
+        us.push_back(zeros_like(ys[i]).requires_grad_(true));  // any value: Jᵀu is linear in u
+        out_index.push_back(i);
+      }
+    if (outs.empty()) return;
+    TensorList g = gg::grad(outs, in, us, /*retain_graph=*/true, /*create_graph=*/true, /*allow_unused=*/true);
+    for (size_t j = 0; j < g.size(); ++j)
+      if (g[j].defined() && g[j].requires_grad()) {
+        jt_u.push_back(g[j]);
+        in_index.push_back(j);
+      }
+  }
+
+  // J·v, one per output (zeros where J is zero).
+  TensorList apply(const TensorList& ys, const TensorList& vs, bool create) const {
+    TensorList jv(ys.size());
+    if (!jt_u.empty()) {
+      TensorList ws;
+      for (size_t j : in_index) ws.push_back(vs[j]);
+      TensorList d = gg::grad(jt_u, us, ws, /*retain_graph=*/true, create, /*allow_unused=*/true);
+      for (size_t k = 0; k < d.size(); ++k) jv[out_index[k]] = d[k];
+    }
+    return zeros_where_unused(jv, ys);
+  }
+};
+
 }  // namespace
+
+// ---------------------------------------------------------------- grad
+
+std::pair<Tensor, TensorList> value_and_grad(const ListScalarFn& f, const TensorList& xs) {
+  const bool outer = on_outer_tape(xs);
+  EnableGradGuard enable;
+  const TensorList in = inner_inputs("grad", xs, outer);
+  const Tensor y = f(in);
+  check_scalar("grad", y);
+  TensorList g = contract_grad({y}, {ones_like(y)}, in, /*retain=*/false, /*create=*/outer);
+  return {result(y, outer), g};
+}
+
+TensorList grad(const ListScalarFn& f, const TensorList& xs) { return value_and_grad(f, xs).second; }
+
+Tensor grad(const ScalarFn& f, const Tensor& x) { return grad(scalar_on_list(f), TensorList{x})[0]; }
+
+std::pair<Tensor, NamedTensors> value_and_grad(const NamedScalarFn& f, const NamedTensors& params) {
+  auto [y, g] = value_and_grad(on_names(f, params), values_of(params));
+  return {y, named_like(params, g)};
+}
+
+NamedTensors grad(const NamedScalarFn& f, const NamedTensors& params) { return value_and_grad(f, params).second; }
+
+// ---------------------------------------------------------------- vjp, jvp, hvp
+
+VjpResult vjp(const ListFn& f, const TensorList& xs) {
+  const bool outer = on_outer_tape(xs);
+  EnableGradGuard enable;
+  const TensorList in = inner_inputs("vjp", xs, outer);
+  const TensorList ys = f(in);
+  VjpFn fn = [ys, in, outer](const TensorList& cotangents) {
+    check_like("vjp", "cotangents", cotangents, "outputs", ys);
+    const bool create = outer || on_outer_tape(cotangents);
+    return results(contract_grad(ys, cotangents, in, /*retain=*/true, create), create);
+  };
+  return {results(ys, outer), fn};
+}
+
+JvpResult jvp(const ListFn& f, const TensorList& xs, const TensorList& vs) {
+  check_like("jvp", "v", vs, "x", xs);
+  const bool outer = on_outer_tape(xs) || on_outer_tape(vs);
+  EnableGradGuard enable;
+  const TensorList in = inner_inputs("jvp", xs, outer);
+  const TensorList ys = f(in);
+  const JvpTape tape(ys, in);
+  return {results(ys, outer), results(tape.apply(ys, vs, outer), outer)};
+}
+
+TensorList hvp(const ListScalarFn& f, const TensorList& xs, const TensorList& vs) {
+  check_like("hvp", "v", vs, "x", xs);
+  const bool outer = on_outer_tape(xs) || on_outer_tape(vs);
+  EnableGradGuard enable;
+  const TensorList in = inner_inputs("hvp", xs, outer);
+  const Tensor y = f(in);
+  check_scalar("hvp", y);
+  const TensorList g = contract_grad({y}, {ones_like(y)}, in, /*retain=*/true, /*create=*/true);
+  return results(contract_grad(g, vs, in, /*retain=*/false, /*create=*/outer), outer);  // ∇⟨∇f, v⟩ = H·v
+}
+
+Tensor hvp(const ScalarFn& f, const Tensor& x, const Tensor& v) { return hvp(scalar_on_list(f), TensorList{x}, {v})[0]; }
+
+NamedTensors hvp(const NamedScalarFn& f, const NamedTensors& params, const NamedTensors& vs) {
+  GG_CHECK(vs.size() == params.size(), ValueError, "gg::func::hvp: got ", vs.size(), " tangents for ", params.size(),
+           " parameters");
+  for (size_t i = 0; i < params.size(); ++i)
+    GG_CHECK(vs[i].first == params[i].first, ValueError, "gg::func::hvp: tangent ", i, " is named '", vs[i].first,
+             "' but parameter ", i, " is '", params[i].first, "'");
+  return named_like(params, hvp(on_names(f, params), values_of(params), values_of(vs)));
+}
+
+// ---------------------------------------------------------------- Jacobians and Hessians
+
+std::vector<TensorList> jacrev(const ListFn& f, const TensorList& xs) {
+  const bool outer = on_outer_tape(xs);
+  EnableGradGuard enable;
+  const TensorList in = inner_inputs("jacrev", xs, outer);
+  const TensorList ys = f(in);
+  std::vector<TensorList> jac(ys.size());
+  for (size_t i = 0; i < ys.size(); ++i) {
+    std::vector<TensorList> rows(xs.size());  // rows[j][k] = ∂ys[i][k]/∂xs[j]
+    for (int64_t k = 0; k < ys[i].numel(); ++k) {
+      const TensorList r = contract_grad({ys[i]}, {basis(ys[i], k)}, in, /*retain=*/true, /*create=*/outer);
+      for (size_t j = 0; j < xs.size(); ++j) rows[j].push_back(r[j]);
+    }
+    for (size_t j = 0; j < xs.size(); ++j) jac[i].push_back(result(rows_to_block(rows[j], ys[i].shape(), xs[j]), outer));
+  }
+  return jac;
+}
+
+std::vector<TensorList> jacfwd(const ListFn& f, const TensorList& xs) {
+  const bool outer = on_outer_tape(xs);
+  EnableGradGuard enable;
+  const TensorList in = inner_inputs("jacfwd", xs, outer);
+  const TensorList ys = f(in);
+  const JvpTape tape(ys, in);
+  std::vector<TensorList> jac(ys.size(), TensorList(xs.size()));
+  for (size_t j = 0; j < xs.size(); ++j) {
+    std::vector<TensorList> cols(ys.size());  // cols[i][k] = ∂ys[i]/∂xs[j][k]
+    for (int64_t k = 0; k < xs[j].numel(); ++k) {
+      TensorList vs = all_zeros(xs);
+      vs[j] = basis(xs[j], k);
+      const TensorList jv = tape.apply(ys, vs, outer);
+      for (size_t i = 0; i < ys.size(); ++i) cols[i].push_back(jv[i]);
+    }
+    for (size_t i = 0; i < ys.size(); ++i) jac[i][j] = result(columns_to_block(cols[i], ys[i], xs[j]), outer);
+  }
+  return jac;
+}
+
+Tensor jacrev(const TensorFn& f, const Tensor& x) { return jacrev(tensor_on_list(f), TensorList{x})[0][0]; }
+Tensor jacfwd(const TensorFn& f, const Tensor& x) { return jacfwd(tensor_on_list(f), TensorList{x})[0][0]; }
+
+std::vector<TensorList> hessian(const ListScalarFn& f, const TensorList& xs) {
+  // jacrev of the gradient: jacrev's inner variables require grad, so the gradient is recorded
+  // (create_graph) and each of jacrev's rows differentiates it once more.
+  return jacrev([&f](const TensorList& in) {
+    const Tensor y = f(in);
+    check_scalar("hessian", y);
+    return contract_grad({y}, {ones_like(y)}, in, /*retain=*/true, /*create=*/true);
+  }, xs);
+}
+
+Tensor hessian(const ScalarFn& f, const Tensor& x) { return hessian(scalar_on_list(f), TensorList{x})[0][0]; }
+
+}  // namespace gg::func
+
+namespace gg {
 
 Tensor hvp(const ScalarFn& f, const Tensor& x, const Tensor& v) {
   GG_CHECK(v.shape() == x.shape(), ShapeError, "gg::hvp: v has shape ", shape_str(v.shape()), " but x has shape ",
            shape_str(x.shape()));
-  Tensor xl = fresh_leaf(x);
-  Tensor g = grad(f(xl), xl, Tensor(), std::nullopt, /*create_graph=*/true);
-  if (!g.requires_grad()) return zeros_like(x);  // f is affine in x: the Hessian is zero
-  Tensor hv = grad(g, xl, v, std::nullopt, /*create_graph=*/false, /*allow_unused=*/true);  // Σ_i v_i ∂g_i/∂x = H·v (H symmetric)
-  return hv.defined() ? hv : zeros_like(x);
+  return func::hvp(f, x, v);
 }
 
 Tensor jvp(const TensorFn& f, const Tensor& x, const Tensor& v) {
   GG_CHECK(v.shape() == x.shape(), ShapeError, "gg::jvp: v has shape ", shape_str(v.shape()), " but x has shape ",
            shape_str(x.shape()));
-  Tensor xl = fresh_leaf(x);
-  Tensor y = f(xl);
-  Tensor u = zeros_like(y).requires_grad_(true);  // the value of u does not matter: Jᵀu is linear in u
-  Tensor jt_u = grad(y, xl, u, std::nullopt, /*create_graph=*/true);
-  Tensor jv = grad(jt_u, u, v, std::nullopt, /*create_graph=*/false, /*allow_unused=*/true);
-  return jv.defined() ? jv : zeros_like(y);
+  return func::jvp([&f](const TensorList& xs) { return TensorList{f(xs[0])}; }, {x}, {v}).tangents[0];
 }
 
 Tensor hessian(const ScalarFn& f, const Tensor& x) {
   const int64_t n = x.numel();
-  Tensor xl = fresh_leaf(x);
-  Tensor g = flatten(grad(f(xl), xl, Tensor(), /*retain_graph=*/true, /*create_graph=*/true));
-  if (n == 0) return zeros({0, 0}, x.dtype(), x.device());  // no rows to stack
-  TensorList rows;
-  for (int64_t i = 0; i < n; ++i) {
-    Tensor gi = slice(g, 0, i, i + 1);
-    Tensor row = gi.requires_grad() ? grad(gi, xl, Tensor(), /*retain_graph=*/true, /*create_graph=*/false, /*allow_unused=*/true) : Tensor();
-    rows.push_back(row.defined() ? flatten(row) : zeros({n}, x.dtype(), x.device()));
-  }
-  return stack(rows, 0);
+  return reshape(func::hessian(f, x), {n, n});
 }
 
 }  // namespace gg
