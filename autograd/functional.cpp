@@ -141,6 +141,18 @@ NamedTensors named_like(const NamedTensors& names, const TensorList& values) {
 ListScalarFn on_names(const NamedScalarFn& f, const NamedTensors& names) {
   return [f, names](const TensorList& xs) { return f(named_like(names, xs)); };
 }
+ListFn list_on_names(const NamedTensorFn& f, const NamedTensors& names) {
+  return [f, names](const TensorList& xs) { return TensorList{f(named_like(names, xs))}; };
+}
+
+// Tangents by name must follow the parameters' names, in order.
+void check_names(const char* what, const NamedTensors& vs, const NamedTensors& params) {
+  GG_CHECK(vs.size() == params.size(), ValueError, "gg::func::", what, ": got ", vs.size(), " tangents for ",
+           params.size(), " parameters");
+  for (size_t i = 0; i < params.size(); ++i)
+    GG_CHECK(vs[i].first == params[i].first, ValueError, "gg::func::", what, ": tangent ", i, " is named '",
+             vs[i].first, "' but parameter ", i, " is '", params[i].first, "'");
+}
 
 // The double-VJP trick, for jvp and jacfwd until gradgrad has a forward mode: with dummy
 // cotangents us that require grad, Jᵀu is recorded (create_graph) and is linear in u, so its
@@ -215,7 +227,8 @@ VjpResult vjp(const ListFn& f, const TensorList& xs) {
   const TensorList ys = f(in);
   VjpFn fn = [ys, in, outer](const TensorList& cotangents) {
     check_like("vjp", "cotangents", cotangents, "outputs", ys);
-    const bool create = outer || on_outer_tape(cotangents);
+    // Called later, perhaps under NoGradGuard: the grad mode of this call decides.
+    const bool create = GradMode::is_enabled() && (outer || on_outer_tape(cotangents));
     return results(contract_grad(ys, cotangents, in, /*retain=*/true, create), create);
   };
   return {results(ys, outer), fn};
@@ -245,12 +258,20 @@ TensorList hvp(const ListScalarFn& f, const TensorList& xs, const TensorList& vs
 Tensor hvp(const ScalarFn& f, const Tensor& x, const Tensor& v) { return hvp(scalar_on_list(f), TensorList{x}, {v})[0]; }
 
 NamedTensors hvp(const NamedScalarFn& f, const NamedTensors& params, const NamedTensors& vs) {
-  GG_CHECK(vs.size() == params.size(), ValueError, "gg::func::hvp: got ", vs.size(), " tangents for ", params.size(),
-           " parameters");
-  for (size_t i = 0; i < params.size(); ++i)
-    GG_CHECK(vs[i].first == params[i].first, ValueError, "gg::func::hvp: tangent ", i, " is named '", vs[i].first,
-             "' but parameter ", i, " is '", params[i].first, "'");
+  check_names("hvp", vs, params);
   return named_like(params, hvp(on_names(f, params), values_of(params), values_of(vs)));
+}
+
+NamedVjpResult vjp(const NamedTensorFn& f, const NamedTensors& params) {
+  VjpResult r = vjp(list_on_names(f, params), values_of(params));
+  VjpFn fn = r.vjp_fn;
+  return {r.outputs[0], [fn, params](const Tensor& u) { return named_like(params, fn({u})); }};
+}
+
+std::pair<Tensor, Tensor> jvp(const NamedTensorFn& f, const NamedTensors& params, const NamedTensors& vs) {
+  check_names("jvp", vs, params);
+  JvpResult r = jvp(list_on_names(f, params), values_of(params), values_of(vs));
+  return {r.outputs[0], r.tangents[0]};
 }
 
 // ---------------------------------------------------------------- Jacobians and Hessians
@@ -303,6 +324,20 @@ std::vector<TensorList> hessian(const ListScalarFn& f, const TensorList& xs) {
     check_scalar("hessian", y);
     return contract_grad({y}, {ones_like(y)}, in, /*retain=*/true, /*create=*/true);
   }, xs);
+}
+
+NamedTensors jacrev(const NamedTensorFn& f, const NamedTensors& params) {
+  return named_like(params, jacrev(list_on_names(f, params), values_of(params))[0]);
+}
+NamedTensors jacfwd(const NamedTensorFn& f, const NamedTensors& params) {
+  return named_like(params, jacfwd(list_on_names(f, params), values_of(params))[0]);
+}
+
+NamedHessian hessian(const NamedScalarFn& f, const NamedTensors& params) {
+  const std::vector<TensorList> h = hessian(on_names(f, params), values_of(params));
+  NamedHessian out;
+  for (size_t i = 0; i < params.size(); ++i) out.emplace_back(params[i].first, named_like(params, h[i]));
+  return out;
 }
 
 Tensor hessian(const ScalarFn& f, const Tensor& x) { return hessian(scalar_on_list(f), TensorList{x})[0][0]; }

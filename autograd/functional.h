@@ -1,6 +1,6 @@
 // Function transforms built on gg::grad: torch.func's vocabulary (grad, vjp, jvp, jacrev,
 // jacfwd, hessian, hvp) over one tensor, a list of tensors, or named tensors (a module's
-// named_parameters()), in namespace gg::func. The single-tensor gg::hvp, gg::jvp and
+// named_parameters(); f then takes the named tensors), in namespace gg::func. The single-tensor gg::hvp, gg::jvp and
 // gg::hessian at the bottom are the same transforms in their older spelling.
 //
 // Note [transforms compose]: every transform differentiates with respect to an inner variable
@@ -38,6 +38,7 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 using ListScalarFn = std::function<Tensor(const TensorList&)>;         // xs -> one-element tensor
 using ListFn = std::function<TensorList(const TensorList&)>;           // xs -> ys
 using NamedScalarFn = std::function<Tensor(const NamedTensors&)>;      // params -> one-element tensor
+using NamedTensorFn = std::function<Tensor(const NamedTensors&)>;      // params -> y
 using VjpFn = std::function<TensorList(const TensorList& cotangents)>;  // one per output -> one per input
 
 // ---------------------------------------------------------------- gradients of scalar functions
@@ -62,6 +63,12 @@ struct VjpResult {
   VjpFn vjp_fn;
 };
 VjpResult vjp(const ListFn& f, const TensorList& xs);
+// By name: f(params) and u ↦ ∂⟨u, f⟩/∂params, a gradient per parameter name.
+struct NamedVjpResult {
+  Tensor output;
+  std::function<NamedTensors(const Tensor& cotangent)> vjp_fn;
+};
+NamedVjpResult vjp(const NamedTensorFn& f, const NamedTensors& params);
 
 // f(xs) and J·v (one tangent per input, shaped like it; one result per output).
 struct JvpResult {
@@ -69,6 +76,8 @@ struct JvpResult {
   TensorList tangents;  // J·v
 };
 JvpResult jvp(const ListFn& f, const TensorList& xs, const TensorList& vs);
+// By name: f(params) and Σ_p ∂f/∂p · v_p, with vs named like params.
+std::pair<Tensor, Tensor> jvp(const NamedTensorFn& f, const NamedTensors& params, const NamedTensors& vs);
 
 // H·v for a scalar f: one product per input, Σ_j ∂²f/∂x_i∂x_j · v_j. H is symmetric, so this is
 // ∇ ⟨∇f, v⟩, about the cost of two gradients.
@@ -84,10 +93,16 @@ std::vector<TensorList> jacrev(const ListFn& f, const TensorList& xs);
 std::vector<TensorList> jacfwd(const ListFn& f, const TensorList& xs);
 Tensor jacrev(const TensorFn& f, const Tensor& x);
 Tensor jacfwd(const TensorFn& f, const Tensor& x);
+// By name: ∂y/∂p for each parameter p, shape y.shape + p.shape.
+NamedTensors jacrev(const NamedTensorFn& f, const NamedTensors& params);
+NamedTensors jacfwd(const NamedTensorFn& f, const NamedTensors& params);
 
 // h[i][j] = ∂²f/∂xs[i]∂xs[j], shape xs[i].shape + xs[j].shape, for a scalar f (jacrev of grad).
 std::vector<TensorList> hessian(const ListScalarFn& f, const TensorList& xs);
 Tensor hessian(const ScalarFn& f, const Tensor& x);
+// By name: h[i].second[j].second = ∂²f/∂p_i∂p_j, rows and columns named like params.
+using NamedHessian = std::vector<std::pair<std::string, NamedTensors>>;
+NamedHessian hessian(const NamedScalarFn& f, const NamedTensors& params);
 
 }  // namespace func
 

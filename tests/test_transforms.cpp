@@ -38,6 +38,11 @@ Values finite_difference(const std::function<Tensor(const TensorList&)>& fn, con
   return out;
 }
 
+Shape concat_shape(Shape a, const Shape& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 template <typename E, typename F>
 void expect_error(F&& call, const std::string& needle) {
   try {
@@ -215,6 +220,49 @@ TEST(Transforms, NamedFormsKeepTheNames) {
   }
 }
 
+TEST(Transforms, NamedJacobiansHessiansAndProductsEqualTheListForms) {
+  manual_seed(4);
+  nn::MLP net({2, 3, 1}, nn::Activation::tanh, true, {DType::f64});
+  Tensor x = randn({4, 2}, DType::f64);
+  const nn::NamedTensors params = net.named_parameters();
+  const TensorList theta = net.parameters();
+  auto out = [&](const nn::NamedTensors& p) { return nn::functional_call(net, p, x); };  // (4, 1)
+  auto out_list = [&](const TensorList& t) { return TensorList{out(nn::with_values(params, t))}; };
+  auto loss = [&](const nn::NamedTensors& p) { return sum(pow(out(p), 2.0)); };
+  auto loss_list = [&](const TensorList& t) { return loss(nn::with_values(params, t)); };
+
+  nn::NamedTensors rev = func::jacrev(out, params), fwd = func::jacfwd(out, params);
+  std::vector<TensorList> want = func::jacrev(out_list, theta);
+  std::vector<TensorList> hl = func::hessian(loss_list, theta);
+  func::NamedHessian h = func::hessian(loss, params);
+  nn::NamedTensors vs;
+  for (const auto& [name, p] : params) vs.emplace_back(name, randn_like(p));
+  auto [y, jv] = func::jvp(out, params, vs);
+  func::JvpResult jl = func::jvp(out_list, theta, nn::values(vs));
+  expect_close(values(jv), values(jl.tangents[0]), 0, 1e-14, "named jvp");
+  Tensor u = randn({4, 1}, DType::f64);
+  nn::NamedTensors vjp = func::vjp(out, params).vjp_fn(u);
+  TensorList vjp_list = func::vjp(out_list, theta).vjp_fn({u});
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_EQ(rev[i].first, params[i].first);
+    EXPECT_EQ(rev[i].second.shape(), concat_shape({4, 1}, params[i].second.shape()));
+    expect_close(values(rev[i].second), values(want[0][i]), 0, 1e-14, "named jacrev");
+    expect_close(values(fwd[i].second), values(want[0][i]), 0, 1e-14, "named jacfwd");
+    expect_close(values(vjp[i].second), values(vjp_list[i]), 0, 1e-14, "named vjp");
+    EXPECT_EQ(h[i].first, params[i].first);
+    for (size_t j = 0; j < params.size(); ++j) {
+      EXPECT_EQ(h[i].second[j].first, params[j].first);
+      expect_close(values(h[i].second[j].second), values(hl[i][j]), 0, 1e-14, "named hessian");
+    }
+  }
+  expect_error<ValueError>([&] { func::jvp(out, params, {vs.begin(), vs.end() - 1}); },
+                           "gg::func::jvp: got 3 tangents for 4 parameters");
+  nn::NamedTensors renamed = vs;
+  renamed[1].first = "bias";
+  expect_error<ValueError>([&] { func::hvp(loss, params, renamed); },
+                           "gg::func::hvp: tangent 1 is named 'bias' but parameter 1 is 'layers.0.bias'");
+}
+
 TEST(Transforms, SingleTensorFormsAreTheListFormsOfOne) {
   Tensor x = vec({1.0, -2.0, 0.5}), v = vec({0.3, 0.7, -1.1});
   auto f = [](const Tensor& t) { return sum(pow(t, 3.0)) * 0.5; };
@@ -326,6 +374,16 @@ TEST(Transforms, InputsThatRequireGradGiveResultsOnTheTape) {
   TensorList g2 = func::grad(f, {a, t.b});
   expect_close(values(grad(sum(g2[1]), a)), values(sum(func::hessian(f, {t.a, t.b})[1][0], {0})), 0, 1e-14,
                "mixed inputs");
+  // vjp's function follows the grad mode of its own call.
+  func::VjpResult r = func::vjp([](const TensorList& x) { return TensorList{pow(x[0], 3.0)}; }, {a});
+  EXPECT_TRUE(r.outputs[0].requires_grad());
+  const TensorList u = {ones({3}, DType::f64)};
+  EXPECT_TRUE(r.vjp_fn(u)[0].requires_grad());
+  {
+    NoGradGuard no_grad;
+    EXPECT_FALSE(r.vjp_fn(u)[0].requires_grad());
+  }
+  expect_close(values(grad(sum(r.vjp_fn(u)[0]), a)), values(t.a * 6.0), 0, 1e-14, "d/da sum(3a²)");
   // A non-leaf input works like a leaf: the gradient flows back through it to a.
   Tensor a2 = a * 2.0;
   Tensor ga = func::grad([](const Tensor& x) { return sum(pow(x, 3.0)); }, a2);  // 3(2a)²
