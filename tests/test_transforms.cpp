@@ -390,6 +390,25 @@ TEST(Transforms, InputsThatRequireGradGiveResultsOnTheTape) {
   expect_close(values(grad(sum(ga), a)), values(t.a * 24.0), 0, 1e-14, "non-leaf input");  // ∂/∂a 12a² = 24a
 }
 
+TEST(Transforms, ZeroDimAndEmptyInputs) {
+  // 0-dim: d(x³)/dx = 3x², d²/dx² = 6x, as 0-dim tensors.
+  Tensor x = scalar_tensor(2.0, DType::f64);
+  auto cube = [](const Tensor& t) { return t * t * t; };
+  EXPECT_EQ(func::jacrev(cube, x).shape(), Shape{});
+  EXPECT_NEAR(func::jacrev(cube, x).item(), 12.0, 1e-14);
+  EXPECT_NEAR(func::jacfwd(cube, x).item(), 12.0, 1e-14);
+  EXPECT_NEAR(func::hessian(cube, x).item(), 12.0, 1e-14);
+  EXPECT_NEAR(func::jvp([&](const TensorList& t) { return TensorList{cube(t[0])}; }, {x},
+                        {scalar_tensor(0.5, DType::f64)}).tangents[0].item(), 6.0, 1e-14);
+  // Empty: shapes follow the layout, with no rows or columns.
+  Tensor e = zeros({0}, DType::f64);
+  auto sq = [](const Tensor& t) { return t * t; };
+  EXPECT_EQ(func::jacrev(sq, e).shape(), (Shape{0, 0}));
+  EXPECT_EQ(func::jacfwd(sq, e).shape(), (Shape{0, 0}));
+  EXPECT_EQ(func::hessian([](const Tensor& t) { return sum(t); }, e).shape(), (Shape{0, 0}));
+  EXPECT_EQ(func::grad([](const Tensor& t) { return sum(t); }, e).shape(), (Shape{0}));
+}
+
 // ---------------------------------------------------------------- bad arguments
 
 TEST(Transforms, BadArgumentsRaiseTypedErrorsNamingTheTransform) {
