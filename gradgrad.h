@@ -17,6 +17,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/indexing.h"
+#include "core/scalar.h"
 #include "core/shape.h"
 #include "core/storage.h"
 #include "core/tensor.h"

@@ -8,12 +8,14 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
 #include "device.h"
 #include "dtype.h"
 #include "error.h"
+#include "scalar.h"
 #include "shape.h"
 #include "storage.h"
 
@@ -121,6 +123,26 @@ class Tensor {
   Tensor mean(I dim, bool keepdim = false) const { return mean(std::vector<int64_t>{static_cast<int64_t>(dim)}, keepdim); }
   Tensor mean(const std::vector<int64_t>& dims, bool keepdim = false) const;
   Tensor max() const;  // all elements; NaN propagates
+  Tensor min() const;
+  Tensor max(const Tensor& other) const;  // maximum(*this, other)
+  Tensor min(const Tensor& other) const;  // minimum(*this, other)
+  // Values and i64 indices over one dim (gg::max_dim); a template as sum's is.
+  template <typename I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int> = 0>
+  std::tuple<Tensor, Tensor> max(I dim, bool keepdim = false) const { return max_dim(static_cast<int64_t>(dim), keepdim); }
+  template <typename I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int> = 0>
+  std::tuple<Tensor, Tensor> min(I dim, bool keepdim = false) const { return min_dim(static_cast<int64_t>(dim), keepdim); }
+  std::tuple<Tensor, Tensor> max_dim(int64_t dim, bool keepdim = false) const;
+  std::tuple<Tensor, Tensor> min_dim(int64_t dim, bool keepdim = false) const;
+  Tensor amax(const std::vector<int64_t>& dims = {}, bool keepdim = false) const;
+  Tensor amin(const std::vector<int64_t>& dims = {}, bool keepdim = false) const;
+  Tensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;  // unset: flattened
+  Tensor argmin(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  Tensor logsumexp(const std::vector<int64_t>& dims, bool keepdim = false) const;
+  Tensor var(const std::vector<int64_t>& dims = {}, double correction = 1, bool keepdim = false) const;
+  Tensor std(const std::vector<int64_t>& dims = {}, double correction = 1, bool keepdim = false) const;
+  Tensor norm(double p = 2, const std::vector<int64_t>& dims = {}, bool keepdim = false) const;
+  bool allclose(const Tensor& other, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false) const;
+  bool equal(const Tensor& other) const;
 
   Tensor reshape(const Shape& shape) const;
   Tensor view(const Shape& shape) const;  // reshape that never copies: ShapeError where it would
@@ -148,31 +170,48 @@ class Tensor {
   Tensor sin() const;
   Tensor cos() const;
   Tensor sign() const;
-  Tensor pow(double exponent) const;
+  Tensor log1p() const;
+  Tensor expm1() const;
+  Tensor floor() const;
+  Tensor ceil() const;
+  Tensor round() const;
+  Tensor pow(const Scalar& exponent) const;
+  Tensor pow(const Tensor& exponent) const;
+  Tensor clamp(const std::optional<Scalar>& lo, const std::optional<Scalar>& hi = std::nullopt) const;
+  Tensor clamp_min(const Scalar& lo) const;
+  Tensor clamp_max(const Scalar& hi) const;
+  Tensor maximum(const Tensor& other) const;
+  Tensor minimum(const Tensor& other) const;
   Tensor softmax(int64_t dim) const;
   Tensor log_softmax(int64_t dim) const;
   Tensor matmul(const Tensor& other) const;
   Tensor mm(const Tensor& other) const;  // both 2-D
+  // Numbers promote with the tensor as in PyTorch (ops/ops.h, result_type): an i64 x.add(1)
+  // stays i64, x.add(1.5) and x.gt(1.5) compute in floating point.
   Tensor add(const Tensor& other, double alpha = 1.0) const;
-  Tensor add(double other) const;
+  Tensor add(const Scalar& other) const;
   Tensor sub(const Tensor& other, double alpha = 1.0) const;
-  Tensor sub(double other) const;
+  Tensor sub(const Scalar& other) const;
   Tensor mul(const Tensor& other) const;
-  Tensor mul(double other) const;
+  Tensor mul(const Scalar& other) const;
   Tensor div(const Tensor& other) const;
-  Tensor div(double other) const;
+  Tensor div(const Scalar& other) const;
   Tensor eq(const Tensor& other) const;
-  Tensor eq(double other) const;
+  Tensor eq(const Scalar& other) const;
   Tensor ne(const Tensor& other) const;
-  Tensor ne(double other) const;
+  Tensor ne(const Scalar& other) const;
   Tensor lt(const Tensor& other) const;
-  Tensor lt(double other) const;
+  Tensor lt(const Scalar& other) const;
   Tensor le(const Tensor& other) const;
-  Tensor le(double other) const;
+  Tensor le(const Scalar& other) const;
   Tensor gt(const Tensor& other) const;
-  Tensor gt(double other) const;
+  Tensor gt(const Scalar& other) const;
   Tensor ge(const Tensor& other) const;
-  Tensor ge(double other) const;
+  Tensor ge(const Scalar& other) const;
+  Tensor masked_fill(const Tensor& mask, const Scalar& value) const;
+  Tensor masked_fill(const Tensor& mask, const Tensor& value) const;  // value: 0-dim
+  Tensor triu(int64_t diagonal = 0) const;
+  Tensor tril(int64_t diagonal = 0) const;
 
   // ---- indexing (core/indexing.h has the index types; ops/index.cpp the ops) ----
   Tensor operator[](int64_t index) const;        // select(0, index): a view
@@ -183,30 +222,32 @@ class Tensor {
                std::optional<int64_t> end = std::nullopt, int64_t step = 1) const;
   Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
   Tensor index_select(int64_t dim, const Tensor& index) const;
+  Tensor gather(int64_t dim, const Tensor& index) const;
+  Tensor scatter_add(int64_t dim, const Tensor& index, const Tensor& src) const;
 
   // ---- in place (the rules of ops/inplace.cpp: refused on tensors that require grad while
   // grad mode is on) ----
   const Tensor& add_(const Tensor& other, double alpha = 1.0) const;
-  const Tensor& add_(double other) const;
+  const Tensor& add_(const Scalar& other) const;
   const Tensor& sub_(const Tensor& other, double alpha = 1.0) const;
-  const Tensor& sub_(double other) const;
+  const Tensor& sub_(const Scalar& other) const;
   const Tensor& mul_(const Tensor& other) const;
-  const Tensor& mul_(double other) const;
+  const Tensor& mul_(const Scalar& other) const;
   const Tensor& div_(const Tensor& other) const;
-  const Tensor& div_(double other) const;
+  const Tensor& div_(const Scalar& other) const;
   const Tensor& zero_() const;
   const Tensor& fill_(double value) const;
   const Tensor& copy_(const Tensor& src) const;
   const Tensor& index_put_(const std::vector<indexing::TensorIndex>& indices, const Tensor& value) const;
   const Tensor& index_put_(const std::vector<indexing::TensorIndex>& indices, double value) const;
   const Tensor& operator+=(const Tensor& other) const { return add_(other); }
-  const Tensor& operator+=(double other) const { return add_(other); }
+  const Tensor& operator+=(const Scalar& other) const { return add_(other); }
   const Tensor& operator-=(const Tensor& other) const { return sub_(other); }
-  const Tensor& operator-=(double other) const { return sub_(other); }
+  const Tensor& operator-=(const Scalar& other) const { return sub_(other); }
   const Tensor& operator*=(const Tensor& other) const { return mul_(other); }
-  const Tensor& operator*=(double other) const { return mul_(other); }
+  const Tensor& operator*=(const Scalar& other) const { return mul_(other); }
   const Tensor& operator/=(const Tensor& other) const { return div_(other); }
-  const Tensor& operator/=(double other) const { return div_(other); }
+  const Tensor& operator/=(const Scalar& other) const { return div_(other); }
 
   // ---- identity ----
   TensorImpl& impl() const;

@@ -8,7 +8,7 @@
 //   a   the op's scalar `alpha` (UnaryParams::alpha) converted to C,
 //   C   the type the arithmetic runs in (float or double; half types compute in float),
 //   M:: the math of the backend: M::exp, M::log, M::sqrt, M::tanh, M::sin, M::cos, M::abs,
-//       M::erf, M::sigmoid, M::gelu (x·Φ(x)), M::pow(x, a) (exactly x * x when a == 2),
+//       M::log1p, M::expm1, M::floor, M::ceil, M::rint (to nearest, ties to even), M::erf, M::sigmoid, M::gelu (x·Φ(x)), M::pow(x, a) (exactly x * x when a == 2),
 //       M::max(x, s) (NaN propagates) and M::step(x) (1 where x > 0, else 0).
 //       Each M function is within 1 ulp of the correctly rounded result at the edges of its
 //       domain (overflow, underflow to subnormals and 0, subnormal inputs, ±inf) and gives NaN
@@ -40,6 +40,7 @@
 // kernels/cpu/elementwise.cpp, CudaMath in kernels/cuda/elementwise.cu).
 #pragma once
 
+#include <cmath>
 #include <type_traits>
 
 #if defined(__CUDACC__)
@@ -90,6 +91,30 @@ GG_ELEMENTWISE_FN C elementwise_mul(C a, C b) {
     return a * b;
   }
 }
+// a to the power b. Integers multiply by repeated squaring, wrapping like elementwise_mul; a
+// negative exponent gives 0 here because gg::pow refuses it before any kernel runs (ops/ops.h).
+// Floating point calls the backend's pow, exactly a * a for b == 2 (as M::pow).
+template <typename C>
+GG_ELEMENTWISE_FN C elementwise_pow(C a, C b) {
+  if constexpr (std::is_integral_v<C>) {
+    using U = std::make_unsigned_t<C>;
+    if (b < C(0)) return C(0);
+    U result = 1, base = static_cast<U>(a);
+    for (U e = static_cast<U>(b); e != 0; e >>= 1) {
+      if (e & 1u) result *= base;
+      base *= base;
+    }
+    return static_cast<C>(result);
+  } else {
+    if (b == C(2)) return a * a;
+#if defined(__CUDA_ARCH__)
+    if constexpr (std::is_same_v<C, float>) return powf(a, b);
+    else return ::pow(a, b);
+#else
+    return std::pow(a, b);
+#endif
+  }
+}
 }  // namespace gg::kernels
 
 // clang-format off
@@ -106,19 +131,26 @@ GG_ELEMENTWISE_FN C elementwise_mul(C a, C b) {
   X(sin,        M::sin(x))                                               \
   X(cos,        M::cos(x))                                               \
   X(abs,        M::abs(x))                                               \
+  X(log1p,      M::log1p(x))                                             \
+  X(expm1,      M::expm1(x))                                             \
+  X(floor,      M::floor(x))                                             \
+  X(ceil,       M::ceil(x))                                              \
+  X(round,      M::rint(x))                                              \
   X(sign,       M::step(x) - M::step(-x))                                \
   X(step,       M::step(x))                                              \
   X(pow_scalar, M::pow(x, a))                                            \
   X(add_scalar, x + a)                                                   \
   X(mul_scalar, x * a)
 
-// maximum: NaN wins (if either operand is NaN, the result is that NaN).
+// maximum, minimum: NaN wins (if either operand is NaN, the result is that NaN).
 #define GG_BINARY_OPS(X)                                                 \
   X(add,     same, ::gg::kernels::elementwise_add(a, b))                 \
   X(sub,     same, ::gg::kernels::elementwise_sub(a, b))                 \
   X(mul,     same, ::gg::kernels::elementwise_mul(a, b))                 \
-  X(div,     same, ::gg::kernels::elementwise_div(a, b))                   \
+  X(div,     same, ::gg::kernels::elementwise_div(a, b))                 \
   X(maximum, same, a > b ? a : (b > a ? b : (a != a ? a : b)))           \
+  X(minimum, same, a < b ? a : (b < a ? b : (a != a ? a : b)))           \
+  X(pow,     same, ::gg::kernels::elementwise_pow(a, b))                 \
   X(eq,      b8,   a == b)                                               \
   X(ne,      b8,   a != b)                                               \
   X(lt,      b8,   a < b)                                                \

@@ -49,6 +49,10 @@ void copy_into(const Tensor& dst, const Tensor& src);
 // the alias stop there (partial derivatives), while the alias stays connected to x's history.
 Tensor alias(const Tensor& x);
 
+// Adds rows of `g` (outer, n_idx, inner) into a zero tensor of `shape` at `index` along dim d:
+// the adjoint of index_select, recorded (its backward is index_select). ops/shape.cpp.
+Tensor index_add_zeros(const Tensor& g, int64_t d, const Tensor& index, const Shape& shape);
+
 // An uninitialised contiguous tensor like `t`.
 inline Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype(), t.device()); }
 

@@ -73,10 +73,20 @@ Tensor& write(Tensor& self, const Tensor& value) {
   return self;
 }
 
-// Writes r, computed from self and other, back into self: other must broadcast to self's shape.
+// The promoted result of an in-place op must cast back to the destination without leaving its
+// category (PyTorch's can_cast): an f32 destination takes an f64 result, an i64 one no float.
+void check_castable(const char* op, const Tensor& self, const Tensor& result) {
+  auto category = [](DType t) { return t == DType::b8 ? 0 : t == DType::i64 ? 1 : 2; };
+  GG_CHECK(category(result.dtype()) <= category(self.dtype()), DTypeError, "gg::", op, ": the result type ",
+           dtype_name(result.dtype()), " cannot be written into a ", dtype_name(self.dtype()), " destination");
+}
+
+// Writes r, computed from self and other (undefined for a number), back into self: other must
+// broadcast to self's shape, and r's dtype must cast back into self's.
 Tensor& write_result(const char* op, Tensor& self, const Tensor& other, const Tensor& r) {
   GG_CHECK(r.shape() == self.shape(), ShapeError, "gg::", op, ": cannot broadcast shape ", shape_str(other.shape()),
            " into ", shape_str(self.shape()));
+  check_castable(op, self, r);
   return write(self, r);
 }
 
@@ -87,17 +97,14 @@ Tensor& add_(Tensor& self, const Tensor& other, double alpha) {
   detail::check_defined("add_", other, "other");
   check_destination("add_", self);
   NoGradGuard ng;
-  Tensor r = self + (alpha == 1.0 ? other : other * alpha);
-  GG_CHECK(r.shape() == self.shape(), ShapeError, "gg::add_: cannot broadcast shape ", shape_str(other.shape()),
-           " into ", shape_str(self.shape()));
-  return write(self, r);
+  return write_result("add_", self, other, self + (alpha == 1.0 ? other : other * alpha));
 }
 
-Tensor& add_(Tensor& self, double s) {
+Tensor& add_(Tensor& self, const Scalar& s) {
   check_inplace("add_", self);
   check_destination("add_", self);
   NoGradGuard ng;
-  return write(self, self + s);
+  return write_result("add_", self, Tensor(), self + s);
 }
 
 Tensor& sub_(Tensor& self, const Tensor& other, double alpha) {
@@ -108,11 +115,11 @@ Tensor& sub_(Tensor& self, const Tensor& other, double alpha) {
   return write_result("sub_", self, other, self - (alpha == 1.0 ? other : other * alpha));
 }
 
-Tensor& sub_(Tensor& self, double s) {
+Tensor& sub_(Tensor& self, const Scalar& s) {
   check_inplace("sub_", self);
   check_destination("sub_", self);
   NoGradGuard ng;
-  return write(self, self - s);
+  return write_result("sub_", self, Tensor(), self - s);
 }
 
 Tensor& mul_(Tensor& self, const Tensor& other) {
@@ -123,6 +130,13 @@ Tensor& mul_(Tensor& self, const Tensor& other) {
   return write_result("mul_", self, other, self * other);
 }
 
+Tensor& mul_(Tensor& self, const Scalar& s) {
+  check_inplace("mul_", self);
+  check_destination("mul_", self);
+  NoGradGuard ng;
+  return write_result("mul_", self, Tensor(), self * s);
+}
+
 Tensor& div_(Tensor& self, const Tensor& other) {
   check_inplace("div_", self, other);
   detail::check_defined("div_", other, "other");
@@ -131,18 +145,11 @@ Tensor& div_(Tensor& self, const Tensor& other) {
   return write_result("div_", self, other, self / other);
 }
 
-Tensor& div_(Tensor& self, double s) {
+Tensor& div_(Tensor& self, const Scalar& s) {
   check_inplace("div_", self);
   check_destination("div_", self);
   NoGradGuard ng;
-  return write(self, self / s);
-}
-
-Tensor& mul_(Tensor& self, double s) {
-  check_inplace("mul_", self);
-  check_destination("mul_", self);
-  NoGradGuard ng;
-  return write(self, self * s);
+  return write_result("div_", self, Tensor(), self / s);
 }
 
 Tensor& fill_(Tensor& self, double value) {

@@ -16,14 +16,35 @@
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
 #include "../core/error.h"
 #include "../core/indexing.h"
+#include "../core/scalar.h"
 #include "../core/tensor.h"
 
 namespace gg {
+
+// ---------------------------------------------------------------- type promotion (ops/promotion.cpp)
+// gg::Scalar, a C++ number as an operand, is declared in core/scalar.h.
+
+// PyTorch's type promotion, used by every binary op (arithmetic, pow, minimum/maximum,
+// comparisons, where). Categories rank bool < integer < floating.
+// - promote_types(a, b): the smallest dtype holding both: b8 < i64 < {f16, bf16} < f32 < f64,
+//   with f16 and bf16 together giving f32.
+// - result_type: operands are ranked dimensioned tensors > 0-dim tensors > C++ numbers. Within a
+//   rank the dtypes promote; a lower rank changes the result only if its category is higher,
+//   and then the two promote (a floating number counts as f32, the default dtype). So f32 ·
+//   f64-0-dim is f32, f64 · 2.0 is f64, i64 · 2.5 is f32, i64 · f64-0-dim is f64, f16 · f32 is f32.
+// The operands are cast to the result type before the op runs (b8 results are computed in i64
+// and cast back); gradients flow back through the casts, so each input's gradient has its
+// own dtype. tests/fixtures/promotion.csv, written by PyTorch, is the reference.
+DType promote_types(DType a, DType b);
+DType result_type(const Tensor& a, const Tensor& b);
+DType result_type(const Tensor& a, const Scalar& b);
+DType result_type(const Scalar& a, const Tensor& b);
 
 // ---------------------------------------------------------------- factories (ops/factory.cpp)
 void manual_seed(uint64_t seed);  // the default generator, used by randn/rand
@@ -111,19 +132,46 @@ Tensor to(const Tensor& x, DType dtype);  // cast (differentiable between floati
 Tensor to(const Tensor& x, Device device);
 
 // ------------------------------------------------------- elementwise (ops/elementwise.cpp)
-Tensor add(const Tensor& a, const Tensor& b);  // broadcasting
+// Binary ops broadcast and promote their operands (result_type above); a C++ number may stand
+// for either operand. b8 operands: add is logical or, mul logical and (as PyTorch); sub refuses
+// any b8 operand, div and pow a b8 result (PyTorch does the same), each with a DTypeError.
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, const Scalar& b);
+Tensor add(const Scalar& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Scalar& b);
+Tensor sub(const Scalar& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Scalar& b);
+Tensor mul(const Scalar& a, const Tensor& b);
 // i64 division truncates toward zero (-7 / 2 = -3, C++'s rule; PyTorch's torch.div would give
 // a float and `//` floors). A zero divisor is a ValueError naming gg::div (PyTorch raises
 // ZeroDivisionError on the CPU), and INT64_MIN / -1 wraps to INT64_MIN, on every backend.
 // i64 +, - and * wrap around in two's complement (INT64_MAX + 1 = INT64_MIN), as in PyTorch.
 Tensor div(const Tensor& a, const Tensor& b);
-// Elementwise maximum; NaN wins. Ties (a == b) share the gradient equally: 1/2 to each.
+Tensor div(const Tensor& a, const Scalar& b);
+Tensor div(const Scalar& a, const Tensor& b);
+// Elementwise maximum and minimum; NaN wins. Ties (a == b) share the gradient equally: 1/2 to
+// each (as PyTorch). gg::max(a, b) and gg::min(a, b) are the same ops.
 Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Scalar& b);
+Tensor maximum(const Scalar& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Scalar& b);
+Tensor minimum(const Scalar& a, const Tensor& b);
+Tensor max(const Tensor& a, const Tensor& b);
+Tensor min(const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);  // cond: b8
+Tensor where(const Tensor& cond, const Tensor& a, const Scalar& b);
+Tensor where(const Tensor& cond, const Scalar& a, const Tensor& b);
 Tensor neg(const Tensor& x);
-Tensor pow(const Tensor& x, double p);
+// x^p. A floating result runs x^p elementwise (exactly x·x for p = 2); an i64 result (i64 base,
+// integer exponent) multiplies exactly, and a negative integer exponent there is a ValueError
+// (as PyTorch). The gradient to the exponent is 0 where x = 0 and p >= 0, and to x is 0 where
+// p = 0 (PyTorch's choices).
+Tensor pow(const Tensor& x, const Scalar& p);
+Tensor pow(const Tensor& x, const Tensor& p);
+Tensor pow(const Scalar& x, const Tensor& p);
 Tensor exp(const Tensor& x);
 Tensor log(const Tensor& x);
 Tensor sqrt(const Tensor& x);
@@ -136,50 +184,81 @@ Tensor sin(const Tensor& x);
 Tensor cos(const Tensor& x);
 Tensor abs(const Tensor& x);
 Tensor sign(const Tensor& x);  // no gradient (zero almost everywhere)
+Tensor log1p(const Tensor& x);  // log(1 + x), accurate for small x
+Tensor expm1(const Tensor& x);  // exp(x) - 1, accurate for small x
+// Rounding to an integer value, with a zero gradient (as PyTorch). round goes half to even
+// (0.5 -> 0, 1.5 -> 2, -0.5 -> -0). An i64 input comes back as a copy.
+Tensor floor(const Tensor& x);
+Tensor ceil(const Tensor& x);
+Tensor round(const Tensor& x);
+// min(max(x, lo), hi), either bound optional (neither: ValueError); the dtype is x's promoted
+// with the bounds. NaN in x or in a bound gives NaN, and lo > hi gives hi everywhere. The
+// gradient passes where lo < x < hi and is 0 at the bounds themselves and at NaN (PyTorch's
+// choice for number bounds).
+Tensor clamp(const Tensor& x, const std::optional<Scalar>& lo, const std::optional<Scalar>& hi = std::nullopt);
+Tensor clamp_min(const Tensor& x, const Scalar& lo);
+Tensor clamp_max(const Tensor& x, const Scalar& hi);
+// x with `value` where mask (b8, broadcasting with x) is true, in x's dtype. A tensor value must
+// be 0-dim; the gradient reaches it from every filled element.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value);
+Tensor masked_fill(const Tensor& x, const Tensor& mask, const Tensor& value);
+// x + s and x·s for a floating x, its dtype kept (the unary kernels behind x + 2.0).
 Tensor add_scalar(const Tensor& x, double s);
 Tensor mul_scalar(const Tensor& x, double s);
-// Comparisons return b8 tensors and carry no gradient.
+// Comparisons return b8 tensors and carry no gradient; the operands promote first.
 Tensor eq(const Tensor& a, const Tensor& b);
 Tensor ne(const Tensor& a, const Tensor& b);
 Tensor lt(const Tensor& a, const Tensor& b);
 Tensor le(const Tensor& a, const Tensor& b);
 Tensor gt(const Tensor& a, const Tensor& b);
 Tensor ge(const Tensor& a, const Tensor& b);
-// The same as operators, with a tensor or a number on either side (x > 1.0, 0.5 <= x, a == b),
-// as in libtorch: b8 results. A number is taken in the tensor's dtype, except that an i64 tensor
-// meets a fractional number in f64 (x > 1.5 is not x > 1).
+Tensor eq(const Tensor& a, const Scalar& b);
+Tensor ne(const Tensor& a, const Scalar& b);
+Tensor lt(const Tensor& a, const Scalar& b);
+Tensor le(const Tensor& a, const Scalar& b);
+Tensor gt(const Tensor& a, const Scalar& b);
+Tensor ge(const Tensor& a, const Scalar& b);
+Tensor eq(const Scalar& a, const Tensor& b);
+Tensor ne(const Scalar& a, const Tensor& b);
+Tensor lt(const Scalar& a, const Tensor& b);
+Tensor le(const Scalar& a, const Tensor& b);
+Tensor gt(const Scalar& a, const Tensor& b);
+Tensor ge(const Scalar& a, const Tensor& b);
+// The same as operators, with a tensor or a C++ number on either side (x > 1.0, 0.5 <= x,
+// a == b), as in libtorch; each is the function above, so the operands promote as PyTorch's do
+// (an i64 tensor meets 1.5 in floating point: x > 1.5 is not x > 1).
 Tensor operator==(const Tensor& a, const Tensor& b);
 Tensor operator!=(const Tensor& a, const Tensor& b);
 Tensor operator<(const Tensor& a, const Tensor& b);
 Tensor operator<=(const Tensor& a, const Tensor& b);
 Tensor operator>(const Tensor& a, const Tensor& b);
 Tensor operator>=(const Tensor& a, const Tensor& b);
-Tensor operator==(const Tensor& a, double s);
-Tensor operator!=(const Tensor& a, double s);
-Tensor operator<(const Tensor& a, double s);
-Tensor operator<=(const Tensor& a, double s);
-Tensor operator>(const Tensor& a, double s);
-Tensor operator>=(const Tensor& a, double s);
-Tensor operator==(double s, const Tensor& a);
-Tensor operator!=(double s, const Tensor& a);
-Tensor operator<(double s, const Tensor& a);
-Tensor operator<=(double s, const Tensor& a);
-Tensor operator>(double s, const Tensor& a);
-Tensor operator>=(double s, const Tensor& a);
+Tensor operator==(const Tensor& a, const Scalar& b);
+Tensor operator!=(const Tensor& a, const Scalar& b);
+Tensor operator<(const Tensor& a, const Scalar& b);
+Tensor operator<=(const Tensor& a, const Scalar& b);
+Tensor operator>(const Tensor& a, const Scalar& b);
+Tensor operator>=(const Tensor& a, const Scalar& b);
+Tensor operator==(const Scalar& a, const Tensor& b);
+Tensor operator!=(const Scalar& a, const Tensor& b);
+Tensor operator<(const Scalar& a, const Tensor& b);
+Tensor operator<=(const Scalar& a, const Tensor& b);
+Tensor operator>(const Scalar& a, const Tensor& b);
+Tensor operator>=(const Scalar& a, const Tensor& b);
 
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);
 Tensor operator*(const Tensor& a, const Tensor& b);
 Tensor operator/(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& x);
-Tensor operator+(const Tensor& a, double s);
-Tensor operator+(double s, const Tensor& a);
-Tensor operator-(const Tensor& a, double s);
-Tensor operator-(double s, const Tensor& a);
-Tensor operator*(const Tensor& a, double s);
-Tensor operator*(double s, const Tensor& a);
-Tensor operator/(const Tensor& a, double s);
-Tensor operator/(double s, const Tensor& a);
+Tensor operator+(const Tensor& a, const Scalar& s);
+Tensor operator+(const Scalar& s, const Tensor& a);
+Tensor operator-(const Tensor& a, const Scalar& s);
+Tensor operator-(const Scalar& s, const Tensor& a);
+Tensor operator*(const Tensor& a, const Scalar& s);
+Tensor operator*(const Scalar& s, const Tensor& a);
+Tensor operator/(const Tensor& a, const Scalar& s);
+Tensor operator/(const Scalar& s, const Tensor& a);
 
 // ------------------------------------------------------- reductions (ops/reduce.cpp)
 Tensor sum(const Tensor& x);  // all elements, shape []
@@ -191,6 +270,50 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = fa
 // torch.max(dim), which gives it all to one index.
 Tensor max(const Tensor& x);
 Tensor max(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
+Tensor amax(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);  // = max(x, dims)
+// Minimum values, the mirror of max/amax (NaN propagating, ties sharing the gradient).
+Tensor min(const Tensor& x);
+Tensor min(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
+Tensor amin(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+// torch.max(x, dim): the largest values along one dim and their i64 indices, the first index
+// among ties and the first NaN's where a group holds one. The gradient goes to the chosen
+// element alone (amax shares it among ties). Floating x; an empty dim is a ValueError. A 0-dim
+// x is its own maximum, at index 0.
+std::tuple<Tensor, Tensor> max_dim(const Tensor& x, int64_t dim, bool keepdim = false);
+std::tuple<Tensor, Tensor> min_dim(const Tensor& x, int64_t dim, bool keepdim = false);
+// libtorch's spelling: gg::max(x, 1) and gg::min(x, 1) are max_dim and min_dim. An integer
+// selects them; a braced list of dims, gg::max(x, {1}), still selects the amax form.
+template <typename Dim, std::enable_if_t<std::is_integral_v<Dim> && !std::is_same_v<Dim, bool>, int> = 0>
+std::tuple<Tensor, Tensor> max(const Tensor& x, Dim dim, bool keepdim = false) {
+  return max_dim(x, static_cast<int64_t>(dim), keepdim);
+}
+template <typename Dim, std::enable_if_t<std::is_integral_v<Dim> && !std::is_same_v<Dim, bool>, int> = 0>
+std::tuple<Tensor, Tensor> min(const Tensor& x, Dim dim, bool keepdim = false) {
+  return min_dim(x, static_cast<int64_t>(dim), keepdim);
+}
+// The indices alone (i64, no gradient); without a dim, into the flattened x.
+Tensor argmax(const Tensor& x);
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor argmin(const Tensor& x);
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
+// log Σ exp(x) over dims (empty: all), shifted by the max so that large x do not overflow; a
+// group of -inf gives -inf, one holding +inf gives +inf, an empty group -inf.
+Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+// Variance and standard deviation over dims (empty: all): Σ (x - mean)² / (N - correction).
+// correction 1 is the unbiased estimate (a bool `unbiased` converts to it); N - correction <= 0
+// gives inf or NaN (as PyTorch). std's gradient is 0 where std is 0 (PyTorch's choice).
+Tensor var(const Tensor& x, const std::vector<int64_t>& dims = {}, double correction = 1, bool keepdim = false);
+Tensor std(const Tensor& x, const std::vector<int64_t>& dims = {}, double correction = 1, bool keepdim = false);
+// Vector p-norm over dims (empty: all), p in {1, 2, inf} (ValueError otherwise); the
+// Frobenius norm is the 2-norm over a matrix's two dims. Gradients at 0 are PyTorch's
+// subgradients: 0 for p = 1 and 2; for inf, ties share the gradient and x = 0 gets 0.
+Tensor norm(const Tensor& x, double p = 2, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor frobenius_norm(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+// |a - b| <= atol + rtol·|b| everywhere (broadcasting); equal values, infinities included, are
+// close, NaN only to NaN with equal_nan. a and b must share a dtype (DTypeError, as PyTorch).
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false);
+// Same shape and the same values (NaN equals nothing), across dtypes.
+bool equal(const Tensor& a, const Tensor& b);
 // Sums `x` down to `shape` (the reverse of broadcasting); x itself when the shapes match.
 Tensor sum_to(const Tensor& x, const Shape& shape);
 
@@ -221,6 +344,21 @@ Tensor index(const Tensor& x, const std::vector<indexing::TensorIndex>& indices)
 // slices may follow a mask). i64 index tensors are refused (ValueError).
 Tensor& index_put_(Tensor& self, const std::vector<indexing::TensorIndex>& indices, const Tensor& value);
 Tensor& index_put_(Tensor& self, const std::vector<indexing::TensorIndex>& indices, double value);
+
+// ------------------------------------------------------- picking by index (ops/gather.cpp)
+// out[i][j][k] = x[i][index[i][j][k]][k] for dim 1 (torch.gather): index is i64 with x's number
+// of dims, no larger than x along the other dims; out has index's shape. Indices out of range
+// are an IndexError naming the value.
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+// self with src[i][j][k] added at [i][index[i][j][k]][k] for dim 1 (torch.scatter_add):
+// repeated indices add up. index no larger than src along any dim, nor than self off dim.
+Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
+// i64 one-hot rows of shape index.shape + [num_classes]; num_classes -1: max index + 1.
+Tensor one_hot(const Tensor& index, int64_t num_classes = -1);
+// The upper (triu: j - i >= diagonal) or lower (tril: j - i <= diagonal) triangle of the last
+// two dims, zeros elsewhere; x needs at least 2 dims.
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
 
 // ------------------------------------------------------- linear algebra (ops/linalg.cpp)
 // (.., M, K) x (.., K, N) -> (.., M, N); batch dims broadcast; 1-D operands as in numpy:
@@ -356,27 +494,31 @@ bool attention_deterministic();
 // Modify storage and bump its version. Refused on tensors that require grad while grad mode
 // is on (use NoGradGuard for optimizer updates). A destination whose elements share memory (a
 // broadcast view from expand) is a ValueError, and so is a copy_ source that partially
-// overlaps the destination (e.g. its own transpose), as in PyTorch (ops/inplace.cpp).
+// overlaps the destination (e.g. its own transpose), as in PyTorch (ops/inplace.cpp). add_,
+// sub_, mul_ and div_ compute in the promoted type (result_type above) and cast back, which must
+// not leave the destination's category (an f32 destination takes an f64 result, an i64 one no
+// float, so an i64 x += 1 works and x += 1.5 is a DTypeError, as in PyTorch); the other operand
+// must broadcast to the destination's shape (ShapeError otherwise).
 Tensor& add_(Tensor& self, const Tensor& other, double alpha = 1.0);  // self += alpha·other
-Tensor& add_(Tensor& self, double s);
+Tensor& add_(Tensor& self, const Scalar& s);
 Tensor& sub_(Tensor& self, const Tensor& other, double alpha = 1.0);  // self -= alpha·other
-Tensor& sub_(Tensor& self, double s);
+Tensor& sub_(Tensor& self, const Scalar& s);
 Tensor& mul_(Tensor& self, const Tensor& other);
-Tensor& mul_(Tensor& self, double s);
+Tensor& mul_(Tensor& self, const Scalar& s);
 Tensor& div_(Tensor& self, const Tensor& other);
-Tensor& div_(Tensor& self, double s);
+Tensor& div_(Tensor& self, const Scalar& s);
 Tensor& fill_(Tensor& self, double value);
 Tensor& zero_(Tensor& self);
 Tensor& copy_(Tensor& self, const Tensor& src);
 // The same on a temporary handle, e.g. zero_(x.grad()): the data change, the handle is returned.
 inline Tensor add_(Tensor&& self, const Tensor& other, double alpha = 1.0) { return add_(self, other, alpha); }
-inline Tensor add_(Tensor&& self, double s) { return add_(self, s); }
+inline Tensor add_(Tensor&& self, const Scalar& s) { return add_(self, s); }
 inline Tensor sub_(Tensor&& self, const Tensor& other, double alpha = 1.0) { return sub_(self, other, alpha); }
-inline Tensor sub_(Tensor&& self, double s) { return sub_(self, s); }
+inline Tensor sub_(Tensor&& self, const Scalar& s) { return sub_(self, s); }
 inline Tensor mul_(Tensor&& self, const Tensor& other) { return mul_(self, other); }
-inline Tensor mul_(Tensor&& self, double s) { return mul_(self, s); }
+inline Tensor mul_(Tensor&& self, const Scalar& s) { return mul_(self, s); }
 inline Tensor div_(Tensor&& self, const Tensor& other) { return div_(self, other); }
-inline Tensor div_(Tensor&& self, double s) { return div_(self, s); }
+inline Tensor div_(Tensor&& self, const Scalar& s) { return div_(self, s); }
 inline Tensor fill_(Tensor&& self, double value) { return fill_(self, value); }
 inline Tensor zero_(Tensor&& self) { return zero_(self); }
 inline Tensor copy_(Tensor&& self, const Tensor& src) { return copy_(self, src); }

@@ -289,9 +289,10 @@ void check_index(const char* op, const Tensor& index, int64_t size) {
     GG_CHECK(v >= 0 && v < size, IndexError, "gg::", op, ": index ", v, " is out of range for a dim of size ", size);
 }
 
-// Adds rows of `g` (outer, n_idx, inner) into a zero tensor of `shape` at `index`: the adjoint
-// of index_select. Its own backward is index_select again.
-Tensor index_add_zeros(const Tensor& g, int64_t d, const Tensor& index, const Shape& shape) {
+}  // namespace
+
+// Its own backward is index_select again.
+Tensor detail::index_add_zeros(const Tensor& g, int64_t d, const Tensor& index, const Shape& shape) {
   Tensor gc;
   {
     NoGradGuard ng;
@@ -309,7 +310,6 @@ Tensor index_add_zeros(const Tensor& g, int64_t d, const Tensor& index, const Sh
   });
   return y;
 }
-}  // namespace
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   detail::check_defined("index_select", x, "input");
@@ -334,7 +334,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
                           x.shape()[static_cast<size_t>(d)], inner, index.numel()},
                          x.device());
   record("index_select", {x}, {y}, {}, [d, ic, s = x.shape()](const BackwardArgs& g) -> TensorList {
-    return {index_add_zeros(g.grads[0], d, ic, s)};
+    return {detail::index_add_zeros(g.grads[0], d, ic, s)};
   });
   return y;
 }

@@ -23,6 +23,35 @@ Tensor Tensor::sum(const std::vector<int64_t>& dims, bool keepdim) const { retur
 Tensor Tensor::mean() const { return gg::mean(*this); }
 Tensor Tensor::mean(const std::vector<int64_t>& dims, bool keepdim) const { return gg::mean(*this, dims, keepdim); }
 Tensor Tensor::max() const { return gg::max(*this); }
+Tensor Tensor::min() const { return gg::min(*this); }
+Tensor Tensor::max(const Tensor& other) const { return gg::maximum(*this, other); }
+Tensor Tensor::min(const Tensor& other) const { return gg::minimum(*this, other); }
+std::tuple<Tensor, Tensor> Tensor::max_dim(int64_t dim, bool keepdim) const { return gg::max_dim(*this, dim, keepdim); }
+std::tuple<Tensor, Tensor> Tensor::min_dim(int64_t dim, bool keepdim) const { return gg::min_dim(*this, dim, keepdim); }
+Tensor Tensor::amax(const std::vector<int64_t>& dims, bool keepdim) const { return gg::amax(*this, dims, keepdim); }
+Tensor Tensor::amin(const std::vector<int64_t>& dims, bool keepdim) const { return gg::amin(*this, dims, keepdim); }
+Tensor Tensor::argmax(std::optional<int64_t> dim, bool keepdim) const {
+  return dim ? gg::argmax(*this, *dim, keepdim) : gg::argmax(*this);
+}
+Tensor Tensor::argmin(std::optional<int64_t> dim, bool keepdim) const {
+  return dim ? gg::argmin(*this, *dim, keepdim) : gg::argmin(*this);
+}
+Tensor Tensor::logsumexp(const std::vector<int64_t>& dims, bool keepdim) const {
+  return gg::logsumexp(*this, dims, keepdim);
+}
+Tensor Tensor::var(const std::vector<int64_t>& dims, double correction, bool keepdim) const {
+  return gg::var(*this, dims, correction, keepdim);
+}
+Tensor Tensor::std(const std::vector<int64_t>& dims, double correction, bool keepdim) const {
+  return gg::std(*this, dims, correction, keepdim);
+}
+Tensor Tensor::norm(double p, const std::vector<int64_t>& dims, bool keepdim) const {
+  return gg::norm(*this, p, dims, keepdim);
+}
+bool Tensor::allclose(const Tensor& other, double rtol, double atol, bool equal_nan) const {
+  return gg::allclose(*this, other, rtol, atol, equal_nan);
+}
+bool Tensor::equal(const Tensor& other) const { return gg::equal(*this, other); }
 
 Tensor Tensor::reshape(const Shape& shape) const { return gg::reshape(*this, shape); }
 Tensor Tensor::view(const Shape& shape) const {
@@ -73,31 +102,48 @@ Tensor Tensor::relu() const { return gg::relu(*this); }
 Tensor Tensor::sin() const { return gg::sin(*this); }
 Tensor Tensor::cos() const { return gg::cos(*this); }
 Tensor Tensor::sign() const { return gg::sign(*this); }
-Tensor Tensor::pow(double exponent) const { return gg::pow(*this, exponent); }
+Tensor Tensor::log1p() const { return gg::log1p(*this); }
+Tensor Tensor::expm1() const { return gg::expm1(*this); }
+Tensor Tensor::floor() const { return gg::floor(*this); }
+Tensor Tensor::ceil() const { return gg::ceil(*this); }
+Tensor Tensor::round() const { return gg::round(*this); }
+Tensor Tensor::pow(const Scalar& exponent) const { return gg::pow(*this, exponent); }
+Tensor Tensor::pow(const Tensor& exponent) const { return gg::pow(*this, exponent); }
+Tensor Tensor::clamp(const std::optional<Scalar>& lo, const std::optional<Scalar>& hi) const {
+  return gg::clamp(*this, lo, hi);
+}
+Tensor Tensor::clamp_min(const Scalar& lo) const { return gg::clamp_min(*this, lo); }
+Tensor Tensor::clamp_max(const Scalar& hi) const { return gg::clamp_max(*this, hi); }
+Tensor Tensor::maximum(const Tensor& other) const { return gg::maximum(*this, other); }
+Tensor Tensor::minimum(const Tensor& other) const { return gg::minimum(*this, other); }
 Tensor Tensor::softmax(int64_t dim) const { return gg::softmax(*this, dim); }
 Tensor Tensor::log_softmax(int64_t dim) const { return gg::log_softmax(*this, dim); }
 Tensor Tensor::matmul(const Tensor& other) const { return gg::matmul(*this, other); }
 Tensor Tensor::mm(const Tensor& other) const { return gg::mm(*this, other); }
 Tensor Tensor::add(const Tensor& other, double alpha) const { return *this + (alpha == 1.0 ? other : other * alpha); }
-Tensor Tensor::add(double other) const { return *this + other; }
+Tensor Tensor::add(const Scalar& other) const { return *this + other; }
 Tensor Tensor::sub(const Tensor& other, double alpha) const { return *this - (alpha == 1.0 ? other : other * alpha); }
-Tensor Tensor::sub(double other) const { return *this - other; }
+Tensor Tensor::sub(const Scalar& other) const { return *this - other; }
 Tensor Tensor::mul(const Tensor& other) const { return *this * other; }
-Tensor Tensor::mul(double other) const { return *this * other; }
+Tensor Tensor::mul(const Scalar& other) const { return *this * other; }
 Tensor Tensor::div(const Tensor& other) const { return *this / other; }
-Tensor Tensor::div(double other) const { return *this / other; }
+Tensor Tensor::div(const Scalar& other) const { return *this / other; }
 Tensor Tensor::eq(const Tensor& other) const { return gg::eq(*this, other); }
-Tensor Tensor::eq(double other) const { return *this == other; }
+Tensor Tensor::eq(const Scalar& other) const { return gg::eq(*this, other); }
 Tensor Tensor::ne(const Tensor& other) const { return gg::ne(*this, other); }
-Tensor Tensor::ne(double other) const { return *this != other; }
+Tensor Tensor::ne(const Scalar& other) const { return gg::ne(*this, other); }
 Tensor Tensor::lt(const Tensor& other) const { return gg::lt(*this, other); }
-Tensor Tensor::lt(double other) const { return *this < other; }
+Tensor Tensor::lt(const Scalar& other) const { return gg::lt(*this, other); }
 Tensor Tensor::le(const Tensor& other) const { return gg::le(*this, other); }
-Tensor Tensor::le(double other) const { return *this <= other; }
+Tensor Tensor::le(const Scalar& other) const { return gg::le(*this, other); }
 Tensor Tensor::gt(const Tensor& other) const { return gg::gt(*this, other); }
-Tensor Tensor::gt(double other) const { return *this > other; }
+Tensor Tensor::gt(const Scalar& other) const { return gg::gt(*this, other); }
 Tensor Tensor::ge(const Tensor& other) const { return gg::ge(*this, other); }
-Tensor Tensor::ge(double other) const { return *this >= other; }
+Tensor Tensor::ge(const Scalar& other) const { return gg::ge(*this, other); }
+Tensor Tensor::masked_fill(const Tensor& mask, const Scalar& value) const { return gg::masked_fill(*this, mask, value); }
+Tensor Tensor::masked_fill(const Tensor& mask, const Tensor& value) const { return gg::masked_fill(*this, mask, value); }
+Tensor Tensor::triu(int64_t diagonal) const { return gg::triu(*this, diagonal); }
+Tensor Tensor::tril(int64_t diagonal) const { return gg::tril(*this, diagonal); }
 
 Tensor Tensor::operator[](int64_t index) const { return gg::select(*this, 0, index); }
 Tensor Tensor::operator[](const Tensor& index) const { return gg::index(*this, {index}); }
@@ -110,6 +156,10 @@ Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
   return gg::narrow(*this, dim, start, length);
 }
 Tensor Tensor::index_select(int64_t dim, const Tensor& index) const { return gg::index_select(*this, dim, index); }
+Tensor Tensor::gather(int64_t dim, const Tensor& index) const { return gg::gather(*this, dim, index); }
+Tensor Tensor::scatter_add(int64_t dim, const Tensor& index, const Tensor& src) const {
+  return gg::scatter_add(*this, dim, index, src);
+}
 
 // The free in-place functions take the handle by reference; a copy of it names the same data.
 const Tensor& Tensor::add_(const Tensor& other, double alpha) const {
@@ -117,19 +167,19 @@ const Tensor& Tensor::add_(const Tensor& other, double alpha) const {
   gg::add_(self, other, alpha);
   return *this;
 }
-const Tensor& Tensor::add_(double other) const {
+const Tensor& Tensor::add_(const Scalar& other) const {
   Tensor self = *this;
   gg::add_(self, other);
   return *this;
 }
 const Tensor& Tensor::sub_(const Tensor& other, double alpha) const {
   Tensor self = *this;
-  gg::add_(self, other, -alpha);
+  gg::sub_(self, other, alpha);
   return *this;
 }
-const Tensor& Tensor::sub_(double other) const {
+const Tensor& Tensor::sub_(const Scalar& other) const {
   Tensor self = *this;
-  gg::add_(self, -other);
+  gg::sub_(self, other);
   return *this;
 }
 const Tensor& Tensor::mul_(const Tensor& other) const {
@@ -137,7 +187,7 @@ const Tensor& Tensor::mul_(const Tensor& other) const {
   gg::mul_(self, other);
   return *this;
 }
-const Tensor& Tensor::mul_(double other) const {
+const Tensor& Tensor::mul_(const Scalar& other) const {
   Tensor self = *this;
   gg::mul_(self, other);
   return *this;
@@ -147,7 +197,7 @@ const Tensor& Tensor::div_(const Tensor& other) const {
   gg::div_(self, other);
   return *this;
 }
-const Tensor& Tensor::div_(double other) const {
+const Tensor& Tensor::div_(const Scalar& other) const {
   Tensor self = *this;
   gg::div_(self, other);
   return *this;

@@ -32,7 +32,7 @@ namespace gg::test::ieee {
 constexpr int kUlps = 1;
 
 struct EdgeCase {
-  std::string op;         // exp log tanh sigmoid erf gelu pow softmax log_softmax cross_entropy
+  std::string op;         // exp log log1p expm1 tanh sigmoid erf gelu pow softmax log_softmax cross_entropy
   DType dtype;            // f32 or f64
   std::vector<double> x;  // elementwise: the inputs; row ops: one row of logits (dtype values)
   double alpha = 0;       // pow: the exponent; cross_entropy: the target class
@@ -106,6 +106,11 @@ inline std::vector<EdgeCase> edge_table() {
       {"erf", f64, {0., -0., dtiny, -dtiny, 10, -10, inf, -inf, nan}},
       {"gelu", f64, {0., -0., dtiny, -dtiny, -40, 40, dmax, -dmax, inf, -inf, nan}},
       {"pow", f64, {0., -0., dtiny, 1e-200, 1e200, -dmax, inf, -inf, nan}, 2},
+      {"log1p", f32, {0., -0., fsub, -fsub, ftiny, -ftiny, 1e-5, -1e-5, -0.5, -0.99, -1, -2, 1e30, fmax, inf, -inf, nan}},
+      {"expm1", f32, {0., -0., fsub, -fsub, ftiny, -ftiny, 1e-5, -1e-5, 1, -20, -100, 88.7, 88.73, fmax, -fmax, inf, -inf,
+                      nan}},
+      {"log1p", f64, {0., -0., dtiny, -dtiny, 1e-300, -1e-12, -1, 1e300, dmax, inf, -inf, nan}},
+      {"expm1", f64, {0., -0., dtiny, -dtiny, 1e-12, -40, 709.7, 710, dmax, -dmax, inf, -inf, nan}},
       {"softmax", f64, {0, -720}},
       {"softmax", f64, {-inf, 0}, 0, 1100},
       {"log_softmax", f64, {1e300, 1e300}, 0, 1100},
@@ -135,6 +140,8 @@ inline Wide reference_unary(const std::string& op, Wide x, Wide alpha) {
   if (op == "erf") return std::erf(x);
   if (op == "gelu") return x * std::erfc(-x / std::sqrt(Wide(2))) / 2;
   if (op == "pow") return std::pow(x, alpha);
+  if (op == "log1p") return std::log1p(x);
+  if (op == "expm1") return std::expm1(x);
   ADD_FAILURE() << "no reference for " << op;
   return 0;
 }
@@ -219,6 +226,8 @@ inline Tensor apply_unary(const std::string& op, const Tensor& x, double alpha) 
   if (op == "erf") return erf(x);
   if (op == "gelu") return gelu(x);
   if (op == "pow") return pow(x, alpha);
+  if (op == "log1p") return log1p(x);
+  if (op == "expm1") return expm1(x);
   ADD_FAILURE() << "no op " << op;
   return x;
 }

@@ -401,6 +401,142 @@ std::vector<OpCase> op_table() {
                  return Values{s};
                }, -2, 2, 0, true});
 
+  // ---- everyday ops: minimum, pow of tensors, rounding, clamp, masks, index picks ----
+  bin("minimum", {3, 4}, {4}, [](auto& a, auto& b) { return minimum(a, b); }, [](double a, double b) { return std::min(a, b); });
+  bin("pow_tensor", {2, 3}, {3}, [](auto& a, auto& b) { return pow(a, b); }, [](double a, double b) { return std::pow(a, b); },
+      0.5, 2, 0, true);
+  un("maximum_scalar", [](auto& x) { return maximum(x, 0.3); }, [](double x) { return std::max(x, 0.3); });
+  un("log1p", [](auto& x) { return log1p(x); }, [](double x) { return std::log1p(x); }, -0.5, 2, 0, true);
+  un("expm1", [](auto& x) { return expm1(x); }, [](double x) { return std::expm1(x); }, -2, 2, 0, true);
+  // Rounding: x + floor(x) has the derivative 1 (floor contributes 0). Rounding x itself, not a
+  // product, keeps bf16 and f32 runs on the reference's side of every integer.
+  un("floor", [](auto& x) { return x + floor(x); }, [](double x) { return x + std::floor(x); });
+  un("ceil", [](auto& x) { return x + ceil(x); }, [](double x) { return x + std::ceil(x); });
+  un("round", [](auto& x) { return x + round(x); }, [](double x) { return x + std::nearbyint(x); });
+  un("clamp", [](auto& x) { return clamp(x, -0.8, 1.1); }, [](double x) { return std::min(std::max(x, -0.8), 1.1); },
+     -2, 2, 0, true);
+  un("clamp_min", [](auto& x) { return clamp_min(x, 0.2); }, [](double x) { return std::max(x, 0.2); });
+  un("clamp_max", [](auto& x) { return clamp_max(x, 0.2); }, [](double x) { return std::min(x, 0.2); });
+  const std::vector<bool> m6 = {true, false, false, true, true, false};
+  auto fill_mask = [](const Tensor& x) {
+    return gt(from_vector({1, -1, -1, 1, 1, -1}, {2, 3}, x.dtype(), x.device()), 0.0);
+  };
+  un("masked_fill", [fill_mask](auto& x) { return masked_fill(x, fill_mask(x), -1.5); },
+     [](double x) { return x; }, -2, 2, 0);
+  t.back().ref = [m6](const std::vector<Values>& in) {
+    Values o(6);
+    for (size_t i = 0; i < 6; ++i) o[i] = m6[i] ? -1.5 : in[0][i];
+    return o;
+  };
+  t.push_back({"masked_fill_tensor_value", {{2, 3}, {}},
+               [fill_mask](const TensorList& x) { return masked_fill(x[0], fill_mask(x[0]), x[1]); }, {2, 3},
+               [m6](const std::vector<Values>& in) {
+                 Values o(6);
+                 for (size_t i = 0; i < 6; ++i) o[i] = m6[i] ? in[1][0] : in[0][i];
+                 return o;
+               }});
+  for (int64_t diag : {0, -1, 1}) {
+    for (bool upper : {true, false}) {
+      const std::string name = std::string(upper ? "triu" : "tril") + (diag == 0 ? "" : diag < 0 ? "_minus1" : "_plus1");
+      t.push_back({name, {{2, 3, 4}},
+                   [upper, diag](const TensorList& x) { return upper ? triu(x[0], diag) : tril(x[0], diag); }, {2, 3, 4},
+                   [upper, diag](const std::vector<Values>& in) {
+                     Values o(24);
+                     for (int64_t k = 0; k < 24; ++k) {
+                       const int64_t i = (k / 4) % 3, j = k % 4;
+                       const bool keep = upper ? j - i >= diag : j - i <= diag;
+                       o[static_cast<size_t>(k)] = keep ? in[0][static_cast<size_t>(k)] : 0.0;
+                     }
+                     return o;
+                   }});
+    }
+  }
+  const std::vector<int64_t> pick = {0, 3, 1, 1, 2, 0};  // (3, 2): row i takes columns pick[2i], pick[2i + 1]
+  t.push_back({"gather", {{3, 4}},
+               [pick](const TensorList& x) { return gather(x[0], 1, from_indices(pick, {3, 2}, x[0].device())); }, {3, 2},
+               gather_ref({3, 2}, {3, 4}, [pick](auto i) { return std::vector<int64_t>{i[0], pick[static_cast<size_t>(i[0] * 2 + i[1])]}; }),
+               -2, 2, 0, true});
+  t.push_back({"gather_dim0", {{3, 4}},
+               [](const TensorList& x) { return gather(x[0], 0, from_indices({2, 0, 0, 1}, {1, 4}, x[0].device())); }, {1, 4},
+               gather_ref({1, 4}, {3, 4}, [](auto i) { const int64_t m[4] = {2, 0, 0, 1}; return std::vector<int64_t>{m[i[1]], i[1]}; })});
+  t.push_back({"scatter_add", {{3, 4}, {3, 2}},
+               [pick](const TensorList& x) { return scatter_add(x[0], 1, from_indices(pick, {3, 2}, x[0].device()), x[1]); },
+               {3, 4}, [pick](const std::vector<Values>& in) {
+                 Values o = in[0];
+                 for (size_t i = 0; i < 3; ++i)
+                   for (size_t j = 0; j < 2; ++j) o[i * 4 + static_cast<size_t>(pick[i * 2 + j])] += in[1][i * 2 + j];
+                 return o;
+               }, -2, 2, 0, true});
+
+  // ---- everyday reductions ----
+  auto min2 = [](double a, double b) { return std::min(a, b); };
+  t.push_back({"amin_dim1", {s234}, [](const TensorList& x) { return amin(x[0], {1}); }, {2, 4}, reduce_ref(s234, {1}, 1e300, min2)});
+  t.push_back({"min_all", {s234}, [](const TensorList& x) { return min(x[0]); }, {}, reduce_ref(s234, {0, 1, 2}, 1e300, min2)});
+  t.push_back({"max_dim_values", {s234}, [](const TensorList& x) { return std::get<0>(max(x[0], 1)); }, {2, 4},
+               reduce_ref(s234, {1}, -1e300, max2), -2, 2, 0, true});
+  t.push_back({"min_dim_values_keepdim", {s234}, [](const TensorList& x) { return std::get<0>(min(x[0], -1, true)); },
+               {2, 3, 1}, reduce_ref(s234, {2}, 1e300, min2)});
+  auto lse_ref = [](Shape shape, std::vector<int64_t> dims) {
+    return [=](const std::vector<Values>& in) {
+      Values m = reduce_ref(shape, dims, -1e300, [](double a, double b) { return std::max(a, b); })(in);
+      Shape kept = shape;
+      for (int64_t d : dims) kept[static_cast<size_t>(d)] = 1;
+      Values s(m.size(), 0.0);
+      for (int64_t i = 0; i < numel_of(shape); ++i) {
+        auto idx = unravel(i, shape);
+        for (int64_t d : dims) idx[static_cast<size_t>(d)] = 0;
+        const size_t o = static_cast<size_t>(ravel(idx, kept));
+        s[o] += std::exp(in[0][static_cast<size_t>(i)] - m[o]);
+      }
+      for (size_t o = 0; o < s.size(); ++o) s[o] = m[o] + std::log(s[o]);
+      return s;
+    };
+  };
+  t.push_back({"logsumexp_last", {s234}, [](const TensorList& x) { return logsumexp(x[0], {-1}); }, {2, 3},
+               lse_ref(s234, {2}), -2, 2, 0, true});
+  t.push_back({"logsumexp_all_keepdim", {s234}, [](const TensorList& x) { return logsumexp(x[0], {}, true); }, {1, 1, 1},
+               lse_ref(s234, {0, 1, 2})});
+  // Variance and friends through the two-pass formula on plain loops.
+  auto moment_ref = [](Shape shape, std::vector<int64_t> dims, double correction, int kind) {
+    return [=](const std::vector<Values>& in) {
+      Shape kept = shape;
+      int64_t n = 1;
+      for (int64_t d : dims) {
+        kept[static_cast<size_t>(d)] = 1;
+        n *= shape[static_cast<size_t>(d)];
+      }
+      Values mean(static_cast<size_t>(numel_of(kept)), 0.0), ss(mean.size(), 0.0);
+      for (int pass = 0; pass < 2; ++pass)
+        for (int64_t i = 0; i < numel_of(shape); ++i) {
+          auto idx = unravel(i, shape);
+          for (int64_t d : dims) idx[static_cast<size_t>(d)] = 0;
+          const size_t o = static_cast<size_t>(ravel(idx, kept));
+          const double v = in[0][static_cast<size_t>(i)];
+          if (pass == 0) mean[o] += v / static_cast<double>(n);
+          else ss[o] += kind == 2 ? v * v : (v - mean[o]) * (v - mean[o]);
+        }
+      for (double& v : ss) v = kind == 2 ? std::sqrt(v) : v / (static_cast<double>(n) - correction);
+      if (kind == 1)
+        for (double& v : ss) v = std::sqrt(v);
+      return ss;
+    };
+  };
+  t.push_back({"var_dim1", {s234}, [](const TensorList& x) { return var(x[0], {1}); }, {2, 4},
+               moment_ref(s234, {1}, 1, 0), -2, 2, 0, true});
+  t.push_back({"var_biased_keepdim", {s234}, [](const TensorList& x) { return var(x[0], {0, 2}, false, true); }, {1, 3, 1},
+               moment_ref(s234, {0, 2}, 0, 0)});
+  t.push_back({"std_all", {s234}, [](const TensorList& x) { return gg::std(x[0]); }, {}, moment_ref(s234, {0, 1, 2}, 1, 1),
+               -2, 2, 0, true});
+  t.push_back({"std_last", {s234}, [](const TensorList& x) { return gg::std(x[0], {-1}); }, {2, 3}, moment_ref(s234, {2}, 1, 1)});
+  t.push_back({"norm2_dim1", {s234}, [](const TensorList& x) { return norm(x[0], 2, {1}); }, {2, 4},
+               moment_ref(s234, {1}, 0, 2), -2, 2, 0, true});
+  t.push_back({"frobenius_norm", {{3, 4}}, [](const TensorList& x) { return frobenius_norm(x[0]); }, {},
+               moment_ref({3, 4}, {0, 1}, 0, 2)});
+  t.push_back({"norm1", {s234}, [](const TensorList& x) { return norm(x[0], 1, {-1}, true); }, {2, 3, 1},
+               reduce_ref(s234, {2}, 0, [](double a, double b) { return a + std::abs(b); }), -2, 2, 0.1});
+  t.push_back({"norm_inf", {s234}, [](const TensorList& x) { return norm(x[0], std::numeric_limits<double>::infinity(), {0}); },
+               {3, 4}, reduce_ref(s234, {0}, 0, [](double a, double b) { return std::max(a, std::abs(b)); }), -2, 2, 0.1});
+
   const Shape small = {1, 1, 3, 2};
   t.push_back({"attention_composite_small", {small, small, small},
                [](const TensorList& x) { return attention_composite(x[0], x[1], x[2], {std::nullopt, true}); }, small,

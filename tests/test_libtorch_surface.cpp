@@ -173,11 +173,110 @@ TEST(LibtorchSurface, ComparisonsWithNumbers) {
   EXPECT_EQ((2.0 != x).to_vector<uint8_t>(), (std::vector<uint8_t>{1, 1, 0}));
   EXPECT_EQ((x < x * 2.0).to_vector<uint8_t>(), (std::vector<uint8_t>{1, 1, 1}));
   EXPECT_EQ((x.gt(0.75)).to_vector<uint8_t>(), (std::vector<uint8_t>{0, 1, 1}));
-  // An integer tensor meets a fractional number exactly, not rounded to an integer.
+  // An integer tensor meets a fractional number in floating point, as PyTorch promotes it, not
+  // rounded to an integer; an integer number stays an exact i64 comparison, even beyond 2^53.
   EXPECT_EQ((tensor({1, 2, 3}) > 1.5).to_vector<uint8_t>(), (std::vector<uint8_t>{0, 1, 1}));
+  EXPECT_EQ((1.5 >= tensor({1, 2, 3})).to_vector<uint8_t>(), (std::vector<uint8_t>{1, 0, 0}));
   EXPECT_EQ((tensor({1, 2, 3}) == 2).to_vector<uint8_t>(), (std::vector<uint8_t>{0, 1, 0}));
+  EXPECT_EQ((2 < tensor({1, 2, 3})).to_vector<uint8_t>(), (std::vector<uint8_t>{0, 0, 1}));
+  const int64_t big = (int64_t{1} << 60) + 1;
+  EXPECT_EQ((tensor({big}) == big - 1).to_vector<uint8_t>(), (std::vector<uint8_t>{0}));
+  EXPECT_EQ((tensor({big}) == big).to_vector<uint8_t>(), (std::vector<uint8_t>{1}));
+  EXPECT_EQ(tensor({1, 2, 3}).gt(1.5).to_vector<uint8_t>(), (std::vector<uint8_t>{0, 1, 1}));
+  // The operators are the named comparisons: the same promotion with a tensor on either side.
+  Tensor f32 = tensor({0.5f, 1.0f, 2.0f});
+  EXPECT_EQ((f32 == x).to_vector<uint8_t>(), (std::vector<uint8_t>{1, 1, 1}));  // f32 meets f64 in f64
+  EXPECT_TRUE(equal(x >= 1.0, ge(x, 1.0)));
+  EXPECT_TRUE(equal(1.0 > x, lt(x, 1.0)));
   // A mask selects through where, as torch::where does.
   EXPECT_EQ(values(where(x > 1.0, x, zeros_like(x))), (std::vector<double>{0, 0, 2}));
+}
+
+// Binary ops promote as PyTorch's do, members and operators alike; the in-place forms compute
+// in the promoted type and must cast back into the destination.
+TEST(LibtorchSurface, MixedDTypesPromote) {
+  Tensor d = tensor({1.0, 2.0}, DType::f64);
+  Tensor f = tensor({0.5f, 0.25f});
+  Tensor i = tensor({1, 2});
+  EXPECT_EQ((d * f).dtype(), DType::f64);
+  EXPECT_EQ(d.add(f).dtype(), DType::f64);
+  EXPECT_EQ((i * 2).dtype(), DType::i64);
+  EXPECT_EQ((i * 2.5).dtype(), DType::f32);
+  EXPECT_EQ(i.mul(2.5).dtype(), DType::f32);
+  EXPECT_EQ((i + f).dtype(), DType::f32);
+  EXPECT_EQ((d * scalar_tensor(2.0, DType::f32)).dtype(), DType::f64);  // a 0-dim tensor does not widen
+  EXPECT_EQ(i.pow(2).to_vector<int64_t>(), (std::vector<int64_t>{1, 4}));
+  EXPECT_EQ(i.pow(2).dtype(), DType::i64);
+
+  Tensor fd = tensor({1.0f, 2.0f});
+  fd += d;  // an f64 result fits an f32 destination (same category)
+  EXPECT_EQ(fd.dtype(), DType::f32);
+  EXPECT_EQ(values(fd), (std::vector<double>{2, 4}));
+  i += 1;
+  i *= 3;
+  i -= 1;
+  i /= 2;  // i64 division truncates, as gg::div does
+  EXPECT_EQ(i.dtype(), DType::i64);
+  EXPECT_EQ(i.to_vector<int64_t>(), (std::vector<int64_t>{2, 4}));  // (2·3 - 1) / 2, (3·3 - 1) / 2
+  EXPECT_THROW(i += 1.5, DTypeError);  // an f32 result cannot go back into i64
+  EXPECT_THROW(i.mul_(f), DTypeError);
+  EXPECT_THROW(i.div_(0.5), DTypeError);
+  EXPECT_THROW(sub_(i, f), DTypeError);
+  EXPECT_EQ(i.to_vector<int64_t>(), (std::vector<int64_t>{2, 4}));  // refused before writing
+  try {
+    i.sub_(d);
+    FAIL() << "expected DTypeError";
+  } catch (const DTypeError& e) {
+    EXPECT_NE(std::string(e.what()).find("gg::sub_"), std::string::npos) << e.what();
+  }
+}
+
+// The everyday ops as members, each the free function.
+TEST(LibtorchSurface, MemberFormsOfTheEverydayOps) {
+  Tensor x = tensor({{1.0, 5.0, 3.0}, {4.0, 2.0, 6.0}}, DType::f64);  // (2, 3)
+  auto [values_1, indices_1] = x.max(1);
+  EXPECT_EQ(values(values_1), (std::vector<double>{5, 6}));
+  EXPECT_EQ(indices_1.to_vector<int64_t>(), (std::vector<int64_t>{1, 2}));
+  auto [min_0, argmin_0] = x.min(0, /*keepdim=*/true);
+  EXPECT_EQ(min_0.sizes(), (Shape{1, 3}));
+  EXPECT_EQ(argmin_0.to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 0}));
+  EXPECT_DOUBLE_EQ(x.min().item<double>(), 1.0);
+  EXPECT_EQ(x.argmax().item<int64_t>(), 5);
+  EXPECT_EQ(x.argmax(1).to_vector<int64_t>(), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(x.argmin(0, true).sizes(), (Shape{1, 3}));
+  EXPECT_EQ(values(x.amax({0})), (std::vector<double>{4, 5, 6}));
+  EXPECT_EQ(values(x.amin({1})), (std::vector<double>{1, 2}));
+  EXPECT_EQ(values(x.max(x - 1.0)), values(x));
+  EXPECT_EQ(values(x.min(x - 1.0)), values(x - 1.0));
+  EXPECT_EQ(values(x.clamp(2, 5)), (std::vector<double>{2, 5, 3, 4, 2, 5}));
+  EXPECT_EQ(values(x.clamp(std::nullopt, 2.5)), (std::vector<double>{1, 2.5, 2.5, 2.5, 2, 2.5}));
+  EXPECT_EQ(values(x.clamp_min(4)), (std::vector<double>{4, 5, 4, 4, 4, 6}));
+  EXPECT_EQ(values(x.clamp_max(1.5)), values(clamp_max(x, 1.5)));
+  EXPECT_EQ(values(x.log1p()), values(log1p(x)));
+  EXPECT_EQ(values(x.expm1()), values(expm1(x)));
+  EXPECT_EQ(values((x / 4.0).floor()), (std::vector<double>{0, 1, 0, 1, 0, 1}));
+  EXPECT_EQ(values((x / 4.0).ceil()), (std::vector<double>{1, 2, 1, 1, 1, 2}));
+  EXPECT_EQ(values((x / 2.0).round()), (std::vector<double>{0, 2, 2, 2, 1, 3}));  // half to even
+  EXPECT_EQ(values(x.maximum(x * -1.0)), values(x));
+  EXPECT_EQ(values(x.minimum(x * -1.0)), values(-x));
+  EXPECT_EQ(values(x.pow(x)), values(pow(x, x)));
+  EXPECT_EQ(values(x.logsumexp({1})), values(logsumexp(x, {1})));
+  EXPECT_DOUBLE_EQ(x.var().item<double>(), var(x).item<double>());
+  EXPECT_EQ(values(x.std({0}, /*correction=*/0)), (std::vector<double>{1.5, 1.5, 1.5}));
+  EXPECT_DOUBLE_EQ(x.norm().item<double>(), std::sqrt(91.0));
+  EXPECT_DOUBLE_EQ(x.norm(1).item<double>(), 21.0);
+  EXPECT_EQ(values(x.norm(2, {1})), values(norm(x, 2, {1})));
+  EXPECT_EQ(values(x.masked_fill(x > 3.0, 0)), (std::vector<double>{1, 0, 3, 0, 2, 0}));
+  EXPECT_EQ(values(x.masked_fill(x > 3.0, scalar_tensor(-1.0, DType::f64))), (std::vector<double>{1, -1, 3, -1, 2, -1}));
+  EXPECT_EQ(values(x.triu()), (std::vector<double>{1, 5, 3, 0, 2, 6}));
+  EXPECT_EQ(values(x.tril(-1)), (std::vector<double>{0, 0, 0, 4, 0, 0}));
+  Tensor idx = tensor({{2, 0}, {1, 1}});
+  EXPECT_EQ(values(x.gather(1, idx)), (std::vector<double>{3, 1, 2, 2}));
+  EXPECT_EQ(values(zeros({2, 3}, DType::f64).scatter_add(1, idx, ones({2, 2}, DType::f64))),
+            (std::vector<double>{1, 0, 1, 0, 2, 0}));
+  EXPECT_TRUE(x.equal(x.clone()));
+  EXPECT_FALSE(x.equal(x + 1e-9));
+  EXPECT_TRUE(x.allclose(x + 1e-9));
 }
 
 TEST(LibtorchSurface, PrintingShapesDTypesAndDevices) {

@@ -107,6 +107,20 @@ struct CpuMath {
   template <typename D> static auto cos(const Eigen::ArrayBase<D>& x) { return x.cos(); }
   template <typename D> static auto abs(const Eigen::ArrayBase<D>& x) { return x.abs(); }
   template <typename D, typename T> static auto max(const Eigen::ArrayBase<D>& x, T s) { return x.max(s); }
+  template <typename D> static auto floor(const Eigen::ArrayBase<D>& x) { return x.floor(); }
+  template <typename D> static auto ceil(const Eigen::ArrayBase<D>& x) { return x.ceil(); }
+  template <typename D> static auto rint(const Eigen::ArrayBase<D>& x) {
+    using T = typename D::Scalar;
+    return x.unaryExpr([](T v) { return std::nearbyint(v); });
+  }
+  template <typename D> static auto log1p(const Eigen::ArrayBase<D>& x) {
+    using T = typename D::Scalar;
+    return x.unaryExpr([](T v) { return std::log1p(v); });
+  }
+  template <typename D> static auto expm1(const Eigen::ArrayBase<D>& x) {
+    using T = typename D::Scalar;
+    return x.unaryExpr([](T v) { return std::expm1(v); });
+  }
   template <typename D> static auto erf(const Eigen::ArrayBase<D>& x) {
     using T = typename D::Scalar;
     return x.unaryExpr([](T v) { return std::erf(v); });

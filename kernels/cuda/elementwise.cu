@@ -173,6 +173,11 @@ struct CudaMath {
   GG_CUDA_MATH(sin, sinf, ::sin)
   GG_CUDA_MATH(cos, cosf, ::cos)
   GG_CUDA_MATH(abs, fabsf, ::fabs)
+  GG_CUDA_MATH(log1p, log1pf, ::log1p)
+  GG_CUDA_MATH(expm1, expm1f, ::expm1)
+  GG_CUDA_MATH(floor, floorf, ::floor)
+  GG_CUDA_MATH(ceil, ceilf, ::ceil)
+  GG_CUDA_MATH(rint, rintf, ::rint)  // to nearest, ties to even
 #undef GG_CUDA_MATH
   // sigmoid as 1 / (1 + e) or e / (1 + e) with e = exp(-|x|) <= 1 (tiny results survive).
   template <typename C>

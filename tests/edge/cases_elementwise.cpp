@@ -34,6 +34,11 @@ std::vector<Unary> unary_ops() {
       {"add_scalar", [](const Tensor& x) { return add_scalar(x, 2.5); }, [](double v) { return v + 2.5; }, 0.7},
       {"mul_scalar", [](const Tensor& x) { return mul_scalar(x, -1.5); }, [](double v) { return v * -1.5; }, 0.7},
       {"sign", [](const Tensor& x) { return sign(x); }, [](double v) { return double((v > 0) - (v < 0)); }, 0.7},
+      {"log1p", [](const Tensor& x) { return log1p(x); }, [](double v) { return std::log1p(v); }, 0.7},
+      {"expm1", [](const Tensor& x) { return expm1(x); }, [](double v) { return std::expm1(v); }, 0.7},
+      {"floor", [](const Tensor& x) { return floor(x); }, [](double v) { return std::floor(v); }, 0.7},
+      {"ceil", [](const Tensor& x) { return ceil(x); }, [](double v) { return std::ceil(v); }, 0.7},
+      {"round", [](const Tensor& x) { return round(x); }, [](double v) { return std::nearbyint(v); }, 0.7},
   };
 }
 
@@ -52,6 +57,10 @@ std::vector<Binary> binary_ops() {
       {"div", [](const Tensor& a, const Tensor& b) { return div(a, b); }, [](double a, double b) { return a / b; }, false},
       {"maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); },
        [](double a, double b) { return std::isnan(a) || std::isnan(b) ? kNaN : std::max(a, b); }, false},
+      {"minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); },
+       [](double a, double b) { return std::isnan(a) || std::isnan(b) ? kNaN : std::min(a, b); }, false},
+      {"pow", [](const Tensor& a, const Tensor& b) { return pow(a, b); }, [](double a, double b) { return std::pow(a, b); },
+       false},
       {"eq", [](const Tensor& a, const Tensor& b) { return eq(a, b); }, [](double a, double b) { return double(a == b); }, true},
       {"ne", [](const Tensor& a, const Tensor& b) { return ne(a, b); }, [](double a, double b) { return double(a != b); }, true},
       {"lt", [](const Tensor& a, const Tensor& b) { return lt(a, b); }, [](double a, double b) { return double(a < b); }, true},
@@ -75,9 +84,23 @@ const bool registered = [] {
       CHECK_SHAPE(y, {0, 3});
       CHECK(y.numel() == 0);
     });
-    add_case("unary/" + n + "/i64 input", [u, op] {
-      THROWS(DTypeError, op + " input must be a floating tensor", u.fn(from_indices({1, 2}, {2})));
-    });
+    if (n == "floor" || n == "ceil" || n == "round") {
+      add_case("unary/" + n + "/i64 input comes back as a copy", [u] {
+        Tensor y = u.fn(from_indices({-3, 2}, {2}));
+        CHECK(y.dtype() == DType::i64);
+        CHECK_VALUES(y, {-3, 2});
+      });
+    } else if (n == "pow") {
+      add_case("unary/pow/i64 input to a floating power promotes to f32", [] {
+        Tensor y = pow(from_indices({1, 2}, {2}), 3.0);
+        CHECK(y.dtype() == DType::f32);
+        CHECK_VALUES(y, {1, 8});
+      });
+    } else {
+      add_case("unary/" + n + "/i64 input", [u, op] {
+        THROWS(DTypeError, op + " input must be a floating tensor", u.fn(from_indices({1, 2}, {2})));
+      });
+    }
     add_case("unary/" + n + "/strided view", [u] {
       // A transposed view reads the right elements.
       Tensor x = transpose(from_vector({0.1, 0.2, 0.3, 0.4, 0.5, 0.6}, {2, 3}, DType::f64), 0, 1);
@@ -106,15 +129,34 @@ const bool registered = [] {
     add_case("binary/" + n + "/undefined b", [b, op] {
       THROWS(ValueError, op + " b is an undefined tensor", b.fn(ones({2}), Tensor()));
     });
-    add_case("binary/" + n + "/dtype mismatch", [b, op] {
-      THROWS(DTypeError, op + " dtypes differ: f32", b.fn(ones({2}), ones({2}, DType::f64)));
+    add_case("binary/" + n + "/f32 with f64 promotes to f64", [b] {
+      Tensor r = b.fn(full({2}, 2.0), full({2}, 0.5, DType::f64));
+      CHECK(r.dtype() == (b.compare ? DType::b8 : DType::f64));
+      CHECK_VALUES(r, {b.ref(2.0, 0.5), b.ref(2.0, 0.5)});
+    });
+    add_case("binary/" + n + "/a 0-dim f64 does not widen f32", [b] {
+      Tensor r = b.fn(full({2}, 2.0), scalar_tensor(0.5, DType::f64));
+      CHECK(r.dtype() == (b.compare ? DType::b8 : DType::f32));
+    });
+    add_case("binary/" + n + "/devices differ", [b, op] {
+      if (!cuda::is_available()) return;
+      THROWS(DeviceError, op + " tensors are on different devices", b.fn(ones({2}), ones({2}, DType::f32, Device::cuda(0))));
     });
     add_case("binary/" + n + "/shape mismatch", [b, op] {
       THROWS(ShapeError, op + " shapes [2, 3] and [4] cannot be broadcast", b.fn(ones({2, 3}), ones({4})));
     });
-    add_case("binary/" + n + "/b8 operands", [b, op] {
-      Tensor m = gt(ones({2}), zeros({2}));
-      THROWS(DTypeError, op + " b8 operands are not supported", b.fn(m, m));
+    add_case("binary/" + n + "/b8 operands", [b, op, n] {
+      Tensor m = gt(from_vector({1, 0}, {2}), zeros({2})), k = gt(from_vector({1, 1}, {2}), zeros({2}));
+      if (n == "sub") {
+        THROWS(DTypeError, "gg::sub: subtraction with a b8 operand is not supported", b.fn(m, k));
+        THROWS(DTypeError, "gg::sub: subtraction with a b8 operand is not supported", b.fn(ones({2}), k));
+      } else if (n == "div" || n == "pow") {
+        THROWS(DTypeError, op + " not defined for b8 operands (got b8 and b8)", b.fn(m, k));
+      } else {  // logical or / and, max, min, comparisons: a b8 result, as in PyTorch
+        Tensor r = b.fn(m, k);
+        CHECK(r.dtype() == DType::b8);
+        CHECK_VALUES(r, {double(b.ref(1, 1) != 0), double(b.ref(0, 1) != 0)});
+      }
     });
     add_case("binary/" + n + "/0-dim with 0-dim", [b] {
       Tensor y = b.fn(scalar_tensor(1.5, DType::f64), scalar_tensor(-2.0, DType::f64));
@@ -140,6 +182,7 @@ const bool registered = [] {
       Tensor r = b.fn(from_indices({7, -7, 5}, {3}), from_indices({2, 2, 5}, {3}));
       CHECK(r.dtype() == (b.compare ? DType::b8 : DType::i64));
       if (std::string(b.name) == "div") CHECK_VALUES(r, {3, -3, 1});  // truncation toward zero (ops.h)
+      else if (std::string(b.name) == "pow") CHECK_VALUES(r, {49, 49, 3125});  // exact integers
       else CHECK_VALUES(r, {b.ref(7, 2), b.ref(-7, 2), b.ref(5, 5)});
     });
   }

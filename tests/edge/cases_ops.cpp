@@ -16,6 +16,26 @@ Tensor mask(std::vector<double> x) { return gt(v(std::move(x)), zeros({}, DType:
 // ---- integer arithmetic
 CASE("int/div by zero is a ValueError") { THROWS(ValueError, "gg::div: integer division by zero (divisor b of shape [2] is 0 at flat index 1)", div(from_indices({4, 5}, {2}), from_indices({1, 0}, {2}))); }
 CASE("int/div by a broadcast zero") { THROWS(ValueError, "gg::div: integer division by zero", div(from_indices({4, 5}, {2}), from_indices({0}, {}))); }
+CASE("int/numbers keep i64 exact") {
+  Tensor x = from_indices({0, 1, -7}, {3});
+  CHECK(add(x, INT64_MAX - 1).to_vector<int64_t>() == std::vector<int64_t>({INT64_MAX - 1, INT64_MAX, INT64_MAX - 8}));
+  CHECK((x * 3).dtype() == DType::i64);
+  CHECK((x / 2).to_vector<int64_t>() == std::vector<int64_t>({0, 0, -3}));
+  CHECK_VALUES(x * 0.5, {0, 0.5, -3.5});
+  THROWS(ValueError, "gg::div: integer division by zero", x / 0);
+  THROWS(ValueError, "gg::pow: an integer base to a negative integer power", pow(x, -1));
+  CHECK(pow(x, 2).to_vector<int64_t>() == std::vector<int64_t>({0, 1, 49}));
+}
+CASE("compare/a number on either side") {
+  Tensor x = v({1, 2, 3});
+  CHECK_VALUES(lt(2.0, x), {0, 0, 1});
+  CHECK_VALUES(gt(x, 2), {0, 0, 1});
+  CHECK_VALUES(le(2, x), {0, 1, 1});
+  CHECK_VALUES(ge(2.0, x), {1, 1, 0});
+  CHECK_VALUES(eq(2, x), {0, 1, 0});
+  CHECK_VALUES(ne(x, 2.5), {1, 1, 1});
+  CHECK(gt(from_indices({1, 3}, {2}), 2.5).dtype() == DType::b8);
+}
 CASE("int/div by zero with an empty result is fine") { CHECK_SHAPE(div(from_indices({}, {0}), from_indices({0}, {1})), {0}); }
 CASE("int/operator/ by zero") { THROWS(ValueError, "gg::div: integer division by zero", from_indices({1}, {1}) / from_indices({0}, {1})); }
 CASE("int/INT64_MIN / -1 wraps") {
@@ -303,9 +323,20 @@ CASE("where/cond must be b8") { THROWS(DTypeError, "gg::where: cond must be b8, 
 CASE("where/undefined cond") { THROWS(ValueError, "gg::where: cond is an undefined tensor", where(Tensor(), v({1}), v({2}))); }
 CASE("where/undefined a") { THROWS(ValueError, "gg::where: a is an undefined tensor", where(mask({1}), Tensor(), v({2}))); }
 CASE("where/undefined b") { THROWS(ValueError, "gg::where: b is an undefined tensor", where(mask({1}), v({1}), Tensor())); }
-CASE("where/dtype mismatch") { THROWS(DTypeError, "gg::where: dtypes differ", where(mask({1}), v({1}), ones({1}))); }
+CASE("where/f64 with f32 promotes") { CHECK(where(mask({1}), v({1}), ones({1})).dtype() == DType::f64); }
+CASE("where/a number as either value") {
+  Tensor y = where(mask({1, 0}), v({5, 6}), 0);
+  CHECK(y.dtype() == DType::f64);
+  CHECK_VALUES(y, {5, 0});
+  CHECK_VALUES(where(mask({1, 0}), 2.5, v({5, 6})), {2.5, 6});
+  CHECK(where(mask({1, 0}), 2.5, from_indices({5, 6}, {2})).dtype() == DType::f32);
+}
 CASE("where/shape mismatch") { THROWS(ShapeError, "gg::where: shapes [2] and [3] cannot be broadcast", where(mask({1, 0}), v({1, 2, 3}), v({1}))); }
-CASE("where/b8 values") { THROWS(DTypeError, "gg::where: the CPU backend does not compute in b8", where(mask({1}), mask({1}), mask({0}))); }
+CASE("where/b8 values") {
+  Tensor y = where(mask({1, 0}), mask({1, 1}), mask({0, 0}));
+  CHECK(y.dtype() == DType::b8);
+  CHECK_VALUES(y, {1, 0});
+}
 CASE("where/0-dim everything") { CHECK_VALUES(where(gt(scalar_tensor(1), scalar_tensor(0)), scalar_tensor(3, DType::f64), scalar_tensor(4, DType::f64)), {3}); }
 CASE("where/broadcast values") { CHECK_VALUES(where(mask({1, -1, 1}), v({7}), v({1, 2, 3})), {7, 2, 7}); }
 CASE("where/NaN in the unselected branch") { CHECK_VALUES(where(mask({1, -1}), v({1, NAN}), v({NAN, 2})), {1, 2}); }

@@ -305,17 +305,22 @@ class Program {
     return true;
   }
   static bool ref_binary(const Ref& a, const Ref& b, int op, Ref& y) {
-    // op: 0 add, 1 sub, 2 mul, 3 div, 4 maximum, 5 lt, 6 eq, 7 ge
-    if (a.dtype != b.dtype || a.dtype == DType::b8) return false;
+    // op: 0 add, 1 sub, 2 mul, 3 div, 4 maximum, 5 lt, 6 eq, 7 ge, 8 minimum
+    // The operands promote (ops/ops.h); sub refuses b8 operands and div a b8 result.
+    const DType t = promote_ref(a.dtype, !a.shape.empty(), b.dtype, !b.shape.empty());
+    if (op == 1 && (a.dtype == DType::b8 || b.dtype == DType::b8)) return false;
+    if (op == 3 && t == DType::b8) return false;
     Shape s;
     if (!broadcast(a.shape, b.shape, s) || s.size() > 8) return false;
-    const bool integer = a.dtype == DType::i64;
-    y.dtype = op >= 5 ? DType::b8 : a.dtype;
+    const bool integer = !floating(t);
+    const bool comparison = op >= 5 && op <= 7;
+    y.dtype = comparison ? DType::b8 : t;
     y.shape = s;
     y.v.resize(static_cast<size_t>(prod(s)));
     for (int64_t i = 0; i < y.numel(); ++i) {
       auto idx = unravel(i, s);
-      const double x = a.v[static_cast<size_t>(bindex(idx, a.shape))], z = b.v[static_cast<size_t>(bindex(idx, b.shape))];
+      const double x = round_to(a.v[static_cast<size_t>(bindex(idx, a.shape))], t);
+      const double z = round_to(b.v[static_cast<size_t>(bindex(idx, b.shape))], t);
       double r = 0;
       switch (op) {
         case 0: r = x + z; break;
@@ -329,6 +334,7 @@ class Program {
         case 5: r = x < z; break;
         case 6: r = x == z; break;
         case 7: r = x >= z; break;
+        case 8: r = std::isnan(x) || std::isnan(z) ? NAN : std::min(x, z); break;
       }
       y.v[static_cast<size_t>(i)] = round_to(r, y.dtype);
     }
@@ -436,12 +442,12 @@ class Program {
           pool_.push_back({from_vector(pr.v, s, pr.dtype), pr});
           j = pool_.size() - 1;
         }
-        const int b = pick(8);
-        static const char* names[] = {"add", "sub", "mul", "div", "maximum", "lt", "eq", "ge"};
+        const int b = pick(9);
+        static const char* names[] = {"add", "sub", "mul", "div", "maximum", "lt", "eq", "ge", "minimum"};
         const Ref &ra = pool_[i].r, &rb = pool_[j].r;
         Ref want;
         const bool valid = ref_binary(ra, rb, b, want);
-        if (valid && ra.dtype == DType::i64)
+        if (valid && want.dtype == DType::i64)
           for (double v : want.v)
             if (std::abs(v) > 1e12) return;  // keep i64 arithmetic far from overflow
         Tensor ta = pool_[i].t, tb = pool_[j].t;
@@ -454,9 +460,10 @@ class Program {
             case 4: return maximum(ta, tb);
             case 5: return lt(ta, tb);
             case 6: return eq(ta, tb);
-            default: return ge(ta, tb);
+            case 7: return ge(ta, tb);
+            default: return minimum(ta, tb);
           }
-        }, valid, want, /*exact=*/ra.dtype == DType::i64 || b >= 4, scale_of(ra) + scale_of(rb));
+        }, valid, want, /*exact=*/!floating(want.dtype) || b >= 4, scale_of(ra) + scale_of(rb));
         break;
       }
       case 3: {  // reductions
@@ -637,18 +644,18 @@ class Program {
         Tensor tc = to(from_vector(cond.v, cs, DType::f64), DType::b8);
         const Ref &ra = pool_[i].r, &rb = pool_[j].r;
         Shape s1, s2;
-        const bool valid = ra.dtype == rb.dtype && ra.dtype != DType::b8 && broadcast(cs, ra.shape, s1) &&
-                           broadcast(s1, rb.shape, s2) && s2.size() <= 8;
+        const bool valid = broadcast(cs, ra.shape, s1) && broadcast(s1, rb.shape, s2) && s2.size() <= 8;
         Ref want;
         if (valid) {
           want.shape = s2;
-          want.dtype = ra.dtype;
+          want.dtype = promote_ref(ra.dtype, !ra.shape.empty(), rb.dtype, !rb.shape.empty());
           want.v.resize(static_cast<size_t>(prod(s2)));
           for (int64_t k = 0; k < want.numel(); ++k) {
             auto idx = unravel(k, s2);
-            want.v[static_cast<size_t>(k)] = cond.v[static_cast<size_t>(bindex(idx, cs))] != 0
-                                                  ? ra.v[static_cast<size_t>(bindex(idx, ra.shape))]
-                                                  : rb.v[static_cast<size_t>(bindex(idx, rb.shape))];
+            want.v[static_cast<size_t>(k)] = round_to(cond.v[static_cast<size_t>(bindex(idx, cs))] != 0
+                                                           ? ra.v[static_cast<size_t>(bindex(idx, ra.shape))]
+                                                           : rb.v[static_cast<size_t>(bindex(idx, rb.shape))],
+                                                       want.dtype);
           }
         }
         Tensor ta = pool_[i].t, tb = pool_[j].t;
@@ -663,12 +670,15 @@ class Program {
         Shape s;
         bool valid = broadcast(rs.shape, rd.shape, s) && s == rd.shape;
         Ref want = rd;
-        if (!is_copy) valid = valid && rd.dtype == rs.dtype && rd.dtype != DType::b8;
+        // add_ computes in the promoted type, which must not leave the destination's category.
+        const DType t = promote_ref(rd.dtype, !rd.shape.empty(), rs.dtype, !rs.shape.empty());
+        auto category = [](DType d) { return d == DType::b8 ? 0 : d == DType::i64 ? 1 : 2; };
+        if (!is_copy) valid = valid && category(t) <= category(rd.dtype);
         if (valid)
           for (int64_t k = 0; k < want.numel(); ++k) {
             const double src = rs.v[static_cast<size_t>(bindex(unravel(k, rd.shape), rs.shape))];
             double& o = want.v[static_cast<size_t>(k)];
-            o = round_to(is_copy ? src : o + src, rd.dtype);
+            o = round_to(is_copy ? src : round_to(round_to(o, t) + round_to(src, t), t), rd.dtype);
             if (!is_copy && rd.dtype == DType::i64 && std::abs(o) > 1e12) return;
           }
         Tensor dst, src = pool_[j].t;
@@ -681,7 +691,7 @@ class Program {
           if (is_copy) copy_(dst, src);
           else add_(dst, src);
           return dst;
-        }, valid, want, is_copy || rd.dtype == DType::i64, scale_of(rd) + scale_of(rs));
+        }, valid, want, is_copy || !floating(t), scale_of(rd) + scale_of(rs));
         break;
       }
     }

@@ -75,4 +75,18 @@ inline double round_to(double x, DType t) {
 }
 inline bool floating(DType t) { return t == DType::f32 || t == DType::f64; }
 
+// PyTorch's type promotion of two tensors (b8 < i64 < f32 < f64; a 0-dim tensor widens a
+// dimensioned one only from a higher category), written out apart from the library's.
+inline DType promote_ref(DType a, bool a_dims, DType b, bool b_dims) {
+  auto category = [](DType t) { return t == DType::b8 ? 0 : t == DType::i64 ? 1 : 2; };
+  auto wider = [&](DType x, DType y) {
+    if (x == y) return x;
+    if (category(x) != category(y)) return category(x) > category(y) ? x : y;
+    return DType::f64;  // f32 with f64
+  };
+  if (a_dims == b_dims) return wider(a, b);
+  const DType high = a_dims ? a : b, low = a_dims ? b : a;
+  return category(low) > category(high) ? wider(high, low) : high;
+}
+
 }  // namespace gg::fuzz
