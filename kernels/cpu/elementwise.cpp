@@ -51,7 +51,7 @@ struct SigmoidOp {
   EIGEN_STRONG_INLINE Packet packetOp(const Packet& x) const {
     namespace ei = Eigen::internal;
     const Packet one = ei::pset1<Packet>(T(1));
-    const Packet y = ei::pdiv(one, ei::padd(one, ei::pexp(ei::pnegate(x))));
+    const Packet y = ei::pdiv(one, ei::padd(one, generic_pexp(ei::pnegate(x))));
     const Packet low = ei::pcmp_lt_or_nan(x, ei::pset1<Packet>(VecLimits<T>::kExpLow));
     if (EIGEN_PREDICT_TRUE(!ei::predux_any(low))) return y;
     return edges(x, y, low);
