@@ -46,7 +46,8 @@ gg_build() {
 
 # The Python package (python/, pyproject.toml) installed into the venv $GG_BUILD/venv, which sees
 # the system's site-packages (an installed torch is used as it is), with what its tests need:
-# torch (from GG_TORCH_INDEX_URL, by default PyTorch's CPU-only index, when missing) and pytest.
+# torch (when missing: from the package index pip is set up with, or from GG_TORCH_INDEX_URL, such
+# as PyTorch's CPU-only wheel index, a smaller download) and pytest.
 # The build requirements come from .whl/ when it exists (scripts/python-wheels.sh fills it, for a
 # machine without a registry), else from the registry; the wheel's CMake tree is $GG_BUILD/python
 # (incremental) and GG_PY_CUDA (default OFF: the C++ build has compiled the CUDA kernels already)
@@ -63,7 +64,9 @@ gg_python_install() {
   local pip=("$GG_VENV_PYTHON" -m pip install -q --disable-pip-version-check)
   if ! "$GG_VENV_PYTHON" -c "import torch" >/dev/null 2>&1; then
     echo "gradgrad setup: installing torch into $venv" >&2
-    "${pip[@]}" --index-url "${GG_TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}" torch >>"$log" 2>&1 \
+    local index=()
+    [ -z "${GG_TORCH_INDEX_URL:-}" ] || index=(--index-url "$GG_TORCH_INDEX_URL")
+    "${pip[@]}" "${index[@]}" torch >>"$log" 2>&1 \
       || { tail -20 "$log" >&2; gg_die "pip install torch failed (log: $log)"; }
   fi
   "${pip[@]}" "${from[@]}" scikit-build-core nanobind pytest >>"$log" 2>&1 \
