@@ -43,7 +43,11 @@ status "ctest -L gpu" "$(grep -E 'tests passed' "$OUT/ctest-gpu.log" | tail -1) 
 if [ $gpu_rc -ne 0 ]; then grep -E "Failure|FAILED|Expected|error" "$OUT/ctest-gpu.log" | head -40; fi
 py_rc=0
 if [ ${#py_targets[@]} -gt 0 ]; then
-  PYTHONPATH="$PWD/$BUILD/python" python3 -m pytest -q -p no:cacheprovider tests/python >"$OUT/pytest.log" 2>&1
+  # with pytest-xdist, in worker processes: a test that crashes its process is reported as failed
+  # and the others still run, their tracebacks kept
+  xdist=(); python3 -c "import xdist" 2>/dev/null && xdist=(-n 4)
+  PYTHONPATH="$PWD/$BUILD/python" python3 -X faulthandler -m pytest -q -rfE --tb=short -p no:cacheprovider \
+    "${xdist[@]}" tests/python >"$OUT/pytest.log" 2>&1
   py_rc=$?
   status "pytest (CUDA build)" "$(tail -1 "$OUT/pytest.log" | sed 's/^=* *//; s/ *=*$//') (rc $py_rc)"
   [ $py_rc -eq 0 ] || grep -E "^FAILED|Error" "$OUT/pytest.log" | head -20
