@@ -243,6 +243,23 @@ def _bob_grad(ctx, cQ, cK, cV, cdO, cdL):
     return g[0], g[1], g[2], None, None, g[3], g[4], g[5], g[6], g[7], None, None, None, None
 
 
+# The ops as the torch.func forms' forward. Each names every parameter: torch.compile (PyTorch
+# 2.11) traces a Function applied without grad, as in a backward, by passing ctx first to a
+# forward whose parameter count differs from the call's, which a forward of *args always does.
+def _forward_op(q, k, v, scale, causal, window_left, window_right):
+    return torch.ops.gradgrad.attention_forward(q, k, v, scale, causal, window_left, window_right)
+
+
+def _backward_op(q, k, v, O, L, dO, dL, scale, causal, window_left, window_right):
+    return torch.ops.gradgrad.attention_backward(q, k, v, O, L, dO, dL, scale, causal, window_left, window_right)
+
+
+def _backward_backward_op(q, k, v, O, L, dO, dL, qt, kt, vt, scale, causal, window_left, window_right):
+    return torch.ops.gradgrad.attention_backward_backward(
+        q, k, v, O, L, dO, dL, qt, kt, vt, scale, causal, window_left, window_right
+    )
+
+
 def _forms(run, op, setup, grad):
     """The two autograd.Function forms of one level. `func` has a separate setup_context, which
     torch.func's transforms and torch.compile require, and calls the custom op. `eager` is the
@@ -250,7 +267,7 @@ def _forms(run, op, setup, grad):
     the signature binding that the setup_context form pays on every call."""
 
     class Func(torch.autograd.Function):
-        forward = staticmethod(lambda *args: op(*args))
+        forward = staticmethod(op)
         setup_context = staticmethod(setup)
         backward = staticmethod(grad)
 
@@ -275,11 +292,9 @@ def _call(forms, *args):
     return func.apply(*args)
 
 
-_FORWARD = _forms(_run_forward, torch.ops.gradgrad.attention_forward, _forward_setup, _forward_grad)
-_BACKWARD = _forms(_run_backward, torch.ops.gradgrad.attention_backward, _backward_setup, _backward_grad)
-_BACKWARD_BACKWARD = _forms(
-    _run_backward_backward, torch.ops.gradgrad.attention_backward_backward, _bob_setup, _bob_grad
-)
+_FORWARD = _forms(_run_forward, _forward_op, _forward_setup, _forward_grad)
+_BACKWARD = _forms(_run_backward, _backward_op, _backward_setup, _backward_grad)
+_BACKWARD_BACKWARD = _forms(_run_backward_backward, _backward_backward_op, _bob_setup, _bob_grad)
 
 
 _forward.register_autograd(_forward_grad, setup_context=_forward_setup)
