@@ -44,7 +44,8 @@ def _lse_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def _stream(t: Tensor) -> int:
-    return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else 0
+    # the raw handle, without the torch.cuda.Stream object current_stream() builds on every call
+    return torch._C._cuda_getCurrentRawStream(t.get_device()) if t.is_cuda else 0
 
 
 def _dl(t: Optional[Tensor]):
@@ -57,7 +58,7 @@ def _dl(t: Optional[Tensor]):
 
 
 def _lse_like(q: Tensor) -> Tensor:
-    return torch.empty_like(q[..., 0], dtype=_lse_dtype(q.dtype), memory_format=torch.contiguous_format)
+    return q.new_empty(q.shape[:-1], dtype=_lse_dtype(q.dtype))
 
 
 # ----------------------------------------------------------------------------- the kernels
@@ -100,12 +101,14 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 def _direct(q: Tensor) -> bool:
     """Whether a call may skip the custom-op dispatcher: eager mode on a plain CPU or CUDA tensor,
-    with no dispatch mode active. Tracing (torch.compile), fake tensors and tensor subclasses go
-    through the ops, which carry the fake implementations and the dispatch keys they need."""
+    with no dispatch mode active. Tracing (torch.compile), fake tensors, tensor subclasses and the
+    wrappers a finished torch.func transform leaves behind go through the ops, which carry the fake
+    implementations and the dispatch keys they need."""
     return (
         type(q) in _PLAIN
         and not torch.compiler.is_compiling()
         and torch._C._len_torch_dispatch_stack() == 0
+        and not torch._C._functorch.is_functorch_wrapped_tensor(q)
     )
 
 
@@ -260,13 +263,20 @@ def _backward_backward_op(q, k, v, O, L, dO, dL, qt, kt, vt, scale, causal, wind
     )
 
 
-def _forms(run, op, setup, grad):
-    """The two autograd.Function forms of one level. `func` has a separate setup_context, which
-    torch.func's transforms and torch.compile require, and calls the custom op. `eager` is the
-    classic form, used for plain eager calls: it runs the kernels directly, and its apply skips
-    the signature binding that the setup_context form pays on every call."""
+# torch.autograd.Function.apply without its Python wrapper, which binds setup_context signatures
+# and unwraps dead torch.func wrappers (_direct sends those to the op path).
+_apply = torch._C._FunctionBase.__dict__["apply"]
+
+
+def _forms(run, op, setup, grad, tensors):
+    """How _call runs one level: `run` (the kernels, for calls that record no graph), the apply of
+    the eager autograd.Function, the torch.func form, and `tensors`, the number of leading
+    arguments that may be tensors. `func` has a separate setup_context, which torch.func's
+    transforms and torch.compile require, and calls the custom op. `eager` is the classic form,
+    used for plain eager calls: it runs the kernels directly."""
 
     class Func(torch.autograd.Function):
+        generate_vmap_rule = True  # vmap runs forward and backward under the ops' batching rule
         forward = staticmethod(op)
         setup_context = staticmethod(setup)
         backward = staticmethod(grad)
@@ -280,26 +290,51 @@ def _forms(run, op, setup, grad):
 
         backward = staticmethod(grad)
 
-    return Eager, Func
+    return run, _apply.__get__(None, Eager), Func, tensors
 
 
 def _call(forms, *args):
-    """Applies a level's Function: the eager form where _direct allows it and no torch.func
-    transform is active, the torch.func form otherwise."""
-    eager, func = forms
+    """Runs a level. Where _direct allows it and no torch.func transform is active: the kernels
+    alone when the call records no graph (grad mode off, or no input that requires grad), else
+    the eager form. The torch.func form otherwise."""
+    run, eager, func, tensors = forms
     if _direct(args[0]) and not torch._C._are_functorch_transforms_active():
-        return eager.apply(*args)
+        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in args[:tensors]):
+            return eager(*args)
+        return run(*args)
     return func.apply(*args)
 
 
-_FORWARD = _forms(_run_forward, _forward_op, _forward_setup, _forward_grad)
-_BACKWARD = _forms(_run_backward, _backward_op, _backward_setup, _backward_grad)
-_BACKWARD_BACKWARD = _forms(_run_backward_backward, _backward_backward_op, _bob_setup, _bob_grad)
+_FORWARD = _forms(_run_forward, _forward_op, _forward_setup, _forward_grad, 3)
+_BACKWARD = _forms(_run_backward, _backward_op, _backward_setup, _backward_grad, 7)
+_BACKWARD_BACKWARD = _forms(_run_backward_backward, _backward_backward_op, _bob_setup, _bob_grad, 10)
 
 
 _forward.register_autograd(_forward_grad, setup_context=_forward_setup)
 _backward.register_autograd(_backward_grad, setup_context=_backward_setup)
 _backward_backward.register_autograd(_bob_grad, setup_context=_bob_setup)
+
+
+def _batching_rule(op):
+    """The vmap rule of an op whose tensors all lead with the batch B: the vmapped dimension is
+    folded into B (an input without it is expanded), and the outputs are unfolded again."""
+
+    def rule(info, in_dims, *args):
+        n = info.batch_size
+        folded = []
+        for a, dim in zip(args, in_dims):
+            if isinstance(a, Tensor):
+                a = a.expand(n, *a.shape) if dim is None else a.movedim(dim, 0)
+                a = a.flatten(0, 1)
+            folded.append(a)
+        outs = op(*folded)
+        return tuple(o.unflatten(0, (n, -1)) for o in outs), (0,) * len(outs)
+
+    return rule
+
+
+for _op in (_forward, _backward, _backward_backward):
+    torch.library.register_vmap(_op, _batching_rule(_op))
 
 
 def _composite(q, k, v, scale, causal, window_left, window_right):

@@ -173,6 +173,35 @@ def test_func_grad_of_grad():
     torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-10)
 
 
+def test_vmap_matches_a_loop_with_batched_and_shared_inputs():
+    q, k, v = (t.detach() for t in inputs(3, 4, 2, 5, 7, 16, seed=12))
+    q, k, v = q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1)  # a vmapped dim of 3 over B = 1
+    attn = lambda q, k, v: ggt.attention(q, k, v, is_causal=True, window=(3, None), enable_gqa=True)  # noqa: E731
+    out = torch.func.vmap(attn)(q, k, v)
+    loop = torch.stack([attn(q[i], k[i], v[i]) for i in range(3)])
+    torch.testing.assert_close(out, loop, rtol=0, atol=0)
+    shared = torch.func.vmap(attn, in_dims=(1, None, None))(q.movedim(0, 1), k[0], v[0])  # vmapped dim inside
+    torch.testing.assert_close(shared, torch.stack([attn(q[i], k[0], v[0]) for i in range(3)]), rtol=0, atol=0)
+
+
+def test_jacrev_and_per_sample_second_order_match_math_sdpa():
+    q, k, v = (t.detach() for t in inputs(3, 2, 2, 4, 5, 8, seed=13))
+    jac = lambda fn: torch.func.jacrev(lambda q: fn(q, k[:1], v[:1]))(q[:1])  # noqa: E731
+    torch.testing.assert_close(jac(lambda *x: ggt.attention(*x, is_causal=True)),
+                               jac(lambda *x: reference(*x, causal=True)), rtol=1e-10, atol=1e-12)
+
+    def per_sample(fn):  # vmap over samples of the gradient of a gradient norm
+        def norm(q, k, v):
+            g = torch.func.grad(lambda q, k, v: fn(q[None], k[None], v[None]).square().sum(), argnums=(0, 1, 2))(q, k, v)
+            return sum(t.square().sum() for t in g)
+        return torch.func.vmap(torch.func.grad(norm, argnums=(0, 1, 2)))(q, k, v)
+
+    ours = per_sample(lambda *x: ggt.attention(*x, is_causal=True))
+    ref = per_sample(lambda *x: reference(*x, causal=True))
+    for a, b in zip(ours, ref):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
 def test_compile_fullgraph_forward_and_backward():
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
