@@ -14,6 +14,8 @@ torch tensors, so both sides share the card, the inputs and the process. One JSO
   {"bench": "math", ...}      the chain through gradgrad.torch beside the same chain through SDPA
                               on its math backend (the one with a double backward), until the
                               math backend runs out of memory ("math_ms": "OOM")
+  {"bench": "jvp_flash", ...} (--jvp-flash) jvp-flash-attention's JVP beside gradgrad's forward
+                              and chain on the same shape, with the JVP's error (bench_jvp_flash)
   {"bench": "overhead", ...}  per-call time of gradgrad.torch.attention (inputs that require
                               grad, forward only) and of the same forward through the C++ API, in
                               a loop of `calls` calls; overhead_us is their difference
@@ -172,17 +174,62 @@ def bench_overhead(B, H, N, d, calls, reps):
     return row
 
 
+def bench_jvp_flash(N, d, causal, reps):
+    """jvp-flash-attention (Triton, from the registry) beside gradgrad on one shape: its JVP (the
+    output and its tangent for tangents of q, k, v) and its error against the JVP of SDPA's math
+    backend in f32 from the same bf16 inputs (up to N = 4096), beside gradgrad's forward and chain."""
+    from jvp_flash_attention.jvp_attention import JVPAttn
+
+    q, k, v, dO, qt, kt, vt = inputs(1, 16, 16, N, d, DTYPE())
+    qd, kd, vd = q.detach(), k.detach(), v.detach()
+    theirs = lambda: torch.func.jvp(lambda q, k, v: JVPAttn.fwd_dual(q, k, v, causal=causal), (qd, kd, vd), (qt, kt, vt))
+    row = dict(bench="jvp_flash", B=1, Hq=16, Hkv=16, N=N, d=d, dtype=str(DTYPE()).replace("torch.", ""), causal=causal)
+    try:
+        o, ot = theirs()
+    except Exception as e:  # noqa: BLE001 -- the row records what the package does with the shape
+        row["error"] = f"{type(e).__name__}: {str(e)[:200]}"
+        return row
+    if N <= 4096:
+        with sdpa_kernel(SDPBackend.MATH):
+            f32 = [t.float() for t in (qd, kd, vd, qt, kt, vt)]
+            ro, rot = torch.func.jvp(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                                     tuple(f32[:3]), tuple(f32[3:]))
+        row["o_max_err"] = float((o.float() - ro).abs().max())
+        row["ot_max_err"] = float((ot.float() - rot).abs().max())
+        del ro, rot
+    fwd = lambda: wall(lambda: gt.attention(qd, kd, vd, is_causal=causal))
+    attn = lambda q, k, v: gt.attention(q, k, v, is_causal=causal)
+    chain = lambda: wall(lambda: torch_chain(attn, q, k, v, dO, qt, kt, vt))
+    wall(theirs), fwd(), chain()
+    t_jvp, t_fwd, t_chain = [], [], []
+    for _ in range(reps):
+        t_jvp.append(wall(theirs))
+        t_fwd.append(fwd())
+        t_chain.append(chain())
+    row.update(jvp_ms=round(1e3 * median(t_jvp), 3), gradgrad_fwd_ms=round(1e3 * median(t_fwd), 3),
+               gradgrad_chain_ms=round(1e3 * median(t_chain), 3))
+    return row
+
+
 def main():
     global DEVICE
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="N up to 16K only")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU: checks that the script runs")
+    ap.add_argument("--jvp-flash", action="store_true",
+                    help="only the rows beside jvp-flash-attention (CUDA; the package must be importable)")
     args = ap.parse_args()
     torch.manual_seed(0)
     DEVICE = "cpu" if args.smoke else "cuda"
     card = torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu"
     print(json.dumps(dict(bench="env", card=card, torch=torch.__version__, reps=args.reps)), flush=True)
+    if args.jvp_flash:
+        for n in (4096, 16384):
+            for d in (64, 128):
+                for causal in (False, True):
+                    print(json.dumps(bench_jvp_flash(n, d, causal, args.reps)), flush=True)
+        return
     sizes = (256,) if args.smoke else (4096, 16384) if args.quick else (4096, 16384, 65536)
     long, heads = (sizes[-1], 2) if args.smoke else (65536, 16)
     mid = sizes[-1] if args.smoke else 16384

@@ -3,7 +3,7 @@
 the results files in bench/results/.
 
 scripts/bench-gpu.sh writes one file per benchmark (cuda.jsonl, attention.jsonl, long.jsonl,
-options.jsonl, dist.jsonl), and scripts/bench-cpu.sh writes attention_cpu.jsonl: a first line {"bench": "meta", ...} with the card, the date, the commit and the
+options.jsonl, dist.jsonl, python.jsonl), and scripts/bench-cpu.sh writes attention_cpu.jsonl: a first line {"bench": "meta", ...} with the card, the date, the commit and the
 command, then one JSON object per measurement. Where options.jsonl or dist.jsonl does not exist
 (not measured yet), its block says so. Each table of docs/benchmarks.md sits between two markers,
 
@@ -690,14 +690,73 @@ def attention_cpu_memory_block(meta, rows):
     return [f"N = {n:,}, f32, B = 1, H = 1, d = 64, no mask:", ""] + table(["stage", "fused", "composite"], body, "lrr")
 
 
+def python_block(meta, rows):
+    """python.jsonl (scripts/bench-gpu.sh python): gradgrad.torch beside the C++ API, SDPA and
+    SDPA's math backend, and the per-call overhead."""
+    env = next((r for r in rows if r.get("bench") == "env"), {})
+
+    def shape(r):
+        heads = f"{r['Hq']}" if r["Hq"] == r["Hkv"] else f"{r['Hq']}/{r['Hkv']}"
+        mask = "causal" if r.get("causal") else "full"
+        if r.get("window_left") is not None:
+            mask += f", window {r['window_left']}"
+        return [f"{r['N']:,}", str(r["d"]), heads, mask]
+
+    key = lambda r: (r["Hq"] != r["Hkv"], r.get("window_left") is not None, r["N"], r["d"], r.get("causal"))
+    out = header(meta) + ["", f"PyTorch {env.get('torch', '?')}, B = 1, bf16, median of {env.get('reps', '?')} "
+                                "runs. The chain is forward, gradient with `create_graph`, and the gradient of "
+                                "⟨q̃, dQ⟩ + ⟨k̃, dK⟩ + ⟨ṽ, dV⟩ with respect to q, k, v and dO.", "",
+                                "The chain through `gradgrad.torch` beside the same chain through the C++ API "
+                                "(same process, same tensors):", ""]
+    head = ["N", "d", "heads", "mask"]
+    out += table(head + ["gradgrad.torch ms", "C++ ms", "ratio"],
+                 [shape(r) + [ms(r["torch_ms"]), ms(r["cpp_ms"]), ratio(r["torch_ms"], r["cpp_ms"])]
+                  for r in sorted((r for r in rows if r.get("bench") == "chain"), key=key)], "rrrlrrr")
+    out += ["", "First order (forward and gradient) beside `F.scaled_dot_product_attention` with PyTorch's "
+                "own backend choice:", ""]
+    out += table(head + ["gradgrad.torch ms", "SDPA ms", "ratio"],
+                 [shape(r) + [ms(r["gradgrad_ms"]), ms(r["sdpa_ms"]), ratio(r["gradgrad_ms"], r["sdpa_ms"])]
+                  for r in sorted((r for r in rows if r.get("bench") == "first"), key=key)], "rrrlrrr")
+    out += ["", "The chain beside SDPA's math backend, the one PyTorch backend with a double backward:", ""]
+    body = []
+    for r in sorted((r for r in rows if r.get("bench") == "math"), key=key):
+        m = r["math_ms"]
+        body.append(shape(r) + [ms(r["gradgrad_ms"]), m if isinstance(m, str) else ms(m),
+                                f"{r['math_peak_GiB']:.2f}" if "math_peak_GiB" in r else "—",
+                                "—" if isinstance(m, str) else ratio(r["gradgrad_ms"], m)])
+    out += table(head + ["gradgrad.torch ms", "math ms", "math peak GiB", "ratio"], body, "rrrlrrrr")
+    jvp = sorted((r for r in rows if r.get("bench") == "jvp_flash"), key=key)
+    if jvp:
+        out += ["", "jvp-flash-attention (Triton) on the same shapes: its JVP (O and its tangent for tangents "
+                    "of q, k, v; forward mode, no double backward) with the largest error of the tangent "
+                    "against SDPA's math backend in f32 from the same inputs, beside gradgrad's forward and "
+                    "chain:", ""]
+        body = []
+        for r in jvp:
+            if "error" in r:
+                body.append(shape(r) + [r["error"], "—", "—", "—"])
+                continue
+            err = f"{r['ot_max_err']:.2e}" if "ot_max_err" in r else "—"
+            body.append(shape(r) + [ms(r["jvp_ms"]), err, ms(r["gradgrad_fwd_ms"]), ms(r["gradgrad_chain_ms"])])
+        out += table(head + ["JVP ms", "tangent max error", "gradgrad forward ms", "gradgrad chain ms"], body,
+                     "rrrlrrrr")
+    for r in (r for r in rows if r.get("bench") == "overhead"):
+        out += ["", f"Per call at B = {r['B']}, H = {r['H']}, N = {r['N']}, d = {r['d']} (forward on inputs that "
+                    f"require grad, {r['calls']} calls in a loop): `gradgrad.torch.attention` {r['torch_us']:.1f} µs, "
+                    f"the C++ API {r['cpp_us']:.1f} µs, overhead {r['overhead_us']:.1f} µs."]
+    return out
+
+
 BLOCKS = {"cuda": cuda_block, "attention": attention_block, "long": long_block, "options": options_block,
-          "dist": dist_block, "attention_cpu": attention_cpu_block, "attention_cpu_memory": attention_cpu_memory_block}
+          "dist": dist_block, "attention_cpu": attention_cpu_block, "attention_cpu_memory": attention_cpu_memory_block,
+          "python": python_block}
 # Blocks read from another block's results file (by default a block reads bench/results/NAME.jsonl).
 RESULTS_OF = {"attention_cpu_memory": "attention_cpu"}
 # Blocks whose results file may not exist yet: the page then says so instead of a table.
 OPTIONAL = {"options": "Not measured yet: `scripts/bench-gpu.sh options` writes `bench/results/options.jsonl`.",
             "attention_cpu": "Not measured yet: `scripts/bench-cpu.sh` writes `bench/results/attention_cpu.jsonl`.",
             "attention_cpu_memory": "Not measured yet: `scripts/bench-cpu.sh` writes `bench/results/attention_cpu.jsonl`.",
+            "python": "Not measured yet: `scripts/bench-gpu.sh python` writes `bench/results/python.jsonl`.",
             "dist": "Not measured yet (one GPU so far): `scripts/bench-gpu.sh dist` on a machine with several GPUs "
                     "writes `bench/results/dist.jsonl`."}
 

@@ -49,7 +49,8 @@
 #              no registry): the chain through gradgrad.torch beside the same chain through the
 #              C++ API in one process, first order beside PyTorch's SDPA, the chain beside SDPA's
 #              math backend, and the per-call Python overhead at N = 128  -> bench/results/python.jsonl
-#              GG_BENCH_PYTHON_ARGS passes arguments (e.g. "--quick"). Not part of "all".
+#              GG_BENCH_PYTHON_ARGS passes arguments (e.g. "--quick"). Then, where jvp-flash-attention
+#              is importable or its wheel is in .whl, the --jvp-flash rows. Not part of "all".
 #
 # Then: python3 bench/make_tables.py (docs/benchmarks.md) and python3 bench/plot_attention.py.
 # Logs go to $OUT (default ./gpu-logs). GG_GPU_BUILD names the build folder (default build-gpu).
@@ -140,6 +141,16 @@ if [ $py = ON ]; then
   # shellcheck disable=SC2086
   PYTHONPATH="$PWD/$BUILD/python" PYTHONUNBUFFERED=1 python3 bench/attention_python.py ${GG_BENCH_PYTHON_ARGS:-} |
     grep -v '"bench": "meta"' >>bench/results/python.jsonl 2>"$OUT/attention_python.err" || rc=1
+  # the rows beside jvp-flash-attention, where it is importable (or its wheel is in .whl)
+  jvp_path="$PWD/$BUILD/python"
+  if ! python3 -c "import jvp_flash_attention" 2>/dev/null && ls .whl/jvp_flash_attention-*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --target "$BUILD/site-jvp" .whl/jvp_flash_attention-*.whl \
+      >"$OUT/pip-jvp.log" 2>&1 && jvp_path="$jvp_path:$PWD/$BUILD/site-jvp"
+  fi
+  if PYTHONPATH="$jvp_path" python3 -c "import jvp_flash_attention" 2>/dev/null; then
+    PYTHONPATH="$jvp_path" PYTHONUNBUFFERED=1 python3 bench/attention_python.py --jvp-flash |
+      grep -v '"bench": "meta"' >>bench/results/python.jsonl 2>"$OUT/attention_python_jvp.err" || rc=1
+  fi
 fi
 
 if [[ "$what" == *" options "* ]]; then
