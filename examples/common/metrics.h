@@ -131,6 +131,8 @@ class Metrics {
 // How often to log a training step: every step of a short run (so a smoke run's curve has
 // points to plot and to compare), every 10th of a long one.
 inline int log_every(int iterations) { return iterations <= 200 ? 1 : 10; }
+// Whether step `it` (from 1) of a run of `iterations` is logged: every log_every-th, and the last.
+inline bool is_log_step(int it, int iterations) { return it % log_every(iterations) == 0 || it == iterations; }
 
 // Whether a loss curve went down: the mean of its last third is below the mean of its first
 // third (single losses are noisy; thirds of a curve are not).

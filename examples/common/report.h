@@ -1,5 +1,5 @@
-// Reporting helpers shared by the examples: a progress bar on stderr, mean ± 95% CI, and running
-// gnuplot on a script the example wrote. Nothing here touches autograd.
+// Reporting helpers shared by the examples: a stopwatch, a progress bar on stderr, mean ± 95% CI,
+// and running gnuplot on a script the example wrote. Nothing here touches autograd.
 #pragma once
 #include <unistd.h>
 
@@ -12,6 +12,11 @@
 #include <vector>
 
 namespace examples {
+
+// Seconds since `t`, e.g. since a loop's start.
+inline double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
 
 // ---------------------------------------------------------------------------- progress bar
 // Drawn on stderr with '\r', at most ten times a second; off when stderr is not a terminal or
@@ -50,7 +55,6 @@ class ProgressBar {
 
  private:
   using Clock = std::chrono::steady_clock;
-  static double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
   const char* label_;
   int total_;
   bool enabled_ = false, drawn_ = false;

@@ -46,6 +46,7 @@
 #include "gradgrad.h"
 #include "model.h"
 #include "report.h"  // maml::ProgressBar, maml::mean_ci95, maml::shell_quote, the evaluation table
+#include "common/cli.h"
 #include "common/metrics.h"
 #include "common/run.h"
 
@@ -56,6 +57,7 @@ using mattn::Episode;
 using mattn::ModelShape;
 using mattn::Params;
 using mattn::Regressor;
+using examples::seconds_since;
 using nlohmann::json;
 
 // ------------------------------------------------------------------------- settings
@@ -88,10 +90,6 @@ struct Config {
   int64_t eval_tasks = kEvalTasks;
   std::string out_dir = "maml_attention_out";
 };
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
 
 std::string mib(double bytes) {
   char s[64];
@@ -363,7 +361,6 @@ TrainResult train(const Config& cfg, const Regressor& net, const Params& params,
   const char* phase = name(objective);
   maml::SineTaskSampler sampler(cfg.seed * 3 + static_cast<uint64_t>(objective));
   gg::optim::Adam adam(gg::nn::values(params), {kMetaLr});
-  const int log_every = examples::log_every(cfg.iterations);
   maml::ProgressBar bar(phase, cfg.iterations);
   TrainResult r;
   double last = NAN;
@@ -374,7 +371,7 @@ TrainResult train(const Config& cfg, const Regressor& net, const Params& params,
     const gg::Tensor loss = objective == Objective::maml ? mattn::meta_loss(net, params, e, cfg.inner_lr)
                                                          : mattn::mean_task_loss(net, params, e.query);
     adam.step(gg::grad({loss}, adam.params()));
-    if (it % log_every == 0 || it == cfg.iterations) {
+    if (examples::is_log_step(it, cfg.iterations)) {
       last = loss.item();
       r.curve.emplace_back(it, last);
       metrics.train(phase, it, last, seconds_since(start));
@@ -526,9 +523,7 @@ int run_training(const Config& cfg, examples::Metrics& metrics) {
               "(α = %g) on the support loss; 'joint' sees no labels (evaluated in %.1f s)\n\n",
               static_cast<long long>(cfg.eval_tasks), static_cast<unsigned long long>(kEvalSeed),
               static_cast<long long>(kEvalQuery), static_cast<long long>(kQueries), cfg.inner_lr, eval_s);
-  std::printf("  %-18s", "model");
-  for (int st : kEvalSteps) std::printf("   %8d step%s", st, st == 1 ? " " : "s");
-  std::printf("\n");
+  maml::print_table_header();
   for (const auto& t : tables) print_table(t.first, t.second);
   log_tables(metrics, tables, "MAML");  // after printing: a non-finite cell ends the run here
   const std::string plot = make_plot(cfg, {{&runs[0], "MAML: after 1 inner SGD step", "#aec7e8", "#1f77b4"},
@@ -575,10 +570,7 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // line-buffered even into a log file
   CLI::App app{"MAML through attention: second-order MAML on sinusoid tasks with a 2-block attention model"};
   Config cfg;
-  cfg.device_name = gg::cuda::is_available() ? "cuda" : "cpu";
-  app.add_option("--device", cfg.device_name, "cpu or cuda (default: cuda when available)")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
-      ->capture_default_str();
+  examples::add_device_option(app, cfg.device_name);
   app.add_option("--attention", cfg.attention_name, "attention op for training and evaluation")
       ->check(CLI::IsMember({"fused", "composite"}))
       ->capture_default_str();

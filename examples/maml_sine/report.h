@@ -72,6 +72,13 @@ inline EvalRow summarize_fine_tuning(const std::vector<std::vector<double>>& que
   return row;
 }
 
+// The table's first line: a column per number of steps in kEvalSteps.
+inline void print_table_header() {
+  std::printf("  %-18s", "model");
+  for (int s : kEvalSteps) std::printf("   %8d step%s", s, s == 1 ? " " : "s");
+  std::printf("\n");
+}
+
 inline void print_table(const char* model, const EvalTable& t) {
   for (size_t k = 0; k < kEvalShots.size(); ++k) {
     std::printf("  %-11s K = %-3lld", model, static_cast<long long>(kEvalShots[k]));

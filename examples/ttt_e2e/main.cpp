@@ -33,12 +33,15 @@
 #include "gradgrad.h"
 #include "markov.h"
 #include "report.h"
+#include "common/cli.h"
+#include "common/data_parallel.h"
 #include "common/metrics.h"
 #include "common/run.h"
 #include "ttt.h"
 
 namespace {
 
+using examples::seconds_since;
 using nlohmann::json;
 using ttt::Chunks;
 using ttt::Model;
@@ -65,10 +68,6 @@ struct Config {
   double lr = 3e-3, clip = 1.0;
   int64_t eval_seqs = 512, val_seqs = 128;
 };
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
 
 // ------------------------------------------------------------------------- self-checks
 // In f64 on a tiny model (V 5, D 8, 2 heads, chunks of 4, 3 chunks, 3 sequences, 2 inner steps
@@ -175,12 +174,10 @@ TrainResult train(const Config& cfg, Model& model, Order order, examples::Metric
     for (const gg::Tensor& t : model.parameters()) copy.push_back(gg::clone(t.detach()).requires_grad_());
     rank_models.push_back(model.with_parameters(copy));
   }
-  const int log_every = examples::log_every(cfg.iterations);
   ttt::ProgressBar bar(phase, cfg.iterations);
   const int warmup = std::max(1, std::min(100, cfg.iterations / 10));
   const auto start = std::chrono::steady_clock::now();
-  TrainResult result;
-  auto rank_loop = [&](gg::dist::Group* group) {
+  examples::run_ranks(P, process_group, [&](gg::dist::Group* group) {
     const int r = group ? group->rank() : 0;
     const bool logs = r == 0 || process_group;  // with --nccl every process writes its own output
     const Model& m = rank_models[process_group ? 0 : static_cast<size_t>(r)];
@@ -216,35 +213,18 @@ TrainResult train(const Config& cfg, Model& model, Order order, examples::Metric
         metrics.check(step_record);  // also writes the error record
       else
         examples::check_finite(step_record);
-      if (logs && (it % log_every == 0 || it == cfg.iterations))
+      if (logs && examples::is_log_step(it, cfg.iterations))
         metrics.train(phase, it, last_loss, seconds_since(start), {{"grad_norm", grad_norm}, {"lr", lr}});
       if (logs) bar.update(it, last_loss);
     }
-  };
-  if (process_group) {
-    rank_loop(process_group);
-    // Every rank made the same updates: check against rank 0's parameters.
-    const gg::TensorList p = model.parameters();
-    for (size_t i = 0; i < p.size(); ++i)
-      if (gg::max(gg::abs(process_group->broadcast(p[i].detach(), 0) - p[i])).item() != 0.0) {
-        std::fprintf(stderr, "error: rank %d's parameter %zu differs from rank 0's\n", process_group->rank(), i);
-        result.ranks_agree = false;
-      }
-  } else if (P == 1) {
-    rank_loop(nullptr);
-  } else {
-    gg::dist::run_threads(P, [&](gg::dist::Group& g) { rank_loop(&g); });
-    // Every rank made the same updates: check that the copies did not drift apart.
-    const gg::TensorList p0 = model.parameters();
-    for (int r = 1; r < P; ++r) {
-      const gg::TensorList pr = rank_models[static_cast<size_t>(r)].parameters();
-      for (size_t i = 0; i < p0.size(); ++i)
-        if (gg::max(gg::abs(p0[i] - pr[i])).item() != 0.0) {
-          std::fprintf(stderr, "error: rank %d's parameter %zu differs from rank 0's\n", r, i);
-          result.ranks_agree = false;
-        }
-    }
-  }
+  });
+  // Every rank made the same updates: check that no rank's parameters drifted from rank 0's.
+  std::vector<gg::TensorList> rank_params;
+  for (const Model& m : rank_models) rank_params.push_back(m.parameters());
+  std::vector<std::string> names;
+  for (size_t i = 0; i < rank_params[0].size(); ++i) names.push_back("parameter " + std::to_string(i));
+  TrainResult result;
+  result.ranks_agree = examples::ranks_agree(process_group, rank_params, names);
   bar.finish();
   result.seconds = seconds_since(start);
   return result;
@@ -332,17 +312,7 @@ int run(const Config& cfg) {
               cfg.inner.steps, cfg.inner.lr, static_cast<long long>(mc.ttt_blocks));
   std::printf("  outer: batch %lld sequences, Adam %g (warm-up, cosine), clip %g\n", static_cast<long long>(cfg.batch),
               cfg.lr, cfg.clip);
-  if (cfg.process_group) {
-    std::printf("  data parallel: rank %d of %d processes (NCCL), each with its share of every batch\n",
-                cfg.process_group->rank(), cfg.world_size);
-  } else if (cfg.world_size > 1) {
-    if (!cfg.device.is_cpu()) {
-      std::fprintf(stderr, "error: --world-size runs its ranks as threads on the CPU; use --device cpu (or "
-                           "--nccl under scripts/launch.sh for one process per GPU)\n");
-      return 2;
-    }
-    std::printf("  data parallel: %d ranks (threads), each with its share of every batch\n", cfg.world_size);
-  }
+  if (!examples::describe_data_parallel(cfg.process_group.get(), cfg.world_size, cfg.device, "batch")) return 2;
   std::printf("  output: %s\n\nself-checks (f64, tiny model):\n", cfg.out_dir.c_str());
 
   examples::Metrics metrics(
@@ -465,10 +435,7 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // line-buffered even into a log file, to follow a long run
   CLI::App app{"TTT-E2E, tiny: test-time training of a causal transformer LM, meta-learned end to end (gradgrad)"};
   Config cfg;
-  cfg.device_name = gg::cuda::is_available() ? "cuda" : "cpu";
-  app.add_option("--device", cfg.device_name, "cpu or cuda (default: cuda when available)")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
-      ->capture_default_str();
+  examples::add_device_option(app, cfg.device_name);
   app.add_option("--seed", cfg.seed, "seed for initialisation and training sequences")->capture_default_str();
   auto* iters = app.add_option("--iterations", cfg.iterations, "outer steps per model (ordinary and meta-learned)")
                     ->check(CLI::Range(1, 10000000))
@@ -486,14 +453,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--vocab", cfg.model.vocab, "tokens in the Markov chains")->check(CLI::Range(4, 1024))->capture_default_str();
   app.add_option("--batch", cfg.batch, "sequences per outer step")->check(CLI::Range(1, 4096))->capture_default_str();
-  auto* world = app.add_option("--world-size", cfg.world_size,
-                                "data-parallel ranks on the CPU (threads), each with its share of every batch")
-                    ->check(CLI::Range(1, 4096))
-                    ->capture_default_str();
-  app.add_flag("--nccl", cfg.nccl,
-               "with --device cuda, under scripts/launch.sh N: this process is one of N data-parallel ranks over "
-               "NCCL (RANK, WORLD_SIZE, LOCAL_RANK; rank r > 0 writes to OUT/rank<r>)")
-      ->excludes(world);
+  auto* world = examples::add_world_size_option(app, cfg.world_size, "batch");
+  examples::add_nccl_flag(app, cfg.nccl)->excludes(world);
   app.add_option("--lr", cfg.lr, "outer Adam learning rate (peak)")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_flag("--tied", cfg.model.tied, "tie the output head to the token embedding");
   app.add_option("--eval-seqs", cfg.eval_seqs, "held-out test sequences")->check(CLI::Range(2, 100000))->capture_default_str();
@@ -505,11 +466,7 @@ int main(int argc, char** argv) {
     cfg.eval_seqs = 64;
     cfg.val_seqs = 32;
   }
-  if (cfg.world_size > cfg.batch) {
-    std::fprintf(stderr, "error: --world-size (%d) must not exceed the batch (%lld sequences)\n", cfg.world_size,
-                 static_cast<long long>(cfg.batch));
-    return 2;
-  }
+  if (!examples::check_world_size(cfg.world_size, cfg.batch, "the batch", "sequences")) return 2;
   if (cfg.seq_len % cfg.model.chunk != 0 || cfg.seq_len / cfg.model.chunk < 2) {
     std::fprintf(stderr, "error: --seq-len (%lld) must be a multiple of --chunk (%lld), at least 2 chunks\n",
                  static_cast<long long>(cfg.seq_len), static_cast<long long>(cfg.model.chunk));
