@@ -117,7 +117,7 @@ struct Params {
   int* add_order;         // fused sweeps: counters of ordered additions (attention_sweeps.cuh), or
                           // nullptr: atomic additions in any order
   int add_segments_log2;  // fused kOpts sweeps, ordered: key block b adds into segment
-                          // b mod 2^add_segments_log2 (kernels.h: ordered_add_segments), whose
+                          // b mod 2^add_segments_log2 (plan.h: ordered_add_segments), whose
   int add_counters;       // counters start add_counters ints and whose buffers start
   int64_t add_floats;     // add_floats floats after the previous segment's
   int64_t BH;

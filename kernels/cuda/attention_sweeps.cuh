@@ -19,6 +19,7 @@
 // tail split (TailSplitRun), the ordered additions of the fused sweeps, and the block bodies
 // (query_sweep_ws_block, key_sweep_ws_block) around a row loop.
 #pragma once
+#include "kernels/cuda/attention/plan.h"
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_hopper.cuh"
 #include "kernels/cuda/kernels.h"
@@ -317,7 +318,8 @@ struct KeyBand {
   }
   __device__ int64_t query_head(int s) const { return qh0 + member(s); }
 };
-// The band of the key block from j0: its first query tile and tile count (nb).
+// The band of the key block from j0: its first query tile and tile count (nb); the same band as
+// plan.h's key_block_band, which the host's plans use.
 template <typename T>
 __host__ __device__ __forceinline__ int2 key_band_tiles(const Params<T>& p, int j0, int kBN) {
   const int lo = p.query_lo(j0), hi = p.query_hi((j0 + 128 < p.Nk ? j0 + 128 : p.Nk) - 1);
@@ -654,8 +656,8 @@ __device__ __forceinline__ void order_additions(Counter&& counter, Position&& po
 }
 
 // The ordered additions' position of key block blk (of per_head) for query tile t of its band
-// (kernels.h: band_add_position) among the adders of its segment (ordered_add_segments): the
-// adders of a tile are consecutive blocks, so each segment's are every S-th of them, in order.
+// (kernels.h: band_add_position) among the adders of its segment (plan.h: ordered_add_segments):
+// the adders of a tile are consecutive blocks, so each segment's are every S-th of them, in order.
 template <int kBN, typename T>
 __device__ __forceinline__ int band_position(const Params<T>& p, int blk, int per_head, int t) {
   return band_add_position(blk, per_head, t, kBN, p.right() >= 0, p.wl, p.Nk - p.N) >> p.add_segments_log2;
@@ -925,7 +927,7 @@ inline int tail_split_sms() {
   return sms < 0 ? sm_count() : sms;
 }
 
-// The segments of a fused sweep's ordered additions (kernels.h: ordered_add_segments; planned for
+// The segments of a fused sweep's ordered additions (plan.h: ordered_add_segments; planned for
 // tail_split_sms()), set in q for buffers of `floats` floats and `counters` counters per segment:
 // one in the any-order mode and for the plain kernels. Returns how many.
 template <typename T>
@@ -944,7 +946,7 @@ bool key_units_differ(const Params<T>& p) {
   return p.causal || p.wl >= 0 || p.wr >= 0;
 }
 
-// Host side: the split of `units` units of `tiles` query tiles each (plan_tail_split, kernels.h,
+// Host side: the split of `units` units of `tiles` query tiles each (plan_tail_split, plan.h,
 // for tail_split_sms()), its scratch for key rows of d (64 or 128) columns, and
 // finish() after the sweep. ordered: each piece stores its own slot and finish() sums them in order
 // (deterministic); else one zeroed slot that the pieces add into.

@@ -32,58 +32,8 @@ void attention_bwd_bwd(const AttentionArgs& a);
 void set_attention_deterministic(bool deterministic);
 bool attention_deterministic();
 
-// The tail split (not causal): where the blocks of a warp-specialised kernel, one per SM, leave a
-// last wave that fills only part of the SMs, each unit of that wave is swept by several blocks
-// over parts of its other side's tiles (attention_sweeps.cuh, TailSplitRun; the forward's merge
-// kernel). The split for `units` units of `tiles` tiles each on `sms` SMs: blocks [0, whole)
-// sweep whole units; each of the last split_units units is swept by `pieces` blocks (pieces = 1,
-// split_units = 0: no split). Pieces of at least min_tiles tiles; among 2..16 pieces per unit the
-// count whose last round of pieces is shortest, counting about two tiles' work for each piece's
-// start, if at least 10% shorter than the unsplit last wave.
-struct TailSplitPlan {
-  int whole, pieces, split_units;
-};
-TailSplitPlan plan_tail_split(int64_t units, int tiles, bool causal, int sms, int min_tiles = 8);
-// The key sweeps of grouped heads whose units differ in length (a causal mask or a window: a unit
-// near the start of a causal sequence sweeps it all, once per query head of the group) are split
-// into `pieces` pieces of whole query heads of the group, each sweeping its heads in the unit's
-// order (KeyBand), as the fused sweeps' ordered additions need to run without waits (pieces cut
-// inside a head measured 2x slower). pieces is the larger of two counts, each a divisor of group:
-// - fill: with fewer than 2 units per SM the longest units decide the time: the largest divisor
-//   up to ceil(4·sms / units);
-// - tail: longest_share, the longest unit's steps over the average steps per SM (units launch
-//   longest first, so the SMs that take the longest units finish last): the smallest divisor up to
-//   group / 4 that brings the longest piece to at most a sixth of an SM's average, else the largest
-//   up to group / 4 (more pieces cost an f32 scratch of 8 bytes per key element and piece, which
-//   would take the peak above the ungrouped one's; Hkv 1, N 64K, causal on an H200: 4 pieces
-//   (share 0.13) took the chain from 1.044x to 1.012x the Hkv 16 one, 2 pieces 1.026x, 8 pieces
-//   1.079x; Hkv 4, 16K: 4 pieces 0.8% faster, but a peak above the Hkv 16 one's).
-// pieces 1: no split.
-TailSplitPlan plan_group_split(int64_t units, int group, int sms, double longest_share = 0);
-// plan_group_split's longest_share for key sweeps (blocks of 128 keys over query tiles of
-// tile_rows rows) of bh_kv key/value heads under the mask (nq, nk, causal, window_left,
-// window_right; -1: unbounded), from the blocks' bands. 0 under a left bound: the units are then
-// alike but at the ends of the sequence, and a split would only change the count of waves (not
-// measured).
-double longest_key_unit_share(int64_t nq, int64_t nk, bool causal, int64_t window_left, int64_t window_right,
-                              int64_t bh_kv, int tile_rows, int sms);
-
-// How many segments (1, 2, 4 or 8) the fused sweeps' ordered additions are spread over under a
-// general mask (d = 64, deterministic mode): key block b adds its parts into segment b mod S, an
-// f32 buffer and counters of its own, and the conversion sums the S buffers in a fixed order.
-// Without a left bound (left_bounded false) every key block's band ends at the last query tile,
-// so the blocks running at once, up to chain = min(sms, cdiv(nk, 128)) of a head, meet each tile
-// at the same step and take their turns there one after the other; a block with few steps
-// (steps = group * cdiv(nq, 128)) spends much of its time waiting in that chain, which S segments
-// make S times shorter. S is the largest power of two up to 8 with S * steps <= chain and
-// S * nq * group <= nk (the extra f32 buffers, per output, under twice the bytes of a bf16 K); 1
-// with a left bound (the bands slide: each block meets a tile a step after the one before it;
-// window 4096, bf16, d 64, Hq 16 on an H200: S = 2 made the chain 1.2% slower at 64K and 256K,
-// S = 4 7.6% and 9.3%).
-// Where the blocks have more steps the chain's wait is a small part of their time, which the
-// extra buffers' memory does not buy back (Nq 16K, Nk 64K causal on an H200: S = 4 gained 0.2-1.4%
-// for 1.5x the chain's peak).
-int ordered_add_segments(int64_t nq, int64_t nk, int group, bool left_bounded, int sms);
+// The launch plans of the attention kernels (the tail split, the group split, the segments of
+// the ordered additions) are in kernels/cuda/attention/plan.h.
 
 // The position of key unit blk (of per_head units of 128 keys in its head, launched in the order
 // blk = per_head - 1, ..., 0) among the units that add a part to the buffer tile t (rows

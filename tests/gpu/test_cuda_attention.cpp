@@ -29,12 +29,11 @@
 //                          missing), grad_Q and grad_dO added in order or not: every output within
 //                          2 x the sm_80 BoB's error; grad_K and grad_V (the E/F BoB: all four)
 //                          bitwise equal in both orders; the ordered ones bitwise equal across runs.
-//   TailSplitPlan          (no GPU needed) the split of the fused sweeps' last wave for known shapes.
 //   OrderedAddPositions    (no GPU needed) the fused sweeps' units take turns 0, 1, ... per tile;
-//   BandAddPositions       likewise under general masks, and within segments; OrderedAddSegments:
-//                          how many; GroupSplitPlan: the grouped key sweeps' pieces;
+//   BandAddPositions       likewise under general masks, and within segments;
 //                          DivByMatchesDivision: the bands' divider; MaskBandMatchesDefinition:
-//                          the general mask's bounds and per-entry test.
+//                          the general mask's bounds and per-entry test. The launch plans (tail
+//                          split, group split, segments) are tested in tests/test_attention_plan.cpp.
 //   HopperFusedTailSplit   the key sweeps with their last wave split (planned for 20 SMs), fused
 //                          and deterministic: every output within 2 x the unsplit deterministic
 //                          kernels' error; the deterministic ones bitwise equal across runs.
@@ -57,6 +56,7 @@
 
 #include "../test_util.h"
 #include "gpu_util.h"
+#include "kernels/cuda/attention/plan.h"
 #include "kernels/cuda/kernels.h"
 #include "ops/ops.h"
 
@@ -833,31 +833,6 @@ TEST(CudaAttention, HopperFusedBob) {
         }
 }
 
-// The tail split's plan (kernels.h: plan_tail_split), no GPU needed. H = 16, d = 64, N = 16384 on
-// the H200's 132 SMs: 2048 units of 128 keys, a last wave of 68; its units cut into 15 pieces of
-// 34 query tiles (BoB sweep, 512 tiles) make a last round of 8 pieces on 132 SMs (1020 pieces),
-// 8 · (1/15 + 2/512) = 0.565 units instead of 1.004.
-TEST(CudaAttention, TailSplitPlan) {
-  using kernels::cuda::plan_tail_split;
-  const auto p = plan_tail_split(2048, 512, false, 132);
-  EXPECT_EQ(p.whole, 1980);
-  EXPECT_EQ(p.split_units, 68);
-  EXPECT_EQ(p.pieces, 15);
-  for (auto none : {plan_tail_split(2048, 512, true, 132),   // causal: never
-                    plan_tail_split(1056, 512, false, 132),  // whole waves
-                    plan_tail_split(100, 512, false, 132),   // one partial wave
-                    plan_tail_split(2048, 15, false, 132),   // pieces would be under 8 tiles
-                    plan_tail_split(512, 128, false, 132),   // N = 4096: 9 pieces would save under 10%
-                    plan_tail_split(352, 32, false, 132, 16),  // forward at N = 4096: pieces under 16 tiles
-                    plan_tail_split(2048, 512, false, 0)}) { // off
-    EXPECT_EQ(none.pieces, 1);
-    EXPECT_EQ(none.split_units, 0);
-  }
-  const auto all = plan_tail_split(2048, 512, false, 132);
-  EXPECT_EQ(all.whole + all.split_units, 2048);
-}
-
-
 // The order of the fused sweeps' ordered additions (kernels.h: ordered_add_position), no GPU
 // needed: for every buffer tile, the key units that add a part to it (all of a head's, or, causal,
 // those whose first query tile, as sweep_unit starts it, is at or before the tile) take the
@@ -888,7 +863,7 @@ TEST(CudaAttention, OrderedAddPositions) {
 // i' - window_left <= j <= i' + right, i' = i + Nk - Nq; a band that no query reaches is the one
 // tile where its first query would be, as key_band makes it); for every tile, the blocks whose
 // band holds it take the positions 0, 1, ... in launch order (from block 0 under a right bound,
-// from the last block otherwise). In segments (kernels.h: ordered_add_segments, S = 2, 4, 8): the
+// from the last block otherwise). In segments (plan.h: ordered_add_segments, S = 2, 4, 8): the
 // blocks of segment b mod S take the positions 0, 1, ... among themselves, in the same order
 // (band_add_position(...) >> log2 S, as the sweeps' band_position forms it).
 TEST(CudaAttention, BandAddPositions) {
@@ -943,81 +918,6 @@ TEST(CudaAttention, BandAddPositions) {
         EXPECT_GE(checked, per_head) << "Nq=" << m.nq << " Nk=" << m.nk << ": every block adds somewhere";
       }
     }
-}
-
-// ordered_add_segments (no GPU needed): 1 under a left bound; else the largest power of two up to
-// 8 with S * steps <= chain and S * Nq * group <= Nk (steps = group * cdiv(Nq, 128), chain =
-// min(SMs, cdiv(Nk, 128))).
-TEST(CudaAttention, OrderedAddSegments) {
-  using kernels::cuda::ordered_add_segments;
-  EXPECT_EQ(ordered_add_segments(1024, 65536, 1, false, 132), 8);   // 8 steps, chain 132
-  EXPECT_EQ(ordered_add_segments(4096, 65536, 1, false, 132), 4);   // 32 steps: 8 * 32 > 132
-  EXPECT_EQ(ordered_add_segments(4096, 16384, 1, false, 132), 4);   // chain 128 = 4 * 32; 4 * Nq = Nk
-  EXPECT_EQ(ordered_add_segments(16384, 65536, 1, false, 132), 1);  // 128 steps: 2 * 128 > 132
-  EXPECT_EQ(ordered_add_segments(8192, 65536, 1, false, 132), 2);   // 64 steps
-  EXPECT_EQ(ordered_add_segments(1024, 65536, 1, true, 132), 1);    // a left bound
-  EXPECT_EQ(ordered_add_segments(65536, 65536, 16, false, 132), 1);  // grouped, square: memory
-  EXPECT_EQ(ordered_add_segments(2048, 2048, 2, false, 132), 1);
-  EXPECT_EQ(ordered_add_segments(1000, 700, 1, false, 132), 1);     // Nq > Nk
-  EXPECT_EQ(ordered_add_segments(200, 2000, 1, false, 2), 1);       // chain 2, 2 steps
-  EXPECT_EQ(ordered_add_segments(100, 2000, 1, false, 2), 2);       // chain 2, 1 step
-  for (int64_t nq : {1, 100, 1000, 5000})
-    for (int64_t nk : {1, 300, 4096, 70000})
-      for (int group : {1, 2, 8})
-        for (int sms : {1, 20, 132}) {
-          const int s = ordered_add_segments(nq, nk, group, false, sms);
-          const int64_t steps = group * ((nq + 127) / 128), chain = std::min<int64_t>(sms, (nk + 127) / 128);
-          EXPECT_TRUE(s == 1 || s == 2 || s == 4 || s == 8) << s;
-          if (s > 1) EXPECT_LE(s * steps, chain) << nq << " " << nk << " " << group << " " << sms;
-          if (s > 1) EXPECT_LE(s * nq * group, nk) << nq << " " << nk << " " << group << " " << sms;
-          if (s < 8) EXPECT_TRUE(2 * s * steps > chain || 2 * s * nq * group > nk) << nq << " " << nk;
-        }
-}
-
-// plan_group_split and longest_key_unit_share (no GPU needed). Causal, N = 64K, one key/value
-// head: block b's band is 1024 - 2b tiles of 64 rows, so the longest unit is 1024 · 132 / 262,656
-// = 0.515 of an SM's average; a window gives 0. The count is the larger of the fill count (fewer
-// than 2 units per SM: the largest divisor of the group up to ceil(4 · SMs / units)) and the tail
-// count (the smallest divisor up to group / 4 that brings the longest piece to a sixth of an SM's
-// average, else the largest).
-TEST(CudaAttention, GroupSplitPlan) {
-  using kernels::cuda::longest_key_unit_share;
-  using kernels::cuda::plan_group_split;
-  const double share64k = longest_key_unit_share(65536, 65536, true, -1, -1, 1, 64, 132);
-  EXPECT_NEAR(share64k, 1024.0 * 132 / 262656, 1e-12);
-  EXPECT_NEAR(longest_key_unit_share(65536, 65536, true, -1, -1, 4, 64, 132), share64k / 4, 1e-12);
-  EXPECT_NEAR(longest_key_unit_share(65536, 65536, false, -1, 0, 1, 32, 132), share64k, 1e-12);  // window_right 0
-  EXPECT_EQ(longest_key_unit_share(65536, 65536, true, 4096, -1, 1, 64, 132), 0.0);  // a left bound
-  EXPECT_NEAR(longest_key_unit_share(1024, 1024, false, -1, -1, 1, 64, 8), 1.0, 1e-12);  // full: 8 alike on 8 SMs
-  EXPECT_EQ(plan_group_split(512, 16, 132, share64k).pieces, 4);  // Hkv 1, 64K: 0.515 / 4 <= 1/6
-  EXPECT_EQ(plan_group_split(512, 16, 132, 0).split_units, 0);
-  EXPECT_EQ(plan_group_split(1024, 16, 132, share64k / 2).pieces, 2);  // 128K
-  EXPECT_EQ(plan_group_split(1024, 8, 132, share64k / 2).pieces, 2);   // Hkv 2, 64K
-  EXPECT_EQ(plan_group_split(2048, 4, 132, share64k / 4).split_units, 0);  // Hkv 4: group / 4 = 1
-  EXPECT_EQ(plan_group_split(512, 4, 132, 4 * share64k).split_units, 0);
-  EXPECT_EQ(plan_group_split(128, 16, 132, 2.05).pieces, 4);  // fill 4 (wants 5), tail 4 (at most 16 / 4)
-  EXPECT_EQ(plan_group_split(64, 16, 132, 4.1).pieces, 8);    // fill 8 (wants 9)
-  EXPECT_EQ(plan_group_split(512, 16, 132, 1.0 / 6).split_units, 0);
-  for (int64_t units : {1, 16, 100, 263, 264, 512, 5000})
-    for (int group : {1, 2, 4, 8, 12, 16})
-      for (double share : {0.0, 0.1, 0.2, 0.5, 1.0, 3.0}) {
-        const auto plan = plan_group_split(units, group, 132, share);
-        const std::string at = std::to_string(units) + " " + std::to_string(group) + " " + std::to_string(share);
-        if (plan.split_units == 0) {
-          EXPECT_EQ(plan.pieces, 1) << at;
-          EXPECT_TRUE(group <= 1 || (units >= 264 && (group < 8 || share <= 1.0 / 6))) << at;
-          continue;
-        }
-        EXPECT_EQ(plan.split_units, units) << at;
-        EXPECT_EQ(plan.whole, 0) << at;
-        EXPECT_EQ(group % plan.pieces, 0) << at;
-        if (units >= 264) {
-          EXPECT_LE(plan.pieces, group / 4) << at;
-          EXPECT_GT(share, 1.0 / 6) << at;
-          for (int q = 2; q < plan.pieces; ++q)  // no smaller divisor would do
-            if (group % q == 0) EXPECT_GT(share / q, 1.0 / 6) << at << " " << q;
-        }
-      }
 }
 
 // DivBy (the key sweeps' steps into query head and tile) against integer division.
