@@ -134,8 +134,9 @@ bool should_record(TensorSpan inputs) {
 }
 
 std::shared_ptr<FunctionNode> record_node(const char* name, TensorSpan inputs, TensorSpan outputs,
-                                          TensorSpan to_save, BackwardFn backward) {
+                                          TensorSpan to_save, BackwardFn backward, const RecordOptions& options) {
   auto node = std::make_shared<FunctionNode>(name, std::move(backward));
+  node->materialize_grads = options.materialize_grads;
   node->next_edges.reserve(inputs.size());
   for (const Tensor& t : inputs) node->next_edges.push_back(t.defined() ? gradient_edge(t) : Edge{});
   node->outputs.reserve(outputs.size());
@@ -157,11 +158,11 @@ std::shared_ptr<FunctionNode> record_node(const char* name, TensorSpan inputs, T
 }  // namespace detail
 
 std::shared_ptr<FunctionNode> record(const char* name, const TensorList& inputs, const TensorList& outputs,
-            const TensorList& to_save, BackwardFn backward) {
+            const TensorList& to_save, BackwardFn backward, const RecordOptions& options) {
   const detail::TensorSpan in{inputs.data(), inputs.size()};
   if (!detail::should_record(in)) return nullptr;
   return detail::record_node(name, in, {outputs.data(), outputs.size()}, {to_save.data(), to_save.size()},
-                             std::move(backward));
+                             std::move(backward), options);
 }
 
 }  // namespace gg

@@ -38,7 +38,7 @@ class Node : public std::enable_shared_from_this<Node> {
   Node& operator=(const Node&) = delete;
 
   // grads[i] is the gradient for output i (zeros when none arrived, or undefined if the node
-  // asked for that with materialize_grads = false);
+  // was recorded with materialize_grads = false);
   // needs[j] says whether input j's gradient is wanted. Returns one tensor per input
   // (undefined where not needed).
   virtual TensorList apply(const TensorList& grads, const std::vector<bool>& needs) = 0;
@@ -121,6 +121,11 @@ class AccumulateGrad final : public Node {
 // The edge along which a gradient for `t` flows: its grad_fn, or its leaf accumulator.
 Edge gradient_edge(const Tensor& t);
 
+// What a recorded node asks of the engine besides its backward.
+struct RecordOptions {
+  bool materialize_grads = true;  // false: missing output gradients reach the backward undefined
+};
+
 namespace detail {
 // A view of a few tensors (a TensorList or a braced list), so that record needs no vector.
 struct TensorSpan {
@@ -132,14 +137,14 @@ struct TensorSpan {
 };
 bool should_record(TensorSpan inputs);  // grad mode on and some input requires grad
 std::shared_ptr<FunctionNode> record_node(const char* name, TensorSpan inputs, TensorSpan outputs,
-                                          TensorSpan to_save, BackwardFn backward);
+                                          TensorSpan to_save, BackwardFn backward, const RecordOptions& options);
 }  // namespace detail
 
-// Records one op: if grad mode is on and some input requires grad, makes a FunctionNode with
-// edges to the inputs, saves `to_save`, and makes it the grad_fn of each output. Returns the
-// node, or null when nothing was recorded.
+// Records one op: if grad mode is on and some input requires grad, makes a FunctionNode (set up
+// by `options`) with edges to the inputs, saves `to_save`, and makes it the grad_fn of each
+// output. Returns the node, or null when nothing was recorded.
 std::shared_ptr<FunctionNode> record(const char* name, const TensorList& inputs, const TensorList& outputs,
-            const TensorList& to_save, BackwardFn backward);
+            const TensorList& to_save, BackwardFn backward, const RecordOptions& options = {});
 
 // The same for braced lists, the form every op uses ({a, b}, {y}, {a, b}, lambda): no vector is
 // built, and when nothing is recorded (grad mode off, no input requiring grad) neither is the
@@ -147,11 +152,11 @@ std::shared_ptr<FunctionNode> record(const char* name, const TensorList& inputs,
 template <typename F>
 std::shared_ptr<FunctionNode> record(const char* name, std::initializer_list<Tensor> inputs,
                                      std::initializer_list<Tensor> outputs, std::initializer_list<Tensor> to_save,
-                                     F&& backward) {
+                                     F&& backward, const RecordOptions& options = {}) {
   const detail::TensorSpan in{inputs.begin(), inputs.size()};
   if (!detail::should_record(in)) return nullptr;
   return detail::record_node(name, in, {outputs.begin(), outputs.size()}, {to_save.begin(), to_save.size()},
-                             BackwardFn(std::forward<F>(backward)));
+                             BackwardFn(std::forward<F>(backward)), options);
 }
 
 namespace detail {

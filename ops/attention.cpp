@@ -15,6 +15,10 @@
 // bottom-right aligned position. check_qkv validates them and resolve_mask turns them into the
 // kernels' AttentionShape; the composite builds its mask from the same resolved shape, so the
 // reference and the fused op cannot disagree on which keys a query sees.
+//
+// The file follows the chain: the checks every level shares, then one section per level, each
+// ending with the function that records the next level's rule, then the composite with the
+// order-3 fallback, then the determinism switch.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -34,6 +38,9 @@
 #endif
 
 namespace gg {
+
+// ------------------------------------------------------- shared checks
+
 namespace {
 
 void check_window(const char* op, const std::optional<int64_t>& w, const char* name) {
@@ -149,73 +156,222 @@ void* checked_out(const char* op, const Tensor& t, const char* arg, const Shape&
   return t.raw_data();
 }
 
-AttentionForward composite_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o,
-                                   bool want_lse);
-
-// Order-3 fallback: the vector-Jacobian product of the composite BoB map
-//   (Q, K, V, dO, dL, Q̃, K̃, Ṽ) -> (gQ, gK, gV, gdO, gdL)
-// with cotangents `cots`, by nested gg::grad over attention_composite. Inputs that require grad
-// enter through detail::alias when the caller records (create_graph), so the result stays
-// connected to their history and higher orders keep working; otherwise through fresh leaves.
-TensorList bob_composite_vjp(const TensorList& inputs, const TensorList& cots, const AttentionOptions& o) {
-  const bool record_result = GradMode::is_enabled();
-  EnableGradGuard eg;
-  TensorList x(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!inputs[i].defined()) continue;
-    if (record_result && inputs[i].requires_grad()) {
-      x[i] = detail::alias(inputs[i]);
-    } else {
-      x[i] = inputs[i].detach();
-      x[i].requires_grad_(true);
-    }
-  }
-  // First level: dQ, dK, dV of the composite, as functions of x (dL: L's cotangent, if any).
-  const bool has_dL = x[4].defined();
-  AttentionForward f = composite_forward(x[0], x[1], x[2], o, has_dL);
-  TensorList outs0 = {f.O}, cots0 = {x[3]};
-  if (has_dL) {  // the fused L is f32 for 16-bit inputs, the composite's has q's dtype
-    outs0.push_back(f.L);
-    cots0.push_back(x[4].dtype() == f.L.dtype() ? x[4] : to(x[4], f.L.dtype()));
-  }
-  TensorList d = grad(outs0, {x[0], x[1], x[2]}, cots0, std::nullopt, /*create_graph=*/true);
-  // Second level: gradient of <Q̃, dQ> + <K̃, dK> + <Ṽ, dV> with respect to Q, K, V, dO, dL.
-  Tensor inner;
-  for (size_t t = 0; t < 3; ++t)
-    if (x[5 + t].defined()) inner = inner.defined() ? inner + sum(x[5 + t] * d[t]) : sum(x[5 + t] * d[t]);
-  TensorList result(inputs.size());
-  if (!inner.defined()) return result;  // no cotangent at all: BoB is identically zero
-  TensorList wrt2 = {x[0], x[1], x[2], x[3]};
-  if (has_dL) wrt2.push_back(x[4]);
-  TensorList g = grad({inner}, wrt2, {}, std::nullopt, /*create_graph=*/true, /*allow_unused=*/true);
-  // Third level: the requested vector-Jacobian product.
-  TensorList outs, outs_cots, wrt;
-  std::vector<size_t> wrt_index;
-  for (size_t j = 0; j < g.size(); ++j)
-    if (g[j].defined() && g[j].requires_grad()) {
-      outs.push_back(g[j]);
-      outs_cots.push_back(cots[j]);
-    }
-  for (size_t i = 0; i < x.size(); ++i)
-    if (x[i].defined()) {
-      wrt.push_back(x[i]);
-      wrt_index.push_back(i);
-    }
-  if (outs.empty()) return result;
-  TensorList r = grad(outs, wrt, outs_cots, std::nullopt, /*create_graph=*/record_result, /*allow_unused=*/true);
-  for (size_t j = 0; j < r.size(); ++j) result[wrt_index[j]] = r[j];
-  return result;
-}
-
 }  // namespace
 
+// ------------------------------------------------------- 1. forward: O, L
+
+namespace {
+void forward_into(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,
+                  const AttentionOptions& o) {
+  Checked c = check_qkv(op, q, k, v, o);
+  const auto& s = c.shape;
+  kernels::AttentionArgs a = args_for(c);
+  a.out0 = checked_out(op, O, "O", q.shape(), q.dtype(), q.device());
+  a.out1 = checked_out(op, L, "L", {s.B, s.H, s.N}, lse_dtype(q.dtype()), q.device());
+  dispatch::attention_fwd(a, q.device());
+}
+}  // namespace
+
+void attention_forward_out(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,
+                           const AttentionOptions& o) {
+  forward_into("attention_forward_out", q, k, v, O, L, o);
+}
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
+  return attention_forward(q, k, v, o).O;
+}
+
+AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
+  Tensor O, L;
+  if (q.defined() && q.dim() == 4) {  // otherwise forward_into names the bad argument
+    O = empty(q.shape(), q.dtype(), q.device());
+    L = empty({q.size(0), q.size(1), q.size(2)}, lse_dtype(q.dtype()), q.device());
+  }
+  forward_into("attention", q, k, v, O, L, o);
+  // Next level: attention_backward. A missing dO or dL arrives undefined; no dL: the plain backward.
+  record(
+      "attention_forward", {q, k, v}, {O, L}, {q, k, v, O, L},
+      [o](const BackwardArgs& g) -> TensorList {
+        const TensorList& sv = g.saved;  // Q, K, V, O, L; grads: dO, dL (either may be undefined)
+        const Tensor dO = g.grads[0].defined() ? g.grads[0] : zeros_like(sv[3]);
+        return attention_backward(sv[0], sv[1], sv[2], sv[3].detach(), sv[4].detach(), dO, o, g.grads[1]);
+      },
+      RecordOptions{/*materialize_grads=*/false});
+  return {O, L};
+}
+
+// ------------------------------------------------------- 2. backward: dQ, dK, dV
+
+namespace {
+// Runs the backward into dQ, dK, dV; returns O made contiguous (what the recorded node saves).
+Tensor backward_into(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O,
+                     const Tensor& L, const Tensor& dO, const Tensor& dL, const Tensor& dQ, const Tensor& dK,
+                     const Tensor& dV, const AttentionOptions& o) {
+  Checked c = check_qkv(op, q, k, v, o);
+  Tensor Oc = contiguous_like(op, O, q, "O"), dOc = contiguous_like(op, dO, q, "dO");
+  check_lse(op, c, q, L);
+  Tensor dLc = dL.defined() ? contiguous_like(op, dL, L, "dL") : Tensor();
+  kernels::AttentionArgs a = args_for(c);
+  a.O = Oc.raw_data();
+  a.L = L.raw_data();
+  a.dO = dOc.raw_data();
+  a.dL = data_or_null(dLc);
+  a.out0 = checked_out(op, dQ, "dQ", q.shape(), q.dtype(), q.device());
+  a.out1 = checked_out(op, dK, "dK", k.shape(), q.dtype(), q.device());
+  a.out2 = checked_out(op, dV, "dV", k.shape(), q.dtype(), q.device());
+  dispatch::attention_bwd(a, q.device());
+  return Oc;
+}
+}  // namespace
+
+void attention_backward_out(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,
+                            const Tensor& dO, const Tensor& dQ, const Tensor& dK, const Tensor& dV,
+                            const AttentionOptions& o, const Tensor& dL) {
+  backward_into("attention_backward_out", q, k, v, O, L, dO, dL, dQ, dK, dV, o);
+}
+
+TensorList attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,
+                              const Tensor& dO, const AttentionOptions& o, const Tensor& dL) {
+  const char* op = "attention_backward";
+  TensorList grads(3);
+  if (q.defined() && k.defined() && q.dim() == 4 && k.dim() == 4) {  // otherwise backward_into names the bad one
+    grads = {empty(q.shape(), q.dtype(), q.device()), empty(k.shape(), q.dtype(), q.device()),
+             empty(k.shape(), q.dtype(), q.device())};
+  }
+  const Tensor Oc = backward_into(op, q, k, v, O, L, dO, dL, grads[0], grads[1], grads[2], o);
+  // Next level: attention_backward_backward. A missing cotangent arrives undefined and skips its BoB terms.
+  record(
+      op, {q, k, v, dO, dL}, grads, {q, k, v, dO, Oc, L, dL},
+      [o](const BackwardArgs& g) -> TensorList {
+        const TensorList& sv = g.saved;  // Q, K, V, dO, O, L, dL; grads are the cotangents Q̃, K̃, Ṽ (maybe undefined)
+        return attention_backward_backward(sv[0], sv[1], sv[2], sv[4], sv[5], sv[3], g.grads[0], g.grads[1],
+                                           g.grads[2], o, sv[6]);
+      },
+      RecordOptions{/*materialize_grads=*/false});
+  return grads;
+}
+
+// ------------------------------------------------------- 3. backward-over-backward: gQ, gK, gV, gdO, gdL
+
+namespace {
+// The BoB's kernel arguments: its checked, contiguous inputs (kept alive in `keep`) and outputs.
+struct BobCall {
+  kernels::AttentionArgs a;
+  TensorList keep;
+};
+BobCall bob_call(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,
+                 const Tensor& dO, const Tensor& qt, const Tensor& kt, const Tensor& vt, const AttentionOptions& o,
+                 const Tensor& dL) {
+  Checked c = check_qkv(op, q, k, v, o);
+  check_lse(op, c, q, L);
+  BobCall b{args_for(c), {c.q, c.k, c.v, contiguous_like(op, O, q, "O"), contiguous_like(op, dO, q, "dO")}};
+  Tensor dLc = dL.defined() ? contiguous_like(op, dL, L, "dL") : Tensor();
+  Tensor qtc = qt.defined() ? contiguous_like(op, qt, q, "qt") : Tensor();
+  Tensor ktc = kt.defined() ? contiguous_like(op, kt, k, "kt") : Tensor();
+  Tensor vtc = vt.defined() ? contiguous_like(op, vt, k, "vt") : Tensor();
+  b.a.O = b.keep[3].raw_data();
+  b.a.L = L.raw_data();
+  b.a.dO = b.keep[4].raw_data();
+  b.a.dL = data_or_null(dLc);
+  b.a.Qt = data_or_null(qtc);
+  b.a.Kt = data_or_null(ktc);
+  b.a.Vt = data_or_null(vtc);
+  for (const Tensor& t : {dLc, qtc, ktc, vtc}) b.keep.push_back(t);
+  return b;
+}
+
+// Points the kernel at the caller's gQ, gK, gV, gdO and gdL (undefined: not wanted).
+void bob_into(const char* op, const Tensor& q, const Tensor& k, const Tensor& L, kernels::AttentionArgs& a,
+              const Tensor& gQ, const Tensor& gK, const Tensor& gV, const Tensor& gdO, const Tensor& gdL) {
+  a.out0 = checked_out(op, gQ, "gQ", q.shape(), q.dtype(), q.device());
+  a.out1 = checked_out(op, gK, "gK", k.shape(), q.dtype(), q.device());
+  a.out2 = checked_out(op, gV, "gV", k.shape(), q.dtype(), q.device());
+  a.out3 = checked_out(op, gdO, "gdO", q.shape(), q.dtype(), q.device());
+  a.out4 = gdL.defined() ? checked_out(op, gdL, "gdL", L.shape(), L.dtype(), q.device()) : nullptr;
+}
+
+// gQ, gK, gV, gdO, written by the kernel.
+TensorList bob_outputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& L, kernels::AttentionArgs& a) {
+  TensorList outs;
+  for (const Tensor* like : {&q, &k, &k, &q}) outs.push_back(empty(like->shape(), q.dtype(), q.device()));
+  bob_into(op, q, k, L, a, outs[0], outs[1], outs[2], outs[3], Tensor());
+  return outs;
+}
+
+// The rule attention_backward_backward records, defined in the next section with the composite
+// it differentiates; declared here because the level that records it comes first in the chain.
+TensorList bob_composite_vjp(const TensorList& inputs, const TensorList& cots, const AttentionOptions& o);
+}  // namespace
+
+void attention_backward_backward_out(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O,
+                                     const Tensor& L, const Tensor& dO, const Tensor& qt, const Tensor& kt,
+                                     const Tensor& vt, const Tensor& gQ, const Tensor& gK, const Tensor& gV,
+                                     const Tensor& gdO, const Tensor& gdL, const AttentionOptions& o,
+                                     const Tensor& dL) {
+  const char* op = "attention_backward_backward_out";
+  BobCall b = bob_call(op, q, k, v, O, L, dO, qt, kt, vt, o, dL);
+  bob_into(op, q, k, L, b.a, gQ, gK, gV, gdO, gdL);
+  dispatch::attention_bwd_bwd(b.a, q.device());
+}
+
+TensorList attention_bob_row_sums(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,
+                                  const Tensor& dO, const Tensor& qt, const Tensor& kt, const Tensor& vt,
+                                  const AttentionOptions& o) {
+  BobCall b = bob_call("attention_bob_row_sums", q, k, v, O, L, dO, qt, kt, vt, o, Tensor());
+  // the stage may write pass 1's outputs, grad_Q and grad_dO, as scratch (kernels/params.h)
+  const Tensor gq = empty(q.shape(), q.dtype(), q.device()), gdO = empty(q.shape(), q.dtype(), q.device());
+  b.a.out0 = gq.raw_data();
+  b.a.out3 = gdO.raw_data();
+  TensorList EF = {empty(L.shape(), L.dtype(), q.device()), empty(L.shape(), L.dtype(), q.device())};
+  b.a.stage = kernels::BobStage::kRowSums;
+  b.a.E = EF[0].raw_data();
+  b.a.F = EF[1].raw_data();
+  dispatch::attention_bwd_bwd(b.a, q.device());
+  return EF;
+}
+
+TensorList attention_bob_from_row_sums(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O,
+                                       const Tensor& L, const Tensor& dO, const Tensor& qt, const Tensor& kt,
+                                       const Tensor& vt, const Tensor& E, const Tensor& F, const AttentionOptions& o) {
+  const char* op = "attention_bob_from_row_sums";
+  BobCall b = bob_call(op, q, k, v, O, L, dO, qt, kt, vt, o, Tensor());
+  const Tensor Ec = contiguous_like(op, E, L, "E"), Fc = contiguous_like(op, F, L, "F");
+  TensorList outs = bob_outputs(op, q, k, L, b.a);
+  b.a.stage = kernels::BobStage::kFromRowSums;
+  b.a.E = Ec.raw_data();  // read only in this stage
+  b.a.F = Fc.raw_data();
+  dispatch::attention_bwd_bwd(b.a, q.device());
+  return outs;
+}
+
+TensorList attention_backward_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O,
+                                       const Tensor& L, const Tensor& dO, const Tensor& qt, const Tensor& kt,
+                                       const Tensor& vt, const AttentionOptions& o, const Tensor& dL) {
+  const char* op = "attention_backward_backward";
+  BobCall b = bob_call(op, q, k, v, O, L, dO, qt, kt, vt, o, dL);
+  TensorList outs;  // gQ, gK, gV, gdO, gdL
+  for (const Tensor* like : {&q, &k, &k, &q, &L}) outs.push_back(empty(like->shape(), like->dtype(), q.device()));
+  bob_into(op, q, k, L, b.a, outs[0], outs[1], outs[2], outs[3], outs[4]);
+  dispatch::attention_bwd_bwd(b.a, q.device());
+  // Next level: the composite fallback (order 3 and up).
+  record(op, {q, k, v, dO, dL, qt, kt, vt}, outs, {q, k, v, dO, dL, qt, kt, vt}, [o](const BackwardArgs& g) -> TensorList {
+    logging::warn_once("attention_order3",
+                   "gg::attention: third and higher derivatives fall back to differentiating attention_composite "
+                   "(exact, but O(N^2) memory)");
+    return bob_composite_vjp(g.saved, g.grads, o);
+  });
+  return outs;
+}
+
+// ------------------------------------------------------- 4. order 3 and up: the composite and its fallback
+
+namespace {
 // The reference: every step an ordinary differentiable op, N×N scores stored. Grouped heads
 // are expanded to one key/value head per query head (a view, then a copy by reshape); the mask
 // is the fused op's (resolve_mask), applied by where(). A row that sees no key would make the
 // softmax 0/0, so its scores become 0 instead of -inf and its O is set to 0 by where(): O = 0
 // and L = -inf there whatever the data, and with finite data every derivative of that row is an
 // exact zero.
-namespace {
 AttentionForward composite_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o,
                                    bool want_lse) {
   const char* op = "attention_composite";
@@ -285,6 +441,61 @@ AttentionForward composite_forward(const Tensor& q, const Tensor& k, const Tenso
   f.L = lse;
   return f;
 }
+
+// Order-3 fallback: the vector-Jacobian product of the composite BoB map
+//   (Q, K, V, dO, dL, Q̃, K̃, Ṽ) -> (gQ, gK, gV, gdO, gdL)
+// with cotangents `cots`, by nested gg::grad over attention_composite. Inputs that require grad
+// enter through detail::alias when the caller records (create_graph), so the result stays
+// connected to their history and higher orders keep working; otherwise through fresh leaves.
+TensorList bob_composite_vjp(const TensorList& inputs, const TensorList& cots, const AttentionOptions& o) {
+  const bool record_result = GradMode::is_enabled();
+  EnableGradGuard eg;
+  TensorList x(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined()) continue;
+    if (record_result && inputs[i].requires_grad()) {
+      x[i] = detail::alias(inputs[i]);
+    } else {
+      x[i] = inputs[i].detach();
+      x[i].requires_grad_(true);
+    }
+  }
+  // First level: dQ, dK, dV of the composite, as functions of x (dL: L's cotangent, if any).
+  const bool has_dL = x[4].defined();
+  AttentionForward f = composite_forward(x[0], x[1], x[2], o, has_dL);
+  TensorList outs0 = {f.O}, cots0 = {x[3]};
+  if (has_dL) {  // the fused L is f32 for 16-bit inputs, the composite's has q's dtype
+    outs0.push_back(f.L);
+    cots0.push_back(x[4].dtype() == f.L.dtype() ? x[4] : to(x[4], f.L.dtype()));
+  }
+  TensorList d = grad(outs0, {x[0], x[1], x[2]}, cots0, std::nullopt, /*create_graph=*/true);
+  // Second level: gradient of <Q̃, dQ> + <K̃, dK> + <Ṽ, dV> with respect to Q, K, V, dO, dL.
+  Tensor inner;
+  for (size_t t = 0; t < 3; ++t)
+    if (x[5 + t].defined()) inner = inner.defined() ? inner + sum(x[5 + t] * d[t]) : sum(x[5 + t] * d[t]);
+  TensorList result(inputs.size());
+  if (!inner.defined()) return result;  // no cotangent at all: BoB is identically zero
+  TensorList wrt2 = {x[0], x[1], x[2], x[3]};
+  if (has_dL) wrt2.push_back(x[4]);
+  TensorList g = grad({inner}, wrt2, {}, std::nullopt, /*create_graph=*/true, /*allow_unused=*/true);
+  // Third level: the requested vector-Jacobian product.
+  TensorList outs, outs_cots, wrt;
+  std::vector<size_t> wrt_index;
+  for (size_t j = 0; j < g.size(); ++j)
+    if (g[j].defined() && g[j].requires_grad()) {
+      outs.push_back(g[j]);
+      outs_cots.push_back(cots[j]);
+    }
+  for (size_t i = 0; i < x.size(); ++i)
+    if (x[i].defined()) {
+      wrt.push_back(x[i]);
+      wrt_index.push_back(i);
+    }
+  if (outs.empty()) return result;
+  TensorList r = grad(outs, wrt, outs_cots, std::nullopt, /*create_graph=*/record_result, /*allow_unused=*/true);
+  for (size_t j = 0; j < r.size(); ++j) result[wrt_index[j]] = r[j];
+  return result;
+}
 }  // namespace
 
 Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
@@ -294,194 +505,6 @@ Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, co
 AttentionForward attention_composite_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                              const AttentionOptions& o) {
   return composite_forward(q, k, v, o, true);
-}
-
-namespace {
-void forward_into(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,
-                  const AttentionOptions& o) {
-  Checked c = check_qkv(op, q, k, v, o);
-  const auto& s = c.shape;
-  kernels::AttentionArgs a = args_for(c);
-  a.out0 = checked_out(op, O, "O", q.shape(), q.dtype(), q.device());
-  a.out1 = checked_out(op, L, "L", {s.B, s.H, s.N}, lse_dtype(q.dtype()), q.device());
-  dispatch::attention_fwd(a, q.device());
-}
-}  // namespace
-
-void attention_forward_out(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,
-                           const AttentionOptions& o) {
-  forward_into("attention_forward_out", q, k, v, O, L, o);
-}
-
-AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
-  Tensor O, L;
-  if (q.defined() && q.dim() == 4) {  // otherwise forward_into names the bad argument
-    O = empty(q.shape(), q.dtype(), q.device());
-    L = empty({q.size(0), q.size(1), q.size(2)}, lse_dtype(q.dtype()), q.device());
-  }
-  forward_into("attention", q, k, v, O, L, o);
-  auto node = record("attention_forward", {q, k, v}, {O, L}, {q, k, v, O, L}, [o](const BackwardArgs& g) -> TensorList {
-    const TensorList& sv = g.saved;  // Q, K, V, O, L; grads: dO, dL (either may be undefined)
-    const Tensor dO = g.grads[0].defined() ? g.grads[0] : zeros_like(sv[3]);
-    return attention_backward(sv[0], sv[1], sv[2], sv[3].detach(), sv[4].detach(), dO, o, g.grads[1]);
-  });
-  if (node) node->materialize_grads = false;  // no dL: the plain backward
-  return {O, L};
-}
-
-Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
-  return attention_forward(q, k, v, o).O;
-}
-
-namespace {
-// Runs the backward into dQ, dK, dV; returns O made contiguous (what the recorded node saves).
-Tensor backward_into(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O,
-                     const Tensor& L, const Tensor& dO, const Tensor& dL, const Tensor& dQ, const Tensor& dK,
-                     const Tensor& dV, const AttentionOptions& o) {
-  Checked c = check_qkv(op, q, k, v, o);
-  Tensor Oc = contiguous_like(op, O, q, "O"), dOc = contiguous_like(op, dO, q, "dO");
-  check_lse(op, c, q, L);
-  Tensor dLc = dL.defined() ? contiguous_like(op, dL, L, "dL") : Tensor();
-  kernels::AttentionArgs a = args_for(c);
-  a.O = Oc.raw_data();
-  a.L = L.raw_data();
-  a.dO = dOc.raw_data();
-  a.dL = data_or_null(dLc);
-  a.out0 = checked_out(op, dQ, "dQ", q.shape(), q.dtype(), q.device());
-  a.out1 = checked_out(op, dK, "dK", k.shape(), q.dtype(), q.device());
-  a.out2 = checked_out(op, dV, "dV", k.shape(), q.dtype(), q.device());
-  dispatch::attention_bwd(a, q.device());
-  return Oc;
-}
-}  // namespace
-
-void attention_backward_out(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,
-                            const Tensor& dO, const Tensor& dQ, const Tensor& dK, const Tensor& dV,
-                            const AttentionOptions& o, const Tensor& dL) {
-  backward_into("attention_backward_out", q, k, v, O, L, dO, dL, dQ, dK, dV, o);
-}
-
-TensorList attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,
-                              const Tensor& dO, const AttentionOptions& o, const Tensor& dL) {
-  const char* op = "attention_backward";
-  TensorList grads(3);
-  if (q.defined() && k.defined() && q.dim() == 4 && k.dim() == 4) {  // otherwise backward_into names the bad one
-    grads = {empty(q.shape(), q.dtype(), q.device()), empty(k.shape(), q.dtype(), q.device()),
-             empty(k.shape(), q.dtype(), q.device())};
-  }
-  const Tensor Oc = backward_into(op, q, k, v, O, L, dO, dL, grads[0], grads[1], grads[2], o);
-  auto node = record(op, {q, k, v, dO, dL}, grads, {q, k, v, dO, Oc, L, dL}, [o](const BackwardArgs& g) -> TensorList {
-    const TensorList& sv = g.saved;  // Q, K, V, dO, O, L, dL; grads are the cotangents Q̃, K̃, Ṽ (maybe undefined)
-    return attention_backward_backward(sv[0], sv[1], sv[2], sv[4], sv[5], sv[3], g.grads[0], g.grads[1], g.grads[2],
-                                       o, sv[6]);
-  });
-  if (node) node->materialize_grads = false;  // an absent cotangent skips its BoB terms
-  return grads;
-}
-
-namespace {
-// The BoB's kernel arguments: its checked, contiguous inputs (kept alive in `keep`) and outputs.
-struct BobCall {
-  kernels::AttentionArgs a;
-  TensorList keep;
-};
-BobCall bob_call(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,
-                 const Tensor& dO, const Tensor& qt, const Tensor& kt, const Tensor& vt, const AttentionOptions& o,
-                 const Tensor& dL) {
-  Checked c = check_qkv(op, q, k, v, o);
-  check_lse(op, c, q, L);
-  BobCall b{args_for(c), {c.q, c.k, c.v, contiguous_like(op, O, q, "O"), contiguous_like(op, dO, q, "dO")}};
-  Tensor dLc = dL.defined() ? contiguous_like(op, dL, L, "dL") : Tensor();
-  Tensor qtc = qt.defined() ? contiguous_like(op, qt, q, "qt") : Tensor();
-  Tensor ktc = kt.defined() ? contiguous_like(op, kt, k, "kt") : Tensor();
-  Tensor vtc = vt.defined() ? contiguous_like(op, vt, k, "vt") : Tensor();
-  b.a.O = b.keep[3].raw_data();
-  b.a.L = L.raw_data();
-  b.a.dO = b.keep[4].raw_data();
-  b.a.dL = data_or_null(dLc);
-  b.a.Qt = data_or_null(qtc);
-  b.a.Kt = data_or_null(ktc);
-  b.a.Vt = data_or_null(vtc);
-  for (const Tensor& t : {dLc, qtc, ktc, vtc}) b.keep.push_back(t);
-  return b;
-}
-
-// Points the kernel at the caller's gQ, gK, gV, gdO and gdL (undefined: not wanted).
-void bob_into(const char* op, const Tensor& q, const Tensor& k, const Tensor& L, kernels::AttentionArgs& a,
-              const Tensor& gQ, const Tensor& gK, const Tensor& gV, const Tensor& gdO, const Tensor& gdL) {
-  a.out0 = checked_out(op, gQ, "gQ", q.shape(), q.dtype(), q.device());
-  a.out1 = checked_out(op, gK, "gK", k.shape(), q.dtype(), q.device());
-  a.out2 = checked_out(op, gV, "gV", k.shape(), q.dtype(), q.device());
-  a.out3 = checked_out(op, gdO, "gdO", q.shape(), q.dtype(), q.device());
-  a.out4 = gdL.defined() ? checked_out(op, gdL, "gdL", L.shape(), L.dtype(), q.device()) : nullptr;
-}
-
-// gQ, gK, gV, gdO, written by the kernel.
-TensorList bob_outputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& L, kernels::AttentionArgs& a) {
-  TensorList outs;
-  for (const Tensor* like : {&q, &k, &k, &q}) outs.push_back(empty(like->shape(), q.dtype(), q.device()));
-  bob_into(op, q, k, L, a, outs[0], outs[1], outs[2], outs[3], Tensor());
-  return outs;
-}
-}  // namespace
-
-void attention_backward_backward_out(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O,
-                                     const Tensor& L, const Tensor& dO, const Tensor& qt, const Tensor& kt,
-                                     const Tensor& vt, const Tensor& gQ, const Tensor& gK, const Tensor& gV,
-                                     const Tensor& gdO, const Tensor& gdL, const AttentionOptions& o,
-                                     const Tensor& dL) {
-  const char* op = "attention_backward_backward_out";
-  BobCall b = bob_call(op, q, k, v, O, L, dO, qt, kt, vt, o, dL);
-  bob_into(op, q, k, L, b.a, gQ, gK, gV, gdO, gdL);
-  dispatch::attention_bwd_bwd(b.a, q.device());
-}
-
-TensorList attention_backward_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O,
-                                       const Tensor& L, const Tensor& dO, const Tensor& qt, const Tensor& kt,
-                                       const Tensor& vt, const AttentionOptions& o, const Tensor& dL) {
-  const char* op = "attention_backward_backward";
-  BobCall b = bob_call(op, q, k, v, O, L, dO, qt, kt, vt, o, dL);
-  TensorList outs;  // gQ, gK, gV, gdO, gdL
-  for (const Tensor* like : {&q, &k, &k, &q, &L}) outs.push_back(empty(like->shape(), like->dtype(), q.device()));
-  bob_into(op, q, k, L, b.a, outs[0], outs[1], outs[2], outs[3], outs[4]);
-  dispatch::attention_bwd_bwd(b.a, q.device());
-  record(op, {q, k, v, dO, dL, qt, kt, vt}, outs, {q, k, v, dO, dL, qt, kt, vt}, [o](const BackwardArgs& g) -> TensorList {
-    logging::warn_once("attention_order3",
-                   "gg::attention: third and higher derivatives fall back to differentiating attention_composite "
-                   "(exact, but O(N^2) memory)");
-    return bob_composite_vjp(g.saved, g.grads, o);
-  });
-  return outs;
-}
-
-TensorList attention_bob_row_sums(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,
-                                  const Tensor& dO, const Tensor& qt, const Tensor& kt, const Tensor& vt,
-                                  const AttentionOptions& o) {
-  BobCall b = bob_call("attention_bob_row_sums", q, k, v, O, L, dO, qt, kt, vt, o, Tensor());
-  // the stage may write pass 1's outputs, grad_Q and grad_dO, as scratch (kernels/params.h)
-  const Tensor gq = empty(q.shape(), q.dtype(), q.device()), gdO = empty(q.shape(), q.dtype(), q.device());
-  b.a.out0 = gq.raw_data();
-  b.a.out3 = gdO.raw_data();
-  TensorList EF = {empty(L.shape(), L.dtype(), q.device()), empty(L.shape(), L.dtype(), q.device())};
-  b.a.stage = kernels::BobStage::kRowSums;
-  b.a.E = EF[0].raw_data();
-  b.a.F = EF[1].raw_data();
-  dispatch::attention_bwd_bwd(b.a, q.device());
-  return EF;
-}
-
-TensorList attention_bob_from_row_sums(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O,
-                                       const Tensor& L, const Tensor& dO, const Tensor& qt, const Tensor& kt,
-                                       const Tensor& vt, const Tensor& E, const Tensor& F, const AttentionOptions& o) {
-  const char* op = "attention_bob_from_row_sums";
-  BobCall b = bob_call(op, q, k, v, O, L, dO, qt, kt, vt, o, Tensor());
-  const Tensor Ec = contiguous_like(op, E, L, "E"), Fc = contiguous_like(op, F, L, "F");
-  TensorList outs = bob_outputs(op, q, k, L, b.a);
-  b.a.stage = kernels::BobStage::kFromRowSums;
-  b.a.E = Ec.raw_data();  // read only in this stage
-  b.a.F = Fc.raw_data();
-  dispatch::attention_bwd_bwd(b.a, q.device());
-  return outs;
 }
 
 // ------------------------------------------------------- determinism switch
