@@ -257,9 +257,9 @@ def scan(root=ROOT):
                 first = text[spans[0][0]:spans[0][1]].strip()
                 if re.match(r"const\s+char\s*\*", first):
                     continue  # the declaration and definition of record itself
-                if len(spans) != 5:
+                if len(spans) not in (5, 6):  # the sixth, when present, is the RecordOptions
                     raise IndexError_(f"{rel}:{text.count(chr(10), 0, m.start()) + 1}: record(...) with "
-                                      f"{len(spans)} arguments, expected 5")
+                                      f"{len(spans)} arguments, expected 5 or 6")
                 funcs = funcs if funcs is not None else functions(code)
                 func = enclosing(funcs, m.start())
                 line = text.count("\n", 0, m.start()) + 1
