@@ -57,7 +57,7 @@
 
 #include "bench/median.h"
 #include "gradgrad.h"
-#include "kernels/cuda/kernels.h"
+#include "kernels/cuda/attention/testing.h"
 #include "kernels/params.h"
 
 using namespace gg;

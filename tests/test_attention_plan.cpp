@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/attention/mask.h"
 #include "kernels/cuda/attention/plan.h"
 
 namespace gg::test {

@@ -34,6 +34,7 @@
 //            adding its part of dQ into an f32 buffer (in a fixed order, or atomically with
 //            set_attention_deterministic(false); below, FusedDqPart).
 // Non-causal sm_90a key sweeps split their last partial wave (TailSplitRun).
+#include "kernels/cuda/attention/mask.h"
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/attention_hopper.cuh"

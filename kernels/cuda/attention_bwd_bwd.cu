@@ -50,6 +50,7 @@
 // D and P·Vt (one product fewer in pass 1). At d = 64 with all three cotangents, the fused BoB
 // instead: pass 0 (also dS·Kt), then one key sweep for all four outputs, grad_Q and grad_dO added
 // into f32 buffers (in a fixed order, or atomically with set_attention_deterministic(false)).
+#include "kernels/cuda/attention/mask.h"
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_hopper.cuh"
 #include "kernels/cuda/attention_sweeps.cuh"

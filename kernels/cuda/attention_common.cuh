@@ -31,6 +31,7 @@
 #include "core/cuda_check.cuh"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
+#include "kernels/cuda/attention/mask.h"
 #include "kernels/cuda/attention_traits.cuh"
 #include "kernels/cuda/kernels.h"
 #include "kernels/params.h"
@@ -131,8 +132,9 @@ struct Params {
   const Acc* dL;  // (BH, N) cotangent of L or nullptr: D holds D - dL (docs/attention.md); last, so
                   // that adding it left the other fields' offsets, and the kernels' code, as they were
 
-  // The mask (kernels.h MaskBand, AttentionShape::first_key / last_key on 32-bit indices): query
-  // i sees keys [key_lo(i), key_hi(i)), key j is seen by queries [query_lo(j), query_hi(j)).
+  // The mask (attention/mask.h MaskBand, AttentionShape::first_key / last_key on 32-bit
+  // indices): query i sees keys [key_lo(i), key_hi(i)), key j is seen by queries
+  // [query_lo(j), query_hi(j)).
   __host__ __device__ int right() const { return causal ? 0 : wr; }
   __host__ __device__ MaskBand mask() const { return {N, Nk, wl, right()}; }
   __host__ __device__ int key_lo(int i) const { return mask().key_lo(i); }
@@ -266,7 +268,7 @@ constexpr bool is_half_type() {
 
 // The same for 16-bit T and d = 8·kLanes (32, 64, 128): kLanes lanes per row, one 16-byte load of
 // each operand per lane, 256 / kLanes rows per block (the kernel above, one warp per row and 2-byte
-// loads, reached 1.4 TB/s on the H200; docs/kernels.md).
+// loads, is slower: docs/kernels.md §2, Backward).
 template <typename T, int kLanes>
 __global__ void __launch_bounds__(256) row_dot_vec_kernel(const T* __restrict__ a, const T* __restrict__ b,
                                                           float* __restrict__ out, const float* __restrict__ sub,

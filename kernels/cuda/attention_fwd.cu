@@ -44,6 +44,7 @@
 #include <atomic>
 
 #include "kernels/cuda/attention/plan.h"
+#include "kernels/cuda/attention/testing.h"
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/attention_hopper.cuh"

@@ -19,7 +19,9 @@
 // tail split (TailSplitRun), the ordered additions of the fused sweeps, and the block bodies
 // (query_sweep_ws_block, key_sweep_ws_block) around a row loop.
 #pragma once
+#include "kernels/cuda/attention/mask.h"
 #include "kernels/cuda/attention/plan.h"
+#include "kernels/cuda/attention/testing.h"
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_hopper.cuh"
 #include "kernels/cuda/kernels.h"
@@ -295,8 +297,8 @@ SweepMaps make_sweep_maps(const Params<T>& p, int d, int query_rows, int key_row
 //     is member g0 + r % gp of tile q_begin + nb - 1 - r / gp, r = s - lo, for the gp members
 //     from g0 of its piece. Every block then reaches a tile of the sequence's end at the same
 //     step, so the fused sweeps' ordered additions (block 0 first) do not wait on a block that
-//     is further behind; launched the other way round, the longest blocks ran last, alone (Hkv 1,
-//     N 64K, causal: the key sweeps 1.5x the dense ones).
+//     is further behind; launched the other way round, the longest blocks ran last, alone
+//     (docs/kernels.md §1).
 // The divisions are multiply-highs (DivBy).
 struct KeyBand {
   int q_begin, nb, steps;
@@ -656,8 +658,9 @@ __device__ __forceinline__ void order_additions(Counter&& counter, Position&& po
 }
 
 // The ordered additions' position of key block blk (of per_head) for query tile t of its band
-// (kernels.h: band_add_position) among the adders of its segment (plan.h: ordered_add_segments):
-// the adders of a tile are consecutive blocks, so each segment's are every S-th of them, in order.
+// (attention/mask.h: band_add_position) among the adders of its segment (plan.h:
+// ordered_add_segments): the adders of a tile are consecutive blocks, so each segment's are every
+// S-th of them, in order.
 template <int kBN, typename T>
 __device__ __forceinline__ int band_position(const Params<T>& p, int blk, int per_head, int t) {
   return band_add_position(blk, per_head, t, kBN, p.right() >= 0, p.wl, p.Nk - p.N) >> p.add_segments_log2;
@@ -756,9 +759,9 @@ __device__ __forceinline__ SweepUnit sweep_unit(int N, bool causal) {
 // The split unit (counted from ts.whole) and piece that block b >= 0 of a kOpts key sweep runs.
 // A last-wave split (ts.whole > 0: every unit sweeps the same steps) goes piece by piece, so that
 // the blocks running at once sweep the same steps of their units and share those query rows in
-// L2; unit by unit, the pieces running at once covered every query head of a grouped unit (at
-// Hkv = 1, N = 64K: 10x the DRAM reads of Hkv = 16 in the BoB's key sweep). A group split (whole
-// = 0, longest first) goes unit by unit.
+// L2; unit by unit, the pieces running at once covered every query head of a grouped unit, which
+// multiplied the DRAM reads (docs/kernels.md §6). A group split (whole = 0, longest first) goes
+// unit by unit.
 struct SplitPiece {
   int unit, piece;
 };
@@ -920,7 +923,7 @@ __global__ void __launch_bounds__(256) rows_from_scratch_kernel(const float* scr
     *reinterpret_cast<uint32_t*>(out + 2 * (q * 16 + t)) = Elem<T>::pack(scale * v[q].x, scale * v[q].y);
 }
 
-// The SM count a tail split is planned for: the device's, or the tests' (kernels.h,
+// The SM count a tail split is planned for: the device's, or the tests' (attention/testing.h,
 // testing::ScopedTailSplitSms).
 inline int tail_split_sms() {
   const int sms = testing::tail_split_sms_override();

@@ -20,11 +20,11 @@
 //            mask) and the GPU reference of the tests: scalar FMA in Acc (double for f64,
 //            float otherwise).
 //
-// Tests may force kSm80 or kGeneric (kernels.h, testing::ScopedAttentionPath).
+// Tests may force kSm80 or kGeneric (attention/testing.h, testing::ScopedAttentionPath).
 #pragma once
 #include <cstdint>
 
-#include "kernels/cuda/kernels.h"
+#include "kernels/cuda/attention/testing.h"
 #include "kernels/params.h"
 
 namespace gg::kernels::cuda::attn {

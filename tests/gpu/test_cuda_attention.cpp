@@ -56,7 +56,9 @@
 
 #include "../test_util.h"
 #include "gpu_util.h"
+#include "kernels/cuda/attention/mask.h"
 #include "kernels/cuda/attention/plan.h"
+#include "kernels/cuda/attention/testing.h"
 #include "kernels/cuda/kernels.h"
 #include "ops/ops.h"
 
@@ -65,7 +67,7 @@ namespace {
 
 const Device kGpu = Device::cuda(0);
 
-// Which kernels run (kernels.h, testing::ScopedAttentionPath): kSm80 forces the mma.sync kernels
+// Which kernels run (attention/testing.h, ScopedAttentionPath): kSm80 forces the mma.sync kernels
 // wherever they apply, kGeneric the generic ones; the tail split planned for a pretended SM count.
 using kernels::cuda::testing::AttentionPath;
 using PathMode = kernels::cuda::testing::ScopedAttentionPath;
@@ -833,7 +835,7 @@ TEST(CudaAttention, HopperFusedBob) {
         }
 }
 
-// The order of the fused sweeps' ordered additions (kernels.h: ordered_add_position), no GPU
+// The order of the fused sweeps' ordered additions (attention/mask.h: ordered_add_position), no GPU
 // needed: for every buffer tile, the key units that add a part to it (all of a head's, or, causal,
 // those whose first query tile, as sweep_unit starts it, is at or before the tile) take the
 // positions 0, 1, ... in the order they are launched in (blk from per_head - 1 down to 0): each
@@ -858,8 +860,8 @@ TEST(CudaAttention, OrderedAddPositions) {
       }
 }
 
-// The same under general masks (kernels.h: band_add_position), no GPU needed: key block b's band
-// of query tiles is formed here from the mask's definition (query i sees key j when
+// The same under general masks (attention/mask.h: band_add_position), no GPU needed: key block
+// b's band of query tiles is formed here from the mask's definition (query i sees key j when
 // i' - window_left <= j <= i' + right, i' = i + Nk - Nq; a band that no query reaches is the one
 // tile where its first query would be, as key_band makes it); for every tile, the blocks whose
 // band holds it take the positions 0, 1, ... in launch order (from block 0 under a right bound,
@@ -1017,7 +1019,7 @@ TEST(CudaAttention, HopperFusedTailSplit) {
     }
 }
 
-// The sm_90a forward with its last wave split (kernels.h, testing::ScopedTailSplitSms): B = 2,
+// The sm_90a forward with its last wave split (attention/testing.h, ScopedTailSplitSms): B = 2,
 // H = 3, N = 4000 are 126 units of 192 rows at d = 64 (three consumers) and 192 of 128 at d = 128,
 // planned for 25 and 30 SMs: 1 and 12 units of the last wave each swept as two pieces of 16 key
 // tiles, merged by fwd_merge_kernel (the plan is asserted; the forward plans pieces of at least 16

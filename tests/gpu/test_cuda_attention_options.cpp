@@ -43,7 +43,7 @@
 #include "../test_util.h"
 #include "gpu_util.h"
 #include "kernels/cuda/attention/plan.h"
-#include "kernels/cuda/kernels.h"
+#include "kernels/cuda/attention/testing.h"
 
 namespace gg::test {
 namespace {
@@ -179,8 +179,8 @@ void expect_family_within(const std::vector<Values>& fused_f, const std::vector<
   }
 }
 
-// Every level of `in` in bf16 with the kernels' plans made for `sms` SMs (kernels.h,
-// testing::ScopedTailSplitSms) against the same with the plans for `base_sms`: two runs bitwise
+// Every level of `in` in bf16 with the kernels' plans made for `sms` SMs (attention/testing.h,
+// ScopedTailSplitSms) against the same with the plans for `base_sms`: two runs bitwise
 // equal in the backward and the BoB (pieces and segments are summed in a fixed order), and each
 // output within twice the base run's error against the f64 reference. Returns the base run.
 Levels expect_plan_within_base(const OptInputs& in, const AttentionOptions& o, const Levels& ref, int base_sms,
@@ -359,7 +359,7 @@ TEST(CudaAttentionOptionsEdges, LogSumExpCotangent) {
   }
 }
 
-// The key sweeps of grouped heads split into pieces (kernels.h, testing::ScopedTailSplitSms):
+// The key sweeps of grouped heads split into pieces (attention/testing.h, ScopedTailSplitSms):
 // B = 2, Hkv = 2, Nk = 1000 are 32 units of 128 keys, planned for 20 SMs (the plans are asserted),
 // with Hq = 8 and Nq = 1000 or 700. Full masks (every unit sweeps the same steps): the last wave
 // split; causal and windowed (units of different lengths): every unit in 2 pieces of two query
@@ -462,8 +462,8 @@ TEST(CudaAttentionOptionsEdges, Deterministic) {
 
 // The sm_90a forward under windows bounded on both sides runs persistent blocks (one per SM, each
 // taking units in turn: its ring of K and V stages and its Q buffer carry over from unit to unit).
-// Planned for 5 SMs (kernels.h, testing::ScopedTailSplitSms) each block takes about ten units; O and
-// L must be bitwise equal to the launch of one block per unit, rows that see no key O = 0 and
+// Planned for 5 SMs (attention/testing.h, ScopedTailSplitSms) each block takes about ten units; O
+// and L must be bitwise equal to the launch of one block per unit, rows that see no key O = 0 and
 // L = -inf. d = 64 (three consumers, each taking only the tiles its rows see) and d = 128 (two in
 // turns), bf16, grouped heads, Nq = Nk and both orders of Nq != Nk.
 TEST(CudaAttentionOptionsEdges, PersistentWindowForward) {

@@ -6,7 +6,7 @@
 #pragma once
 #include <cstdint>
 
-#include "kernels/cuda/kernels.h"
+#include "kernels/cuda/attention/mask.h"
 
 namespace gg::kernels::cuda {
 
