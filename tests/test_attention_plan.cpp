@@ -1,5 +1,6 @@
-// The CUDA attention kernels' launch plans (kernels/cuda/attention/plan.h): plain arithmetic on
-// the shape and the SM count, built and tested with or without the CUDA backend.
+// The CUDA attention kernels' launch plans (kernels/cuda/attention/plan.h) and mask arithmetic
+// (attention/mask.h): plain arithmetic on the shape and the SM count, built and tested with or
+// without the CUDA backend.
 //
 //   TailSplit            plan_tail_split: the split of the key sweeps' and the forward's last
 //                        wave for known shapes; no split where it must not; the plan's invariants.
@@ -8,11 +9,14 @@
 //   GroupSplit           plan_group_split and longest_key_unit_share: known shapes, the rule over
 //                        a grid of shapes, degenerate arguments.
 //   KeyBlockBand         key_block_band (the key sweeps' bands) against the mask's definition.
+//   AttentionMask.*      the mask arithmetic of attention/mask.h: the positions of the ordered
+//                        additions (full, causal, general masks), DivBy, MaskBand.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/attention/mask.h"
@@ -265,6 +269,140 @@ TEST(AttentionPlan, KeyBlockBand) {
       }
     }
   EXPECT_GT(empty, 0);  // blocks that no query sees were checked too
+}
+
+// The order of the fused sweeps' ordered additions (attention/mask.h: ordered_add_position): for
+// every buffer tile, the key units that add a part to it (all of a head's, or, causal, those
+// whose first query tile, as sweep_unit starts it, is at or before the tile) take the
+// positions 0, 1, ... in the order they are launched in (blk from per_head - 1 down to 0): each
+// waits only for units launched before it, and no two share a position.
+TEST(AttentionMask, OrderedAddPositions) {
+  using kernels::cuda::ordered_add_position;
+  for (int N : {1, 77, 128, 333, 1000, 4096})
+    for (int tile_rows : {32, 64})
+      for (bool causal : {false, true}) {
+        const int per_head = (N + 127) / 128, tiles = (N + tile_rows - 1) / tile_rows;
+        for (int t = 0; t < tiles; ++t) {
+          int next = 0;
+          for (int blk = per_head - 1; blk >= 0; --blk) {  // launch order within the head
+            const int first_tile = causal ? blk * 128 / tile_rows : 0;
+            if (first_tile > t) continue;  // the unit's sweep starts after tile t
+            EXPECT_EQ(ordered_add_position(blk, per_head, t, tile_rows, causal), next)
+                << "N=" << N << " tile_rows=" << tile_rows << " causal=" << causal << " t=" << t << " blk=" << blk;
+            ++next;
+          }
+          EXPECT_GT(next, 0) << "N=" << N << " t=" << t << ": no unit reaches the tile";
+        }
+      }
+}
+
+// The same under general masks (attention/mask.h: band_add_position): key block b's band of
+// query tiles is formed here from the mask's definition (query i sees key j when
+// i' - window_left <= j <= i' + right, i' = i + Nk - Nq; a band that no query reaches is the one
+// tile where its first query would be, as key_band makes it); for every tile, the blocks whose
+// band holds it take the positions 0, 1, ... in launch order (from block 0 under a right bound,
+// from the last block otherwise). In segments (plan.h: ordered_add_segments, S = 2, 4, 8): the
+// blocks of segment b mod S take the positions 0, 1, ... among themselves, in the same order
+// (band_add_position(...) >> log2 S, as the sweeps' band_position forms it).
+TEST(AttentionMask, BandAddPositions) {
+  using kernels::cuda::band_add_position;
+  struct Mask {
+    int nq, nk, wl, wr;  // -1: unbounded
+    bool causal;
+  };
+  const std::vector<Mask> masks = {
+      {300, 300, -1, -1, false}, {300, 300, -1, -1, true},  {200, 1000, -1, -1, true}, {1000, 200, -1, -1, true},
+      {700, 700, 300, -1, true}, {500, 900, 40, 10, false}, {640, 640, 0, 0, false},   {900, 500, -1, 30, false},
+      {129, 1000, 5, -1, true},  {1000, 129, 0, 0, false}, {300, 1500, 100, -1, true}, {200, 2000, 40, 0, false},
+      {1000, 300, 64, -1, true}};
+  for (const Mask& m : masks)
+    for (int tile_rows : {32, 64}) {
+      const int right = m.causal ? 0 : m.wr;  // -1: none
+      const int shift = m.nk - m.nq, per_head = (m.nk + 127) / 128, tiles = (m.nq + tile_rows - 1) / tile_rows;
+      auto sees = [&](int i, int j) {
+        const int a = i + shift;
+        return (m.wl < 0 || j >= a - m.wl) && (right < 0 || j <= a + right);
+      };
+      std::vector<int> first(per_head), end(per_head);  // band [first, end) of each block
+      for (int b = 0; b < per_head; ++b) {
+        int lo = -1, hi = -1;
+        for (int i = 0; i < m.nq; ++i)
+          for (int j = 128 * b; j < std::min(128 * b + 128, m.nk); ++j)
+            if (sees(i, j)) {
+              if (lo < 0) lo = i;
+              hi = i;
+              break;
+            }
+        const int query_lo = right < 0 ? 0 : std::max(0, 128 * b - shift - right);
+        first[b] = (lo < 0 ? query_lo : lo) / tile_rows;
+        end[b] = lo < 0 ? first[b] + 1 : hi / tile_rows + 1;
+      }
+      for (int log2s = 0; log2s <= 3; ++log2s) {
+        const int segments = 1 << log2s;
+        int checked = 0;
+        for (int t = 0; t < tiles; ++t) {
+          std::vector<int> next(segments, 0);
+          for (int k = 0; k < per_head; ++k) {  // launch order within the head (KeyBand)
+            const int blk = right >= 0 ? k : per_head - 1 - k;
+            if (t < first[blk] || t >= end[blk]) continue;
+            int& n = next[blk % segments];
+            EXPECT_EQ(band_add_position(blk, per_head, t, tile_rows, right >= 0, m.wl, shift) >> log2s, n)
+                << "Nq=" << m.nq << " Nk=" << m.nk << " wl=" << m.wl << " wr=" << m.wr << " causal=" << m.causal
+                << " tile_rows=" << tile_rows << " segments=" << segments << " t=" << t << " blk=" << blk;
+            ++n;
+          }
+          for (int n : next) checked += n;
+        }
+        EXPECT_GE(checked, per_head) << "Nq=" << m.nq << " Nk=" << m.nk << ": every block adds somewhere";
+      }
+    }
+}
+
+// DivBy (the key sweeps' steps into query head and tile) against integer division.
+TEST(AttentionMask, DivByMatchesDivision) {
+  using kernels::cuda::DivBy;
+  std::vector<uint32_t> ns = {0, 1, 2, 3, 127, 128, 129, 4095, 65535, 65536, 1u << 20, (1u << 31) - 1};
+  for (uint32_t n = 0; n < 5000; ++n) ns.push_back(n * 7919u % 100003u);
+  for (uint32_t d : {1u, 2u, 3u, 5u, 7u, 31u, 32u, 33u, 100u, 127u, 128u, 129u, 1000u, 4097u, 65537u, 1u << 20}) {
+    const DivBy by(d);
+    for (uint32_t n : ns) ASSERT_EQ(by.div(n), n / d) << n << " / " << d;
+  }
+}
+
+// MaskBand against the mask's definition (query i sees key j when
+// i' - window_left <= j <= i' + right, i' = i + Nk - Nq, 0 <= i < Nq, 0 <= j < Nk): sees, the
+// Range of every row (keys_of) and of every key (queries_of), and the four bounds, for rows and keys
+// up to two past the matrix, with bounds absent, zero, inside and past either side.
+TEST(AttentionMask, MaskBandMatchesDefinition) {
+  using kernels::cuda::MaskBand;
+  std::vector<MaskBand> masks;  // {nq, nk, wl, right}
+  for (auto [nq, nk] : {std::pair{37, 37}, {20, 53}, {53, 20}, {1, 9}, {9, 1}})
+    for (int wl : {-1, 0, 1, 5, 36, 52})
+      for (int right : {-1, 0, 3, 19}) masks.push_back({nq, nk, wl, right});
+  int seen = 0, hidden = 0;
+  for (const MaskBand& m : masks) {
+    const std::string at = "Nq=" + std::to_string(m.nq) + " Nk=" + std::to_string(m.nk) +
+                           " wl=" + std::to_string(m.wl) + " right=" + std::to_string(m.right);
+    auto want = [&](int i, int j) {
+      const int a = i + m.nk - m.nq;
+      return i >= 0 && i < m.nq && j >= 0 && j < m.nk && (m.wl < 0 || j >= a - m.wl) &&
+             (m.right < 0 || j <= a + m.right);
+    };
+    for (int i = 0; i < m.nq + 2; ++i)
+      for (int j = 0; j < m.nk + 2; ++j) {
+        const bool w = want(i, j);
+        ASSERT_EQ(m.sees(i, j), w) << at << " i=" << i << " j=" << j;
+        ASSERT_EQ(m.keys_of(i).holds(j), w) << at << " i=" << i << " j=" << j;
+        ASSERT_EQ(m.queries_of(j).holds(i), w) << at << " i=" << i << " j=" << j;
+        if (i < m.nq && j < m.nk) {  // the bounds, where the row and the key exist
+          ASSERT_EQ(j >= m.key_lo(i) && j < m.key_hi(i), w) << at << " i=" << i << " j=" << j;
+          ASSERT_EQ(i >= m.query_lo(j) && i < m.query_hi(j), w) << at << " i=" << i << " j=" << j;
+        }
+        (w ? seen : hidden) += 1;
+      }
+  }
+  EXPECT_GT(seen, 1000);
+  EXPECT_GT(hidden, 1000);
 }
 
 }  // namespace
