@@ -386,6 +386,7 @@ AttentionForward composite_forward(const Tensor& q, const Tensor& k, const Tenso
   GG_CHECK(k.size(-2) == v.size(-2), ShapeError, "gg::attention_composite: k and v need the same length, got ",
            shape_str(k.shape()), " and ", shape_str(v.shape()));
   const double scale = o.scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(-1))));
+  GG_CHECK(std::isfinite(scale), ValueError, "gg::attention_composite: scale must be finite, got ", scale);
   const int64_t nq = q.size(-2), nk = k.size(-2);
   Tensor kk = k, vv = v;
   if (q.dim() == 4 && k.size(1) != q.size(1)) {  // grouped-query heads (B, Hkv, Nk, d)

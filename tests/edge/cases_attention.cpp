@@ -102,6 +102,8 @@ CASE("attention/i64 inputs") {
 CASE("attention/dtype mismatch") { THROWS(DTypeError, "gg::attention: dtypes differ", attention(qkv(), ones({1, 1, 3, 2}), qkv())); }
 CASE("attention/head dim 0 gives an infinite default scale") { THROWS(ValueError, "gg::attention: scale must be finite, got inf", attention(qkv({1, 1, 3, 0}), qkv({1, 1, 3, 0}), qkv({1, 1, 3, 0}))); }
 CASE("attention/NaN scale") { THROWS(ValueError, "gg::attention: scale must be finite, got nan", attention(qkv(), qkv(), qkv(), {std::numeric_limits<double>::quiet_NaN(), false})); }
+CASE("attention_composite/head dim 0 gives an infinite default scale") { THROWS(ValueError, "gg::attention_composite: scale must be finite, got inf", attention_composite(qkv({1, 1, 3, 0}), qkv({1, 1, 3, 0}), qkv({1, 1, 3, 0}))); }
+CASE("attention_composite/NaN scale") { THROWS(ValueError, "gg::attention_composite: scale must be finite, got nan", attention_composite(qkv(), qkv(), qkv(), {std::numeric_limits<double>::quiet_NaN(), false})); }
 CASE("attention/backward with a wrong L") {
   AttentionForward f = attention_forward(qkv(), qkv(), qkv());
   THROWS(ShapeError, "gg::attention_backward:", attention_backward(qkv(), qkv(), qkv(), f.O, ones({1, 1, 2}, DType::f64), qkv()));
