@@ -27,6 +27,7 @@ import warnings
 from typing import Optional
 
 import torch
+import torch.autograd.forward_ad as _fwad
 import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.dlpack import to_dlpack as _to_dlpack
@@ -100,13 +101,12 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
 def _direct(q: Tensor) -> bool:
-    """Whether a call may skip the custom-op dispatcher: eager mode on a plain CPU or CUDA tensor,
-    with no dispatch mode active. Tracing (torch.compile), fake tensors, tensor subclasses and the
-    wrappers a finished torch.func transform leaves behind go through the ops, which carry the fake
-    implementations and the dispatch keys they need."""
+    """Whether an eager call (not under torch.compile: _call checks that first) may skip the
+    custom-op dispatcher: a plain CPU or CUDA tensor, with no dispatch mode active. Fake tensors,
+    tensor subclasses and the wrappers a finished torch.func transform leaves behind go through
+    the ops, which carry the fake implementations and the dispatch keys they need."""
     return (
         type(q) in _PLAIN
-        and not torch.compiler.is_compiling()
         and torch._C._len_torch_dispatch_stack() == 0
         and not torch._C._functorch.is_functorch_wrapped_tensor(q)
     )
@@ -201,10 +201,18 @@ def _(q, k, v, O, L, dO, dL, qt, kt, vt, scale, causal, window_left, window_righ
 # order stays usable under torch.func.
 
 
+def _forward_mode() -> bool:
+    """Whether a tangent may be asked for: a torch.func transform (jvp among them) or a dual
+    level of torch.autograd.forward_ad is active."""
+    return _fwad._current_level >= 0 or torch._C._are_functorch_transforms_active()
+
+
 def _forward_setup(ctx, inputs, output):
     ctx.set_materialize_grads(False)  # an unused output's cotangent arrives as None
     q, k, v, *options = inputs
     ctx.save_for_backward(q, k, v, *output)
+    if _forward_mode():
+        ctx.save_for_forward(q, k, v)
     ctx.options = options
 
 
@@ -220,6 +228,8 @@ def _backward_setup(ctx, inputs, output):
     ctx.set_materialize_grads(False)  # an unused output's cotangent arrives as None
     q, k, v, O, L, dO, dL, *options = inputs
     ctx.save_for_backward(q, k, v, O, L, dO, dL)
+    if _forward_mode():
+        ctx.save_for_forward(q, k, v, L, dO, dL)
     ctx.options = options
 
 
@@ -233,6 +243,8 @@ def _bob_setup(ctx, inputs, output):
     ctx.set_materialize_grads(False)  # an unused output's cotangent arrives as None
     q, k, v, O, L, dO, dL, qt, kt, vt, *options = inputs
     ctx.save_for_backward(q, k, v, dO, dL, qt, kt, vt)
+    if _forward_mode():
+        ctx.save_for_forward(q, k, v, L, dO, dL, qt, kt, vt)
     ctx.options = options
 
 
@@ -244,6 +256,80 @@ def _bob_grad(ctx, cQ, cK, cV, cdO, cdL):
     q, k, v, dO, dL, qt, kt, vt = ctx.saved_tensors
     g = _bob_composite_vjp([q, k, v, dO, dL, qt, kt, vt], [cQ, cK, cV, cdO, cdL], ctx.options)
     return g[0], g[1], g[2], None, None, g[3], g[4], g[5], g[6], g[7], None, None, None, None
+
+
+# ----------------------------------------------------------------------------- forward mode
+#
+# The tangent of each level is the JVP of that level written over the composite attention
+# (exact, Nq x Nk scores, like the order-3 fallback), taken by two VJPs (_jvp): a jvp rule may run
+# inside a torch.autograd.forward_ad dual level, where PyTorch does not nest forward mode, so it
+# uses reverse mode only. A level is a function of
+# its tensors other than O and L, which enter the backward and the BoB as saved values (the
+# reverse rules above give them no gradient either): their tangents are not read, and the
+# composite recomputes O and L from q, k and v. Missing tensors and tangents count as zeros.
+
+
+def _warn_forward_mode():
+    warnings.warn(
+        "gradgrad.torch: forward-mode derivatives of attention differentiate a composite attention "
+        "(exact, but with Nq x Nk memory)"
+    )
+
+
+def _composite_backward(q, k, v, dO, dL, options):
+    """(dQ, dK, dV) of the composite for the cotangents dO and dL of O and L."""
+    _, vjp = torch.func.vjp(lambda q, k, v: _composite(q, k, v, *options), q, k, v)
+    return vjp((dO, dL.to(q.dtype)))
+
+
+def _composite_bob(q, k, v, dO, dL, qt, kt, vt, options):
+    """(gQ, gK, gV, gdO, gdL): the gradient of <qt, dQ> + <kt, dK> + <vt, dV> over the composite."""
+
+    def pairing(q, k, v, dO, dL):
+        d = _composite_backward(q, k, v, dO, dL, options)
+        return sum((t * g).sum() for t, g in zip((qt, kt, vt), d))
+
+    return torch.func.grad(pairing, argnums=(0, 1, 2, 3, 4))(q, k, v, dO, dL)
+
+
+def _jvp(f, primals, tangents):
+    """J(primals) @ tangents for f (tensors -> tuple of tensors), by reverse mode alone: the VJP of
+    u -> J^T u (linear in u, so u's value does not matter) with the cotangent `tangents`."""
+    out, vjp = torch.func.vjp(f, *primals)
+    _, vjp_of_vjp = torch.func.vjp(lambda *u: vjp(u), *(torch.zeros_like(o) for o in out))
+    return vjp_of_vjp(tuple(tangents))
+
+
+def _or_zeros(t, like, dtype=None):
+    return torch.zeros_like(like, dtype=dtype) if t is None else t
+
+
+def _forward_jvp(ctx, qd, kd, vd, *_):
+    _warn_forward_mode()
+    q, k, v = ctx.saved_tensors
+    primals = (q, k, v)
+    tangents = tuple(_or_zeros(t, p) for t, p in zip((qd, kd, vd), primals))
+    Od, Ld = _jvp(lambda q, k, v: _composite(q, k, v, *ctx.options), primals, tangents)
+    return Od, Ld.to(_lse_dtype(q.dtype))
+
+
+def _backward_jvp(ctx, qd, kd, vd, Od, Ld, dOd, dLd, *_):
+    _warn_forward_mode()
+    q, k, v, L, dO, dL = ctx.saved_tensors
+    dL = _or_zeros(dL, L)
+    primals = (q, k, v, dO, dL)
+    tangents = tuple(_or_zeros(t, p) for t, p in zip((qd, kd, vd, dOd, dLd), primals))
+    return _jvp(lambda *x: _composite_backward(*x, ctx.options), primals, tangents)
+
+
+def _bob_jvp(ctx, qd, kd, vd, Od, Ld, dOd, dLd, qtd, ktd, vtd, *_):
+    _warn_forward_mode()
+    q, k, v, L, dO, dL, qt, kt, vt = ctx.saved_tensors
+    dL, qt, kt, vt = _or_zeros(dL, L), _or_zeros(qt, q), _or_zeros(kt, k), _or_zeros(vt, v)
+    primals = (q, k, v, dO, dL, qt, kt, vt)
+    tangents = tuple(_or_zeros(t, p) for t, p in zip((qd, kd, vd, dOd, dLd, qtd, ktd, vtd), primals))
+    gQ, gK, gV, gdO, gdL = _jvp(lambda *x: _composite_bob(*x, ctx.options), primals, tangents)
+    return gQ, gK, gV, gdO, gdL.to(L.dtype)
 
 
 # The ops as the torch.func forms' forward. Each names every parameter: torch.compile (PyTorch
@@ -268,18 +354,22 @@ def _backward_backward_op(q, k, v, O, L, dO, dL, qt, kt, vt, scale, causal, wind
 _apply = torch._C._FunctionBase.__dict__["apply"]
 
 
-def _forms(run, op, setup, grad, tensors):
-    """How _call runs one level: `run` (the kernels, for calls that record no graph), the apply of
-    the eager autograd.Function, the torch.func form, and `tensors`, the number of leading
-    arguments that may be tensors. `func` has a separate setup_context, which torch.func's
-    transforms and torch.compile require, and calls the custom op. `eager` is the classic form,
-    used for plain eager calls: it runs the kernels directly."""
+def _forms(run, op, setup, grad, jvp_rule, tensors):
+    """How _call runs one level: `run` (the kernels, for calls that record nothing), the apply of
+    the eager autograd.Function, the torch.func form, the traced form, and `tensors`, the number
+    of leading arguments that may be tensors. `Func` and `Traced` have a separate setup_context,
+    which torch.func's transforms and torch.compile require, and call the custom op; `Traced`
+    lacks the jvp rule, which Dynamo cannot trace. `Eager` is the classic form, used for plain
+    eager calls: it runs the kernels directly. All but `Traced` carry the level's jvp rule."""
 
-    class Func(torch.autograd.Function):
+    class Traced(torch.autograd.Function):  # for torch.compile, which traces no custom jvp
         generate_vmap_rule = True  # vmap runs forward and backward under the ops' batching rule
         forward = staticmethod(op)
         setup_context = staticmethod(setup)
         backward = staticmethod(grad)
+
+    class Func(Traced):
+        jvp = staticmethod(jvp_rule)
 
     class Eager(torch.autograd.Function):
         @staticmethod
@@ -289,25 +379,33 @@ def _forms(run, op, setup, grad, tensors):
             return output
 
         backward = staticmethod(grad)
+        jvp = staticmethod(jvp_rule)
 
-    return run, _apply.__get__(None, Eager), Func, tensors
+    return run, _apply.__get__(None, Eager), Func, Traced, tensors
 
 
 def _call(forms, *args):
     """Runs a level. Where _direct allows it and no torch.func transform is active: the kernels
-    alone when the call records no graph (grad mode off, or no input that requires grad), else
-    the eager form. The torch.func form otherwise."""
-    run, eager, func, tensors = forms
+    alone when the call records nothing (grad mode off, or no input that requires grad, and no
+    forward_ad dual level), else the eager form. Under torch.compile the traced form (no jvp rule,
+    which Dynamo cannot trace); the torch.func form otherwise."""
+    run, eager, func, traced, tensors = forms
+    if torch.compiler.is_compiling():
+        return traced.apply(*args)
     if _direct(args[0]) and not torch._C._are_functorch_transforms_active():
-        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in args[:tensors]):
+        if (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in args[:tensors])) or (
+            _fwad._current_level >= 0
+        ):
             return eager(*args)
         return run(*args)
     return func.apply(*args)
 
 
-_FORWARD = _forms(_run_forward, _forward_op, _forward_setup, _forward_grad, 3)
-_BACKWARD = _forms(_run_backward, _backward_op, _backward_setup, _backward_grad, 7)
-_BACKWARD_BACKWARD = _forms(_run_backward_backward, _backward_backward_op, _bob_setup, _bob_grad, 10)
+_FORWARD = _forms(_run_forward, _forward_op, _forward_setup, _forward_grad, _forward_jvp, 3)
+_BACKWARD = _forms(_run_backward, _backward_op, _backward_setup, _backward_grad, _backward_jvp, 7)
+_BACKWARD_BACKWARD = _forms(
+    _run_backward_backward, _backward_backward_op, _bob_setup, _bob_grad, _bob_jvp, 10
+)
 
 
 _forward.register_autograd(_forward_grad, setup_context=_forward_setup)

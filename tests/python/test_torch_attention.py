@@ -202,6 +202,52 @@ def test_jacrev_and_per_sample_second_order_match_math_sdpa():
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.filterwarnings("ignore:gradgrad.torch")
+@pytest.mark.parametrize("name", ["full", "causal_gqa_window", "rect_two_sided"])
+def test_forward_mode_matches_math_sdpa(name):
+    causal, window, (B, Hq, Hkv, Nq, Nk, d) = {
+        "full": (False, (None, None), (1, 2, 2, 5, 5, 8)),
+        "causal_gqa_window": (True, (3, None), (2, 4, 2, 5, 7, 8)),
+        "rect_two_sided": (False, (2, 1), (1, 2, 2, 6, 4, 8)),
+    }[name]
+    q, k, v = (t.detach() for t in inputs(B, Hq, Hkv, Nq, Nk, d, seed=14))
+    g = torch.Generator().manual_seed(15)
+    tangents = tuple(torch.randn(t.shape, generator=g, dtype=f64) for t in (q, k, v))
+    gqa = Hq != Hkv
+    ours = lambda q, k, v: ggt.attention(q, k, v, is_causal=causal, window=window, enable_gqa=gqa)  # noqa: E731
+    ref = lambda q, k, v: reference(q, k, v, causal, window)  # noqa: E731
+    o, t = torch.func.jvp(ours, (q, k, v), tangents)
+    ro, rt = torch.func.jvp(ref, (q, k, v), tangents)
+    torch.testing.assert_close(o, ro, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(t, rt, rtol=1e-12, atol=1e-12)
+    with torch.autograd.forward_ad.dual_level():  # dual tensors, eager
+        dual = ours(*(torch.autograd.forward_ad.make_dual(p, tp) for p, tp in zip((q, k, v), tangents)))
+        torch.testing.assert_close(torch.autograd.forward_ad.unpack_dual(dual).tangent, rt, rtol=1e-12, atol=1e-12)
+    # forward over reverse: the JVP of a gradient (runs the backward level's rule), and the JVP of
+    # the gradient of a gradient norm (the BoB level's rule), against the same over the reference
+    def grads(fn):
+        return torch.func.grad(lambda q, k, v: fn(q, k, v).sin().sum(), argnums=(0, 1, 2))
+
+    def norm_grads(fn):
+        return torch.func.grad(lambda *x: sum(t.square().sum() for t in grads(fn)(*x)), argnums=(0, 1, 2))
+
+    for lift in (grads, norm_grads):
+        a = torch.func.jvp(lift(ours), (q, k, v), tangents)[1]
+        b = torch.func.jvp(lift(ref), (q, k, v), tangents)[1]
+        for x, y in zip(a, b):
+            torch.testing.assert_close(x, y, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.filterwarnings("ignore:gradgrad.torch")
+def test_hessian_and_gradcheck_with_forward_ad():
+    q, k, v = (t.detach() for t in inputs(1, 2, 2, 4, 5, 4, seed=16))
+    hess = lambda fn: torch.func.hessian(lambda q: fn(q, k, v).sin().sum())(q)  # noqa: E731
+    torch.testing.assert_close(hess(lambda *x: ggt.attention(*x, is_causal=True)),
+                               hess(lambda *x: reference(*x, causal=True)), rtol=1e-10, atol=1e-12)
+    x = tuple(t.clone().requires_grad_() for t in (q, k, v))
+    assert torch.autograd.gradcheck(lambda *x: ggt.attention(*x, is_causal=True), x, check_forward_ad=True)
+
+
 def test_compile_fullgraph_forward_and_backward():
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
