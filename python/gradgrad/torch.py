@@ -69,9 +69,12 @@ def _lse_like(q: Tensor) -> Tensor:
 # custom-op dispatcher adds tens of microseconds per call.
 
 
+# The outputs are fresh contiguous tensors: their capsules come from _to_dlpack directly.
 def _run_forward(q, k, v, scale, causal, window_left, window_right):
     O, L = torch.empty_like(q, memory_format=torch.contiguous_format), _lse_like(q)
-    _C.attention_forward(_dl(q), _dl(k), _dl(v), _dl(O), _dl(L), scale, causal, window_left, window_right, _stream(q))
+    _C.attention_forward(
+        _dl(q), _dl(k), _dl(v), _to_dlpack(O), _to_dlpack(L), scale, causal, window_left, window_right, _stream(q)
+    )
     return O, L
 
 
@@ -80,7 +83,8 @@ def _run_backward(q, k, v, O, L, dO, dL, scale, causal, window_left, window_righ
     dQ = torch.empty_like(q, memory_format=c)
     dK, dV = torch.empty_like(k, dtype=q.dtype, memory_format=c), torch.empty_like(v, dtype=q.dtype, memory_format=c)
     _C.attention_backward(
-        *map(_dl, (q, k, v, O, L, dO, dL, dQ, dK, dV)), scale, causal, window_left, window_right, _stream(q)
+        *map(_dl, (q, k, v, O, L, dO, dL)), *map(_to_dlpack, (dQ, dK, dV)),
+        scale, causal, window_left, window_right, _stream(q),
     )
     return dQ, dK, dV
 
@@ -91,7 +95,7 @@ def _run_backward_backward(q, k, v, O, L, dO, dL, qt, kt, vt, scale, causal, win
     gK, gV = torch.empty_like(k, dtype=q.dtype, memory_format=c), torch.empty_like(v, dtype=q.dtype, memory_format=c)
     gdO, gdL = torch.empty_like(q, memory_format=c), torch.empty_like(L, memory_format=c)
     _C.attention_backward_backward(
-        *map(_dl, (q, k, v, O, L, dO, dL, qt, kt, vt, gQ, gK, gV, gdO, gdL)),
+        *map(_dl, (q, k, v, O, L, dO, dL, qt, kt, vt)), *map(_to_dlpack, (gQ, gK, gV, gdO, gdL)),
         scale, causal, window_left, window_right, _stream(q),
     )
     return gQ, gK, gV, gdO, gdL
@@ -384,6 +388,13 @@ def _forms(run, op, setup, grad, jvp_rule, tensors):
     return run, _apply.__get__(None, Eager), Func, Traced, tensors
 
 
+def _any_requires_grad(args, n):
+    for t in args[:n]:
+        if t is not None and t.requires_grad:
+            return True
+    return False
+
+
 def _call(forms, *args):
     """Runs a level. Where _direct allows it and no torch.func transform is active: the kernels
     alone when the call records nothing (grad mode off, or no input that requires grad, and no
@@ -393,9 +404,7 @@ def _call(forms, *args):
     if torch.compiler.is_compiling():
         return traced.apply(*args)
     if _direct(args[0]) and not torch._C._are_functorch_transforms_active():
-        if (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in args[:tensors])) or (
-            _fwad._current_level >= 0
-        ):
+        if _fwad._current_level >= 0 or (torch.is_grad_enabled() and _any_requires_grad(args, tensors)):
             return eager(*args)
         return run(*args)
     return func.apply(*args)
