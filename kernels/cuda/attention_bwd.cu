@@ -527,7 +527,7 @@ __device__ __forceinline__ void dq_rows_pipelined(Sweep& sw, const Params<T>& p,
 // MN-major in shared memory: both consumers store their dSᵀ rows (64 keys each) in the owner's
 // dSᵀ tile, the owner issues the product as a late group (pipelined_tiles) and adds the result to
 // the buffer (16-byte atomic additions, 16 KB per tile and block: half of what each consumer
-// adding its own 64 keys sends, which measured no faster with the L2 twice as busy). Named
+// adding its own 64 keys sends, no faster with the L2 busier: docs/kernels.md §7). Named
 // barriers (1, 2: ping-pong; 7 + w: the own rows' copy; 9 + w, 11 + w: ordered additions):
 //   3 + o  the dSᵀ tile of owner o is complete (owner syncs, the other arrives; 256 threads)
 //   5 + o  owner o's product of tile t - 2 is done, its dSᵀ tile may be rewritten (the reverse)

@@ -66,8 +66,8 @@ using namespace attn;
 // Pass 1 for query rows [i0, i0 + kRows): thread (o, r) owns query i0 + o and keys j0 + r + 8k.
 // kGiven (BobStage::kFromRowSums): E and F are the caller's (p.E, p.F), so dP̄ = P∘(G - E) is
 // formed per tile and grad_dO needs no -E·O; nothing is stored to E and F.
-// Two blocks per SM with f32 accumulators (at most 128 registers, no spills; 154 without the cap,
-// one block): f32 BoB at N = 16K, d = 8 0.61x the time, d = 64 at 4K 0.92x (both passes capped).
+// Two blocks per SM with f32 accumulators (at most 128 registers, no spills; without the cap one
+// block fits), as in pass 2 (docs/kernels.md §4).
 template <typename T, bool kGiven = false>
 __global__ void __launch_bounds__(GenericTraits::kThreads, GenericTraits::min_blocks<T>(2))
     attention_bob_pass1_generic_kernel(const Params<T> p) {

@@ -85,8 +85,8 @@ __device__ __forceinline__ void fwd_epilogue(const Params<T>& p, float (&acc)[kD
 
 // ------------------------------------------------------------------------ generic kernel
 
-// Three blocks per SM with f32 accumulators (at most 80 registers): at 95 registers two blocks
-// fit, and the f32 forward took 1.3-1.6x as long (its P·V reads global memory, latency-bound).
+// Three blocks per SM with f32 accumulators (at most 80 registers; uncapped, two fit): its P·V
+// reads global memory and is latency-bound, so more blocks hide more of it (docs/kernels.md §4).
 template <typename T>
 __global__ void __launch_bounds__(GenericTraits::kThreads, GenericTraits::min_blocks<T>(3))
     attention_fwd_generic_kernel(const Params<T> p) {
@@ -271,11 +271,10 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_fwd_tc_
 
 // ------------------------------------------------------------------------ sm_90a kernel
 //
-// On the H200, N = 16384, B = 1, H = 16: 2.26 ms at d = 64 (three consumers) and 3.54 ms at
-// d = 128 (two, in turns); docs/kernels.md. The consumers read the same
-// K and V tiles (a half or a third of the loads per flop of 64-row blocks), and no consumer
-// instruction is a load or a block barrier; registers move from the producer to the consumers
-// with setmaxnreg.
+// Three consumers at d = 64, two taking turns at d = 128 (times: docs/kernels.md §2, Forward).
+// The consumers read the same K and V tiles (a half or a third of the loads per flop of 64-row
+// blocks), and no consumer instruction is a load or a block barrier; registers move from the
+// producer to the consumers with setmaxnreg.
 
 // Online-softmax step of one 16 x kBN score tile (this warp's rows g and g + 8), in place:
 // s (raw scores Q·Kᵀ) becomes P = exp2(s·sl2 - m) with keys past N and (causal) after the row
@@ -660,8 +659,8 @@ void launch_fwd_sm90(const Params<T>& p) {
   const CUtensorMap tmV = make_tensor_map(p.V, p.BHkv(), p.Nk, kD, Cfg::kBlockN);
   auto kernel = p.opts ? attention_fwd_ws_kernel<T, kD, true> : attention_fwd_ws_kernel<T, kD, false>;
   set_smem(kernel, Cfg::kSmemBytes);
-  // pieces of at least 16 tiles of 128 keys: at N = 4096 (32 tiles), 3 pieces of 10 measured
-  // 0.20-0.21 ms against 0.18 unsplit (a merge kernel and a scratch for a 0.06 ms wave)
+  // pieces of at least 16 tiles of 128 keys: shorter ones do not pay for the merge kernel and the
+  // scratch (docs/kernels.md §6)
   const TailSplitPlan plan = plan_tail_split(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), cdiv(p.N, Cfg::kBlockN),
                                              p.causal || p.opts, tail_split_sms(), Cfg::kMinSplitTiles);
   Scratch scratch(static_cast<size_t>(plan.split_units) * plan.pieces * Cfg::kBlockM * (kD + 2) * sizeof(float));
@@ -671,7 +670,7 @@ void launch_fwd_sm90(const Params<T>& p) {
   const bool persistent = p.opts && p.wl >= 0 && p.right() >= 0;
   const int blocks = persistent ? static_cast<int>(std::min<int64_t>(split.blocks(), tail_split_sms())) : split.blocks();
   kernel<<<blocks, Cfg::kThreads, Cfg::kSmemBytes, cuda_stream()>>>(
-      p, tmQ, tmK, tmV, Cfg::kPingPong, split);  // turns as an argument, as the kernel was measured
+      p, tmQ, tmK, tmV, Cfg::kPingPong, split);  // turns as an argument, not folded in: docs/kernels.md §2
   CUDA_CHECK_LAUNCH();
   if (plan.split_units > 0) {
     fwd_merge_kernel<T, Cfg::kBlockM, kD><<<fwd_merge_blocks<Cfg::kBlockM>(plan.split_units), 256, 0, cuda_stream()>>>(

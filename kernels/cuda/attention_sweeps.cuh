@@ -759,8 +759,8 @@ __device__ __forceinline__ SweepUnit sweep_unit(int N, bool causal) {
 // The split unit (counted from ts.whole) and piece that block b >= 0 of a kOpts key sweep runs.
 // A last-wave split (ts.whole > 0: every unit sweeps the same steps) goes piece by piece, so that
 // the blocks running at once sweep the same steps of their units and share those query rows in
-// L2; unit by unit, the pieces running at once covered every query head of a grouped unit, which
-// multiplied the DRAM reads (docs/kernels.md §6). A group split (whole = 0, longest first) goes
+// L2; unit by unit, the pieces running at once would cover every query head of a grouped unit,
+// multiplying the DRAM reads (docs/kernels.md §6). A group split (whole = 0, longest first) goes
 // unit by unit.
 struct SplitPiece {
   int unit, piece;

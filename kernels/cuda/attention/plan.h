@@ -71,7 +71,7 @@ double longest_key_unit_share(int64_t nq, int64_t nk, bool causal, int64_t windo
 // make S times shorter. S is the largest power of two up to 8 with S * steps <= chain and
 // S * nq * group <= nk (the extra f32 buffers, per output, under twice the bytes of a bf16 K); 1
 // with a left bound (the bands slide: each block meets a tile a step after the one before it, and
-// segments made the chain slower: docs/kernels.md §5), and 1 for an empty problem, group < 1 or
+// segments make the chain slower: docs/kernels.md §5), and 1 for an empty problem, group < 1 or
 // sms < 1.
 // Where the blocks have more steps the chain's wait is a small part of their time, which the
 // extra buffers' memory does not buy back (docs/kernels.md §5).
