@@ -235,9 +235,12 @@ Tensor cat(const TensorList& xs, int64_t dim) {
   int64_t d = wrap_dim(dim, first.dim(), "cat");
   Shape shape = first.shape();
   int64_t total = 0;
+  DType dtype = first.dtype();  // the tensors' promoted dtype, as torch.cat
+  std::vector<DType> dtypes;
   for (size_t i = 0; i < xs.size(); ++i) {
     detail::check_same_device("cat", first, xs[i]);
-    detail::check_same_dtype("cat", first, xs[i]);
+    dtype = promote_types(dtype, xs[i].dtype());
+    dtypes.push_back(xs[i].dtype());
     bool ok = xs[i].dim() == first.dim();
     for (int64_t k = 0; ok && k < first.dim(); ++k)
       ok = k == d || xs[i].shape()[static_cast<size_t>(k)] == shape[static_cast<size_t>(k)];
@@ -247,7 +250,7 @@ Tensor cat(const TensorList& xs, int64_t dim) {
              "gg::cat: the total size along dim ", d, " does not fit in int64");
   }
   shape[static_cast<size_t>(d)] = total;
-  Tensor y = empty(shape, first.dtype(), first.device());
+  Tensor y = empty(shape, dtype, first.device());
   std::vector<int64_t> offsets;
   int64_t off = 0;
   {
@@ -260,10 +263,16 @@ Tensor cat(const TensorList& xs, int64_t dim) {
     }
   }
   offsets.push_back(off);
-  record("cat", xs, {y}, {}, [d, offsets](const BackwardArgs& g) -> TensorList {
+  record("cat", xs, {y}, {}, [d, offsets, dtypes](const BackwardArgs& g) -> TensorList {
     TensorList out;
-    for (size_t i = 0; i + 1 < offsets.size(); ++i)
-      out.push_back(g.needs[i] ? slice(g.grads[0], d, offsets[i], offsets[i + 1]) : Tensor());
+    for (size_t i = 0; i + 1 < offsets.size(); ++i) {
+      if (!g.needs[i]) {
+        out.emplace_back();
+        continue;
+      }
+      const Tensor gi = slice(g.grads[0], d, offsets[i], offsets[i + 1]);
+      out.push_back(gi.dtype() == dtypes[i] ? gi : to(gi, dtypes[i]));  // each input's own dtype
+    }
     return out;
   });
   return y;

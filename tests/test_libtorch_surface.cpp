@@ -231,6 +231,34 @@ TEST(LibtorchSurface, MixedDTypesPromote) {
   }
 }
 
+// torch.cat and torch.stack promote their tensors' dtypes; each input's gradient comes back in
+// its own dtype, and the rule is differentiable again.
+TEST(LibtorchSurface, CatAndStackPromote) {
+  Tensor d = tensor({1.0, 2.0}, DType::f64).requires_grad_();
+  Tensor f = tensor({0.5f, 0.25f}).requires_grad_();
+  Tensor i = tensor({3, 4});
+  Tensor c = cat({f, d, i}, 0);
+  EXPECT_EQ(c.dtype(), DType::f64);
+  EXPECT_EQ(values(c), (std::vector<double>{0.5, 0.25, 1, 2, 3, 4}));
+  EXPECT_EQ(cat({i, i}, 0).dtype(), DType::i64);
+  Tensor s = stack({f, d}, 0);
+  EXPECT_EQ(s.dtype(), DType::f64);
+  EXPECT_EQ(s.sizes(), (Shape{2, 2}));
+
+  GradOptions record;
+  record.create_graph = true;
+  const Tensor w = tensor({1.0, 2.0, 3.0, 4.0, 5.0, 6.0}, DType::f64);
+  TensorList g = grad({(c * c * w).sum()}, {f, d}, {}, record);  // 2·w·x
+  EXPECT_EQ(g[0].dtype(), DType::f32);
+  EXPECT_EQ(g[1].dtype(), DType::f64);
+  EXPECT_EQ(values(g[0]), (std::vector<double>{1, 1}));
+  EXPECT_EQ(values(g[1]), (std::vector<double>{6, 16}));
+  TensorList h = grad({g[0].sum() + g[1].sum()}, {f, d});  // 2·w
+  EXPECT_EQ(h[0].dtype(), DType::f32);
+  EXPECT_EQ(values(h[0]), (std::vector<double>{2, 4}));
+  EXPECT_EQ(values(h[1]), (std::vector<double>{6, 8}));
+}
+
 // The everyday ops as members, each the free function.
 TEST(LibtorchSurface, MemberFormsOfTheEverydayOps) {
   Tensor x = tensor({{1.0, 5.0, 3.0}, {4.0, 2.0, 6.0}}, DType::f64);  // (2, 3)

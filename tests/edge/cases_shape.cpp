@@ -188,7 +188,11 @@ CASE("empty/layer_norm of zero rows") { CHECK_SHAPE(layer_norm(zeros({0, 4}), {4
 CASE("views/cat of nothing") { THROWS(ValueError, "gg::cat: expected at least one tensor", cat({}, 0)); }
 CASE("views/cat with an undefined tensor") { THROWS(ValueError, "gg::cat: tensors[i] is an undefined tensor", cat({m23(), Tensor()}, 0)); }
 CASE("views/cat shape mismatch") { THROWS(ShapeError, "gg::cat: tensor 1 has shape [2, 2], incompatible", cat({m23(), zeros({2, 2}, DType::f64)}, 0)); }
-CASE("views/cat dtype mismatch") { THROWS(DTypeError, "gg::cat: dtypes differ", cat({m23(), zeros({2, 3})}, 0)); }
+CASE("views/cat promotes its dtypes") {
+  Tensor y = cat({m23(), zeros({1, 3})}, 0);
+  CHECK(y.dtype() == DType::f64);
+  CHECK_VALUES(y, {0, 1, 2, 3, 4, 5, 0, 0, 0});
+}
 CASE("views/cat rank mismatch") { THROWS(ShapeError, "gg::cat: tensor 1 has shape [3]", cat({m23(), zeros({3}, DType::f64)}, 0)); }
 CASE("views/stack of nothing") { THROWS(ValueError, "gg::stack: expected at least one tensor", stack({}, 0)); }
 CASE("views/stack with an undefined first tensor") { THROWS(ValueError, "gg::stack: tensors[i] is an undefined tensor", stack({Tensor(), m23()}, 0)); }
