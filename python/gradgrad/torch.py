@@ -304,8 +304,8 @@ def _jvp(f, primals, tangents):
     return vjp_of_vjp(tuple(tangents))
 
 
-def _or_zeros(t, like, dtype=None):
-    return torch.zeros_like(like, dtype=dtype) if t is None else t
+def _or_zeros(t, like):
+    return torch.zeros_like(like) if t is None else t
 
 
 def _forward_jvp(ctx, qd, kd, vd, *_):
