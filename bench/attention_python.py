@@ -18,7 +18,10 @@ torch tensors, so both sides share the card, the inputs and the process. One JSO
                               and chain on the same shape, with the JVP's error (bench_jvp_flash)
   {"bench": "overhead", ...}  per-call time of gradgrad.torch.attention (inputs that require
                               grad, forward only) and of the same forward through the C++ API, in
-                              a loop of `calls` calls; overhead_us is their difference
+                              a loop of `calls` calls; overhead_us is their difference; and
+                              its parts in the same run: floor_us (PyTorch's autograd.Function
+                              of the same shape, allocation included), alloc_us (O and L),
+                              binding_us (one _C call minus the same call inside C++)
 
 Times are medians of --reps runs after a warm-up, the two sides alternating; the chain sides are
 timed from a synchronised start to a synchronised end.
@@ -154,23 +157,58 @@ def bench_math(N, d, causal, reps):
     return row
 
 
+class _Floor(torch.autograd.Function):
+    """PyTorch's own cost of an autograd.Function of the forward level's shape (three tensors
+    and four options in, two fresh outputs, five tensors saved), without gradgrad's kernels."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, scale, causal, left, right):
+        O, L = torch.empty_like(q), gt._lse_like(q)
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(q, k, v, O, L)
+        ctx.options = (scale, causal, left, right)
+        return O, L
+
+    @staticmethod
+    def backward(ctx, dO, dL):
+        return None, None, None, None, None, None, None
+
+
 def bench_overhead(B, H, N, d, calls, reps):
+    """The per-call overhead and, in the same run, its parts: PyTorch's autograd.Function floor
+    (_Floor, output allocation included), the allocation of O and L alone, and the binding (one
+    _C call on DLPack capsules, minus the same call inside C++)."""
     q, k, v, *_ = inputs(B, H, H, N, d, DTYPE())
-    O, L = gt._run_forward(q.detach(), k.detach(), v.detach(), None, False, None, None)
+    qd, kd, vd = q.detach(), k.detach(), v.detach()
+    O, L = gt._run_forward(qd, kd, vd, None, False, None, None)
+    s = stream()
 
-    def ours():
-        for _ in range(calls):
-            gt.attention(q, k, v)
+    def loop(f):
+        def run():
+            for _ in range(calls):
+                f()
+        return run
 
-    cpp = lambda: _C._bench_forward(*(to_dlpack(t.detach()) for t in (q, k, v, O, L)), None, False, None, None, stream(), calls, 1)
-    wall(ours), cpp()
-    t_ours, t_cpp = [], []
+    sides = {
+        "torch_us": loop(lambda: gt.attention(q, k, v)),
+        "floor_us": loop(lambda: _Floor.apply(q, k, v, None, False, None, None)),
+        "alloc_us": loop(lambda: (torch.empty_like(q), gt._lse_like(q))),
+        "binding_call_us": loop(lambda: _C.attention_forward(
+            *(to_dlpack(t) for t in (qd, kd, vd, O, L)), None, False, None, None, s)),
+    }
+    cpp = lambda: _C._bench_forward(*(to_dlpack(t) for t in (qd, kd, vd, O, L)), None, False, None, None, s, calls, 1)
+    for f in sides.values():
+        wall(f)
+    cpp()
+    times = {name: [] for name in [*sides, "cpp_us"]}
     for _ in range(reps):
-        t_ours.append(wall(ours) / calls)
-        t_cpp.append(cpp() / calls)
+        for name, f in sides.items():
+            times[name].append(wall(f) / calls)
+        times["cpp_us"].append(cpp() / calls)
     row = dict(bench="overhead", B=B, H=H, N=N, d=d, dtype=str(DTYPE()).replace("torch.", ""), calls=calls)
-    row.update(torch_us=round(1e6 * median(t_ours), 2), cpp_us=round(1e6 * median(t_cpp), 2))
+    row.update({name: round(1e6 * median(t), 2) for name, t in times.items()})
     row["overhead_us"] = round(row["torch_us"] - row["cpp_us"], 2)
+    row["binding_us"] = round(row.pop("binding_call_us") - row["cpp_us"], 2)
     return row
 
 

@@ -744,6 +744,11 @@ def python_block(meta, rows):
         out += ["", f"Per call at B = {r['B']}, H = {r['H']}, N = {r['N']}, d = {r['d']} (forward on inputs that "
                     f"require grad, {r['calls']} calls in a loop): `gradgrad.torch.attention` {r['torch_us']:.1f} µs, "
                     f"the C++ API {r['cpp_us']:.1f} µs, overhead {r['overhead_us']:.1f} µs."]
+        if "floor_us" in r:
+            out[-1] += (f" In the same run, PyTorch's own cost of an `autograd.Function` of that shape (two "
+                        f"outputs allocated, five tensors saved, no kernel): {r['floor_us']:.1f} µs, of which "
+                        f"allocating O and L {r['alloc_us']:.1f} µs; the binding (DLPack capsules and one `_C` "
+                        f"call, beyond the C++ call): {r['binding_us']:.1f} µs.")
     return out
 
 
