@@ -209,7 +209,7 @@ int main(int argc, char** argv) {
     const double area = double(nq) * double(nk);
     // counted pairs · d over all heads: the effective rates multiply it by 4, 10, 32 or 46
     const double work = counted_pairs(mask, windowed, visible) * double(d) * double(batch * heads);
-    // bf16/f16 at d 32/64/128 run on tensor cores (kernels/cuda/attention_traits.cuh, choose_path):
+    // bf16/f16 at d 32/64/128 run on tensor cores (kernels/cuda/attention/traits.cuh, choose_path):
     // sm_90a at d 64/128 on a 9.x device with a 90a build, grouped and windowed shapes included;
     // the sm_80 kernels otherwise
     const bool tensor_cores = dtype != DType::f32 && (d == 32 || d == 64 || d == 128);

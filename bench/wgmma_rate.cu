@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/attention/common.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 using namespace gg::kernels::cuda::attn;

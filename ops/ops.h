@@ -424,7 +424,7 @@ Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, co
 // Bad shapes, dtypes or options raise ShapeError / DTypeError / ValueError naming the op. On
 // CUDA, bf16/f16 with d in {32, 64, 128} run the tensor-core kernels with every option (sm_90a
 // kernels on Hopper for d 64 and 128, sm_80 kernels otherwise); other dtypes and head dims run
-// the generic CUDA kernels, exact but not tensor-core fast (kernels/cuda/attention_traits.cuh).
+// the generic CUDA kernels, exact but not tensor-core fast (kernels/cuda/attention/traits.cuh).
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options = {});
 
 // The three recorded primitives behind gg::attention, public for tests and for users who

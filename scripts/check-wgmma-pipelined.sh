@@ -108,7 +108,7 @@ PY
 }
 
 fail=0
-for f in kernels/cuda/attention_fwd.cu kernels/cuda/attention_bwd.cu kernels/cuda/attention_bwd_bwd.cu; do
+for f in kernels/cuda/attention/fwd_sm90.cu kernels/cuda/attention/bwd_sm90.cu kernels/cuda/attention/bwd_bwd_sm90.cu; do
   if ! out=$("$nvcc" -cubin -arch=sm_90a -std=c++17 -O3 -DNDEBUG -DGG_HAS_CUDA=1 -DGG_CUDA_SM90A=1 -I. \
                -Xptxas -v "$f" -o "$tmp/k.cubin" 2>&1); then
     echo "$out" | tail -20

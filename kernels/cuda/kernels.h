@@ -26,7 +26,7 @@ void softmax_last(const SoftmaxParams& p);
 void index_select(const IndexParams& p);  // idx is a device pointer
 void index_add(const IndexParams& p);
 
-// Fused attention (kernels/cuda/attention_*.cu). L is f32 for bf16/f16 inputs, else the input
+// Fused attention (kernels/cuda/attention/attention.cu). L is f32 for bf16/f16 inputs, else the input
 // dtype; scratch comes from the stream-ordered allocator.
 void attention_fwd(const AttentionArgs& a);
 void attention_bwd(const AttentionArgs& a);

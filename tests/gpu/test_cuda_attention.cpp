@@ -1,4 +1,4 @@
-// The CUDA attention kernels (kernels/cuda/attention_*.cu) at every level: forward (O, L),
+// The CUDA attention kernels (kernels/cuda/attention/) at every level: forward (O, L),
 // backward (dQ, dK, dV) and backward-over-backward (gQ, gK, gV, gdO), through the public ops.
 //
 //   F64AndF32MatchCpu      GPU f64 (generic kernels) vs the CPU f64 kernels: ≤ 1e-12 relative;

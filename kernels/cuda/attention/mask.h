@@ -26,7 +26,7 @@ constexpr int ordered_add_position(int blk, int per_head, int t, int tile_rows, 
 }
 
 // The same under a general mask (grouped heads, Nq != Nk, windows: the key sweeps' bands,
-// attention_sweeps.cuh KeyBand). Without a right bound (right_bounded false) every band reaches
+// sweeps.cuh KeyBand). Without a right bound (right_bounded false) every band reaches
 // the first query tile and the blocks launch from the last: the position is per_head - 1 - blk.
 // With one (causal, window_right), the longest band is block 0's and the blocks launch from it:
 // the adders of tile t are the blocks from the first whose band holds t, in order blk = 0, 1, ....

@@ -12,7 +12,7 @@ namespace gg::kernels::cuda {
 
 // The tail split (not causal): where the blocks of a warp-specialised kernel, one per SM, leave a
 // last wave that fills only part of the SMs, each unit of that wave is swept by several blocks
-// over parts of its other side's tiles (attention_sweeps.cuh, TailSplitRun; the forward's merge
+// over parts of its other side's tiles (sweeps.cuh, TailSplitRun; the forward's merge
 // kernel). The split for `units` units of `tiles` tiles each on `sms` SMs: blocks [0, whole)
 // sweep whole units; each of the last split_units units is swept by `pieces` blocks (pieces = 1,
 // split_units = 0: no split). Pieces of at least min_tiles tiles; among 2..16 pieces per unit the
@@ -43,7 +43,7 @@ TailSplitPlan plan_group_split(int64_t units, int group, int sms, double longest
 // The band of the key block [j0, j0 + 128) under the mask m: the query tiles of tile_rows rows
 // [first, first + count) that see some key of the block. A block whose keys no query sees has a
 // band of one tile (count 1), where its first query would be. The same band as the key sweeps'
-// (attention_sweeps.cuh, key_band_tiles, on the kernels' Params); longest_key_unit_share uses it.
+// (sweeps.cuh, key_band_tiles, on the kernels' Params); longest_key_unit_share uses it.
 struct KeyBlockBand {
   int first, count;
 };

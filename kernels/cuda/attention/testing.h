@@ -2,14 +2,14 @@
 // and the SM count the tail split plans for. Not part of the library's interface and not
 // installed: tests/gpu uses them to run the sm_80 kernels and the generic kernels on any device
 // and to split the last wave of a small problem, bench/ to name the kernel a run takes. Defined
-// in kernels/cuda/attention_fwd.cu; read by choose_path (attention_traits.cuh) and tail_split_sms
-// (attention_sweeps.cuh). Plain C++: no CUDA headers.
+// in kernels/cuda/attention/attention.cu; read by choose_path (traits.cuh) and tail_split_sms
+// (sweeps.cuh). Plain C++: no CUDA headers.
 #pragma once
 
 namespace gg::kernels::cuda::testing {
 
 enum class AttentionPath {
-  kAuto,     // attention_traits.cuh, choose_path: sm_90a where it applies, else sm_80, else generic
+  kAuto,     // traits.cuh, choose_path: sm_90a where it applies, else sm_80, else generic
   kSm80,     // the mma.sync kernels wherever they apply (bf16/f16, d in {32, 64, 128}), else generic
   kGeneric,  // the generic kernels for every call
 };

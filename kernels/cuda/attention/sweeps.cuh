@@ -1,6 +1,6 @@
 // Sweeps of the sm_90a backward and BoB kernels: how a warpgroup that owns 64 rows gets the other
-// side's tiles, separated from what it computes with them (the row loops in attention_bwd.cu and
-// attention_bwd_bwd.cu).
+// side's tiles, separated from what it computes with them (the row loops in bwd_sm90.cu and
+// bwd_bwd_sm90.cu).
 //
 //   query sweep  own query rows Q, dO (, Qt); sweeps key tiles K (, V, Kt, Vt)    dQ, BoB passes 0, 1
 //   key sweep    own key rows K (, V, Kt, Vt); sweeps query tiles Q, dO (, Qt) and
@@ -22,8 +22,8 @@
 #include "kernels/cuda/attention/mask.h"
 #include "kernels/cuda/attention/plan.h"
 #include "kernels/cuda/attention/testing.h"
-#include "kernels/cuda/attention_common.cuh"
-#include "kernels/cuda/attention_hopper.cuh"
+#include "kernels/cuda/attention/common.cuh"
+#include "kernels/cuda/attention/hopper.cuh"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/tma.cuh"
 
@@ -441,7 +441,7 @@ struct SmemAfterSweep {
   __host__ __device__ static constexpr size_t total() { return offset<Sweep>() + Layout::kBytes; }
 };
 
-// ---- pipelined row loops of the warp-specialised backward kernels (attention_bwd.cu: the fused
+// ---- pipelined row loops of the warp-specialised backward kernels (bwd_sm90.cu: the fused
 // backward and the d = 128 dQ sweep; their rings have three stages, so a consumer can hold tile t + 1 before
 // releasing tile t): per tile, the score products of tile t + 1 are issued together with the
 // output products of tile t, in one ping-pong turn, and the elementwise work of tile t + 1 runs

@@ -1,318 +1,24 @@
-// attention_bwd: softmax attention backward on the GPU (FlashAttention-2 schedule; sm_90a, d = 64: an f32 dQ buffer).
-//
-// Math (one head), forward lines on the left, what undoes them on the right
-// (as kernels/cpu/attention_bwd.cpp):
-//   S = s·Q·Kᵀ (masked)        P = exp(S - L)          recomputed from the saved L
-//   O = P·V                    dV = Pᵀ·dO,  dP = dO·Vᵀ
-//   P = softmax_rows(S)        D = rowsum(dO∘O) = Σ_j P∘dP,  dS = P∘(dP - D)
-//   S = s·Q·Kᵀ                 dQ = s·dS·K,  dK = s·dSᵀ·Q
-//
-// Shapes: Q, O, dO, dQ are (B, H, N, d), K, V, dK, dV (B, Hkv, Nk, d) contiguous; L and D are
-// (B, H, N), Acc (f32 for bf16/f16/f32, f64 for f64). D is stream-ordered scratch. Every dK, dV
-// kernel sums a key/value head's gradients over its group of query heads in registers (no atomics,
-// no expanded copies).
-//
-// Launches, per path (attention_traits.cuh: choose_path; tile constants there):
-//   1. D = rowsum(dO∘O): row_dot_vec_kernel (16-bit, d = 32 / 64 / 128: 16-byte loads, d / 8 lanes
-//      per row) or row_dot_kernel (one warp per row), attention_common.cuh.
-//   2. dK, dV: key-parallel; one block per (b, h, key block) sweeps the query blocks (causal: from
-//      the first that sees the key block) and recomputes, per 16x16 sub-tile and warp,
-//        Sᵀ  = K·Qᵀ           mma   → Pᵀ = exp2(Sᵀ·s·log2e - L·log2e), 0 where masked
-//        dPᵀ = V·dOᵀ          mma   → dSᵀ = Pᵀ∘(dPᵀ - D)
-//        dV += Pᵀ·dO          mma (Pᵀ as the A operand straight from registers)
-//        dK += dSᵀ·Q          mma
-//   3. dQ: query-parallel; one block per (b, h, query block) sweeps the key blocks:
-//        S = Q·Kᵀ, dP = dO·Vᵀ (mma) → dS;  dQ += dS·K (mma)
-//   Products: 4 in pass 2 + 3 in pass 3 = 7 N²·d products (14·N²·d flops per head; the dQ sweep
-//   recomputes S and dP instead of adding dQ atomically). Causal halves all of it. Every output
-//   element is written by one thread, summing in a fixed order.
-// The sm_80 (mma.sync, Sm80Traits) and generic (GenericTraits) kernels run passes 2 and 3 as
+// The backward's sm_90a kernels (bwd.cuh has the math and the passes).
 // above. The sm_90a kernels (warp-specialised, BwdSm90Traits) run them with warpgroup MMAs:
-//   d = 128  passes 2 and 3 on the key and query sweeps of attention_sweeps.cuh (blocks of 128
+//   d = 128  passes 2 and 3 on the key and query sweeps of sweeps.cuh (blocks of 128
 //            rows, tiles of 64), their consumers taking turns (ping-pong);
 //   d = 64   one fused key sweep: dK, dV and dQ, 5 products per tile instead of 7, each key block
 //            adding its part of dQ into an f32 buffer (in a fixed order, or atomically with
 //            set_attention_deterministic(false); below, FusedDqPart).
 // Non-causal sm_90a key sweeps split their last partial wave (TailSplitRun).
+#include "kernels/cuda/attention/bwd.cuh"
+#include "kernels/cuda/attention/common.cuh"
+#include "kernels/cuda/attention/hopper.cuh"
 #include "kernels/cuda/attention/mask.h"
-#include "kernels/cuda/attention_common.cuh"
-#include "kernels/cuda/kernels.h"
-#include "kernels/cuda/attention_hopper.cuh"
-#include "kernels/cuda/attention_sweeps.cuh"
+#include "kernels/cuda/attention/sweeps.cuh"
 
 namespace gg::kernels::cuda {
 namespace {
 
 using namespace attn;
 
-// ------------------------------------------------------------------------ generic kernels
-
-// dK, dV for key rows [j0, j0 + kRows) of key/value head bh: thread (o, r) owns key j0 + o and
-// queries i0 + r + 8k of each query head of the group in turn, summing over them in registers.
-template <typename T>
-__global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_bwd_dkdv_generic_kernel(const Params<T> p) {
-  using Acc = typename Elem<T>::Acc;
-  using C = GenericTraits;
-  // ---- prologue
-  GenBlock<T, true> b(p);
-  Acc *sK = b.stage(), *sV = b.stage();   // own chunks
-  Acc *sQ = b.stage(), *sdO = b.stage();  // other chunks
-  Acc* sP = b.tile();                     // Pᵀ tile  [key][query]
-  Acc* sdS = b.tile();                    // dSᵀ tile [key][query]
-  const GenThread th = b.th;
-  const int j0 = b.r0, j = j0 + th.o;
-  const int c0 = b.c0;
-  const T *Kh = b.K, *Vh = b.V;
-  Acc dK[C::kColsPerThread] = {}, dV[C::kColsPerThread] = {};
-  const TileRange tiles = gen_tiles<true>(p, j0);  // query tiles that see some key of the block
-
-  // ---- main loop over the group's query heads g and their query tiles [i0, i0 + nx)
-  for (int g = 0; g < p.group; ++g) {
-    const T *Qh = b.group_rows(b.Q, p, g), *dOh = b.group_rows(b.dO, p, g);
-    const Acc* Lh = p.L + b.qhead + static_cast<int64_t>(g) * p.N;
-    const Acc* Dh = p.D + b.qhead + static_cast<int64_t>(g) * p.N;
-    for (int qt = tiles.begin; qt < tiles.end; ++qt) {
-      const int i0 = qt * C::kOther, nx = min(C::kOther, p.N - i0);
-      Acc st[C::kPerThread] = {}, dpt[C::kPerThread] = {};  // Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ
-      for (int k0 = 0; k0 < p.d; k0 += C::kChunk) {
-        __syncthreads();
-        gen_stage(sK, Kh, j0, k0, p.Nk, p.d);
-        gen_stage(sV, Vh, j0, k0, p.Nk, p.d);
-        gen_stage(sQ, Qh, i0, k0, p.N, p.d);
-        gen_stage(sdO, dOh, i0, k0, p.N, p.d);
-        __syncthreads();
-        gen_dot(st, sK, sQ, th);
-        gen_dot(dpt, sV, sdO, th);
-      }
-#pragma unroll
-      for (int k = 0; k < C::kPerThread; ++k) {
-        const int i = i0 + th.r + 8 * k;
-        const bool visible = p.sees(i, j);
-        const Acc P = visible ? acc_exp(st[k] * p.scale - Lh[i]) : Acc(0);  // undoes P = softmax(S)
-        const Acc dS = visible ? P * (dpt[k] - Dh[i]) : Acc(0);              // dS = P∘(dP - D)
-        sP[th.o * C::kStride + th.r + 8 * k] = P;
-        sdS[th.o * C::kStride + th.r + 8 * k] = dS;
-      }
-      __syncthreads();
-      gen_accumulate(dV, sP, dOh, i0, nx, c0, p.d, th);  // dV += Pᵀ·dO
-      gen_accumulate(dK, sdS, Qh, i0, nx, c0, p.d, th);  // dK += dSᵀ·Q
-    }
-  }
-
-  // ---- epilogue: dK = s·Σ dSᵀ·Q
-  if (j < p.Nk) {
-#pragma unroll
-    for (int k = 0; k < C::kColsPerThread; ++k) dK[k] *= p.scale;
-    gen_store(p.out1 + (b.khead + j) * p.d, dK, c0, p.d, th);
-    gen_store(p.out2 + (b.khead + j) * p.d, dV, c0, p.d, th);
-  }
-}
-
-// dQ for query rows [i0, i0 + kRows): thread (o, r) owns query i0 + o and keys j0 + r + 8k.
-template <typename T>
-__global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_bwd_dq_generic_kernel(const Params<T> p) {
-  using Acc = typename Elem<T>::Acc;
-  using C = GenericTraits;
-  // ---- prologue
-  GenBlock<T> b(p);
-  Acc *sQ = b.stage(), *sdO = b.stage();  // own chunks
-  Acc *sK = b.stage(), *sV = b.stage();   // other chunks
-  Acc* sdS = b.tile();                    // dS tile [query][key]
-  const GenThread th = b.th;
-  const int i0 = b.r0, i = i0 + th.o;
-  const int c0 = b.c0;
-  const T *Qh = b.Q, *Kh = b.K, *Vh = b.V, *dOh = b.dO;
-  const Acc L_i = i < p.N ? p.L[b.qhead + i] : Acc(0);
-  const Acc D_i = i < p.N ? p.D[b.qhead + i] : Acc(0);
-  Acc dQ[C::kColsPerThread] = {};
-  const TileRange tiles = gen_tiles<false>(p, i0);
-
-  // ---- main loop over key tiles [j0, j0 + nx)
-  for (int kb = tiles.begin; kb < tiles.end; ++kb) {
-    const int j0 = kb * C::kOther, nx = min(C::kOther, p.Nk - j0);
-    Acc s[C::kPerThread] = {}, dp[C::kPerThread] = {};  // S = Q·Kᵀ, dP = dO·Vᵀ
-    for (int k0 = 0; k0 < p.d; k0 += C::kChunk) {
-      __syncthreads();
-      gen_stage(sQ, Qh, i0, k0, p.N, p.d);
-      gen_stage(sdO, dOh, i0, k0, p.N, p.d);
-      gen_stage(sK, Kh, j0, k0, p.Nk, p.d);
-      gen_stage(sV, Vh, j0, k0, p.Nk, p.d);
-      __syncthreads();
-      gen_dot(s, sQ, sK, th);
-      gen_dot(dp, sdO, sV, th);
-    }
-#pragma unroll
-    for (int k = 0; k < C::kPerThread; ++k) {
-      const int j = j0 + th.r + 8 * k;
-      const bool visible = p.sees(i, j);
-      const Acc P = visible ? acc_exp(s[k] * p.scale - L_i) : Acc(0);
-      sdS[th.o * C::kStride + th.r + 8 * k] = visible ? P * (dp[k] - D_i) : Acc(0);
-    }
-    __syncthreads();
-    gen_accumulate(dQ, sdS, Kh, j0, nx, c0, p.d, th);  // undoes S = s·Q·Kᵀ: dQ += dS·K
-  }
-
-  // ---- epilogue: dQ = s·Σ dS·K
-  if (i < p.N) {
-#pragma unroll
-    for (int k = 0; k < C::kColsPerThread; ++k) dQ[k] *= p.scale;
-    gen_store(p.out0 + (b.qhead + i) * p.d, dQ, c0, p.d, th);
-  }
-}
-
-// ------------------------------------------------------------------------ tensor-core kernels
-
-// dK, dV for key rows [j0, j0 + kBlockM); warp w owns keys [jw, jw + 16). kOpts: the general mask
-// and shapes; a block of a grouped key/value head sweeps the query tiles of each query head of
-// its group in turn (one pipeline over all of them) and sums in its accumulators.
-template <typename T, int kD, bool kOpts>
-__global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dkdv_tc_kernel(const Params<T> p) {
-  using Cfg = Sm80Traits<kD>;
-  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride;
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  T* sK = reinterpret_cast<T*>(smem_raw);      // own   [kBM][kStride]
-  T* sV = sK + Cfg::kOwnElems;                 // own   [kBM][kStride]
-  T* sQ = sV + Cfg::kOwnElems;                 // other [2][kBN][kStride]
-  T* sdO = sQ + 2 * Cfg::kTileElems;           // other [2][kBN][kStride]
-  float* sL = reinterpret_cast<float*>(sdO + 2 * Cfg::kTileElems);  // [2][kBN]
-  float* sD = sL + 2 * kBN;                                         // [2][kBN]
-
-  // ---- prologue: own key rows (the pipeline adds the first query tile)
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const Sm80KeyBlock<kOpts, kBM, kBN, Params<T>> blk(p, warp);
-  const int nk = blk.nk, j0 = blk.j0, jw = blk.jw;
-  const int64_t head = blk.head;
-  const float sl2 = p.scale * kLog2e;
-
-  auto load_tile = [&](int t, int stage) {
-    const int64_t qh = blk.query_head(p, t);
-    const int r0 = blk.tile(t) * kBN;
-    load_rows_async<T, kD, kBN>(sQ + stage * Cfg::kTileElems, p.Q + qh * kD, r0, p.N);
-    load_rows_async<T, kD, kBN>(sdO + stage * Cfg::kTileElems, p.dO + qh * kD, r0, p.N);
-    load_scalars_async<Cfg::kThreads>(sL + stage * kBN, p.L + qh, r0, kBN, p.N);
-    load_scalars_async<Cfg::kThreads>(sD + stage * kBN, p.D + qh, r0, kBN, p.N);
-  };
-  load_rows_async<T, kD, kBM>(sK, p.K + head * kD, j0, nk);
-  load_rows_async<T, kD, kBM>(sV, p.V + head * kD, j0, nk);
-
-  float dK[kD / 8][4], dV[kD / 8][4];
-  zero(dK);
-  zero(dV);
-
-  // ---- main loop over query tiles [i0, i0 + kBN), in sub-tiles of 16 queries
-  sm80_pipeline(0, blk.steps, load_tile, [&](int t, int stage) {
-    const int i0 = blk.tile(t) * kBN;
-    const T* sQs = sQ + stage * Cfg::kTileElems;
-    const T* sdOs = sdO + stage * Cfg::kTileElems;
-    const float* sLs = sL + stage * kBN;
-    const float* sDs = sD + stage * kBN;
-    if (jw >= nk) return;
-    sm80_sub_tiles<kBN>(blk, p, i0, [&](int q, int) {
-      // Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (16 keys x 16 queries)
-      float st[2][4], dpt[2][4];
-      zero(st);
-      zero(dpt);
-      mma_scores<T, kD>(st, sK + 16 * warp * kStride, sQs + 16 * q * kStride, lane);
-      mma_scores<T, kD>(dpt, sV + 16 * warp * kStride, sdOs + 16 * q * kStride, lane);
-
-      // Pᵀ = exp(Sᵀ - L) (0 where masked), dSᵀ = Pᵀ∘(dPᵀ - D), in place
-#pragma unroll
-      for (int n = 0; n < 2; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int li = 16 * q + frag_col(lane, n, e);  // query within the tile
-          const int key = jw + frag_row(lane, e);
-          const float P = blk.sees(p, i0 + li, key) ? exp2f(st[n][e] * sl2 - sLs[li] * kLog2e) : 0.f;
-          st[n][e] = P;
-          dpt[n][e] = P * (dpt[n][e] - sDs[li]);
-        }
-
-      uint32_t a[4];
-      to_a_frag<T>(a, st);
-      mma_accumulate<T, kD, kD>(dV, a, sdOs + 16 * q * kStride, lane);  // dV += Pᵀ·dO
-      to_a_frag<T>(a, dpt);
-      mma_accumulate<T, kD, kD>(dK, a, sQs + 16 * q * kStride, lane);   // dK += dSᵀ·Q
-    });
-  });
-
-  // ---- epilogue: dK = s·Σ dSᵀ·Q, dV
-  const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
-  store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, dK, scale, jw, nk, lane);
-  store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, dV, one, jw, nk, lane);
-}
-
-// dQ for query rows [i0, i0 + kBlockM); warp w owns queries [iw, iw + 16). kOpts: the general
-// mask and shapes (Params::sees), as the forward.
-template <typename T, int kD, bool kOpts>
-__global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dq_tc_kernel(const Params<T> p) {
-  using Cfg = Sm80Traits<kD>;
-  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride;
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  T* sQ = reinterpret_cast<T*>(smem_raw);  // own   [kBM][kStride]
-  T* sdO = sQ + Cfg::kOwnElems;            // own   [kBM][kStride]
-  T* sK = sdO + Cfg::kOwnElems;            // other [2][kBN][kStride]
-  T* sV = sK + 2 * Cfg::kTileElems;        // other [2][kBN][kStride]
-
-  // ---- prologue: own query rows and their L, D
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const Sm80QueryBlock<kOpts, kBM, kBN, Params<T>> blk(p, warp);
-  const int i0 = blk.i0, iw = blk.iw, nk = blk.nk;
-  const int64_t head = blk.head;
-  const T* Kh = p.K + blk.khead * kD;
-  const T* Vh = p.V + blk.khead * kD;
-  const float sl2 = p.scale * kLog2e;
-  float L2[2], D[2];  // L·log2e and D of own rows g, g + 8
-  row_scalars(p, head, iw, lane, L2, D);
-
-  load_rows_async<T, kD, kBM>(sQ, p.Q + head * kD, i0, p.N);
-  load_rows_async<T, kD, kBM>(sdO, p.dO + head * kD, i0, p.N);
-  auto load_tile = [&](int kb, int stage) {
-    load_rows_async<T, kD, kBN>(sK + stage * Cfg::kTileElems, Kh, kb * kBN, nk);
-    load_rows_async<T, kD, kBN>(sV + stage * Cfg::kTileElems, Vh, kb * kBN, nk);
-  };
-
-  float dQ[kD / 8][4];
-  zero(dQ);
-
-  // ---- main loop over key tiles [j0, j0 + kBN), in sub-tiles of keys [js, js + 16)
-  sm80_pipeline(blk.begin, blk.end, load_tile, [&](int kb, int stage) {
-    const T* sKs = sK + stage * Cfg::kTileElems;
-    const T* sVs = sV + stage * Cfg::kTileElems;
-    if (iw >= p.N) return;
-    sm80_sub_tiles<kBN>(blk, p, kb * kBN, [&](int q, int js) {
-      // S = Q·Kᵀ, dP = dO·Vᵀ (16 queries x 16 keys)
-      float s[2][4], dp[2][4];
-      zero(s);
-      zero(dp);
-      mma_scores<T, kD>(s, sQ + 16 * warp * kStride, sKs + 16 * q * kStride, lane);
-      mma_scores<T, kD>(dp, sdO + 16 * warp * kStride, sVs + 16 * q * kStride, lane);
-
-      // dS = P∘(dP - D), P = exp(S - L), 0 where masked
-#pragma unroll
-      for (int n = 0; n < 2; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = js + frag_col(lane, n, e), row = iw + frag_row(lane, e);
-          const float P = blk.sees(p, row, key) ? exp2f(s[n][e] * sl2 - L2[e / 2]) : 0.f;
-          dp[n][e] = P * (dp[n][e] - D[e / 2]);
-        }
-
-      uint32_t a[4];
-      to_a_frag<T>(a, dp);
-      mma_accumulate<T, kD, kD>(dQ, a, sKs + 16 * q * kStride, lane);  // dQ += dS·K
-    });
-  });
-
-  // ---- epilogue: dQ = s·Σ dS·K
-  const float scale[2] = {p.scale, p.scale};
-  store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, dQ, scale, iw, p.N, lane);
-}
-
-
-// ------------------------------------------------------------------------ sm_90a kernels
-//
 // The two sweeps of the backward as row loops over the warp-specialised sweeps of
-// attention_sweeps.cuh: dK dV on a key sweep (own K, V; query tiles Q, dO with L, D), dQ on a
+// sweeps.cuh: dK dV on a key sweep (own K, V; query tiles Q, dO with L, D), dQ on a
 // query sweep (own Q, dO; key tiles K, V); at d = 64 the fused key sweep instead.
 
 // What the backward's sweeps copy: V (own V rows of dK dV; V tiles of dQ), no cotangents, no E, F.
@@ -518,7 +224,7 @@ __device__ __forceinline__ void dq_rows_pipelined(Sweep& sw, const Params<T>& p,
 // products per tile instead of the 4 + 3 of the two sweeps (the dQ sweep recomputes S and dP).
 // The dQ of a query tile is a sum over every key block, so the blocks add their parts into an f32
 // buffer by atomic additions: deterministic (the default), in turns, in a fixed order
-// (order_additions, attention_sweeps.cuh; a warp of the producer waits for each turn), so that dQ
+// (order_additions, sweeps.cuh; a warp of the producer waits for each turn), so that dQ
 // is bitwise reproducible; with set_attention_deterministic(false) in any order, with no waiting.
 // dK and dV are summed as the two-sweep backward sums them.
 //
@@ -532,7 +238,7 @@ __device__ __forceinline__ void dq_rows_pipelined(Sweep& sw, const Params<T>& p,
 //   3 + o  the dSᵀ tile of owner o is complete (owner syncs, the other arrives; 256 threads)
 //   5 + o  owner o's product of tile t - 2 is done, its dSᵀ tile may be rewritten (the reverse)
 // The f32 buffer holds each tile's 64 x 64 values in the accumulator's register order
-// (acc_index in attention_sweeps.cuh), so that a warp's additions cover 512 contiguous bytes;
+// (acc_index in sweeps.cuh), so that a warp's additions cover 512 contiguous bytes;
 // rows_from_acc_kernel reorders and scales them.
 // Shared memory after the key sweep's: the block's K and V rows (128 x 64 each; K is also the A
 // operand Kᵀ of the dQ products, read MN-major) and the two owners' dSᵀ tiles.
@@ -711,27 +417,9 @@ __global__ void __launch_bounds__(384, 1)
   __trap();  // launched only where sm_90a code was built and the device is 9.x
 #endif
 }
+}  // namespace
 
-// ------------------------------------------------------------------------ launchers
-
-template <typename T, int kD>
-void launch_bwd_sm80(const Params<T>& p) {
-  using Cfg = Sm80Traits<kD>;
-  {
-    const size_t smem = (2 * Cfg::kOwnElems + 4 * Cfg::kTileElems) * sizeof(T) + 4 * Cfg::kBlockN * sizeof(float);
-    auto kernel = p.opts ? attention_bwd_dkdv_tc_kernel<T, kD, true> : attention_bwd_dkdv_tc_kernel<T, kD, false>;
-    set_smem(kernel, smem);
-    kernel<<<grid_x(p.BHkv(), cdiv(p.Nk, Cfg::kBlockM)), Cfg::kThreads, smem, cuda_stream()>>>(p);
-    CUDA_CHECK_LAUNCH();
-  }
-  {
-    const size_t smem = (2 * Cfg::kOwnElems + 4 * Cfg::kTileElems) * sizeof(T);
-    auto kernel = p.opts ? attention_bwd_dq_tc_kernel<T, kD, true> : attention_bwd_dq_tc_kernel<T, kD, false>;
-    set_smem(kernel, smem);
-    kernel<<<grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), Cfg::kThreads, smem, cuda_stream()>>>(p);
-    CUDA_CHECK_LAUNCH();
-  }
-}
+namespace attn {
 
 // d = 64: the fused sweep, then dQ from its f32 buffer.
 template <typename T>
@@ -792,31 +480,15 @@ void launch_bwd_sm90_two_sweeps(const Params<T>& p) {
   }
 }
 
-template <typename T>
-void bwd(const AttentionArgs& a) {
-  using Acc = typename Elem<T>::Acc;
-  Params<T> p = make_params<T>(a);
-  const int64_t rows = p.BH * p.N;
-  Scratch D(static_cast<size_t>(rows) * sizeof(Acc));
-  p.D = D.as<Acc>();
-  launch_row_dot<T>(p.dO, p.O, p.D, rows, p.d, p.dL);  // phase 1: D = rowsum(dO∘O) - dL
-  on_path<T>(
-      a, Level::kBwd,
-      [&](auto d) {
-        if constexpr (d() == 64) launch_bwd_sm90_fused<T>(p);
-        else launch_bwd_sm90_two_sweeps<T>(p);
-      },
-      [&](auto d) { launch_bwd_sm80<T, d()>(p); },
-      [&] {
-        launch_generic(attention_bwd_dkdv_generic_kernel<T>, p, 4, 2, /*key_side=*/true);
-        launch_generic(attention_bwd_dq_generic_kernel<T>, p, 4, 1);
-      });
+template <typename T, int kD>
+void launch_bwd_sm90(const Params<T>& p) {
+  if constexpr (kD == 64) launch_bwd_sm90_fused<T>(p);
+  else launch_bwd_sm90_two_sweeps<T>(p);
 }
 
-}  // namespace
-
-void attention_bwd(const AttentionArgs& a) {
-  dispatch_dtype(a.dtype, "gg::attention_backward", [&](auto tag) { bwd<decltype(tag)>(a); });
-}
-
+template void launch_bwd_sm90<__nv_bfloat16, 64>(const Params<__nv_bfloat16>&);
+template void launch_bwd_sm90<__nv_bfloat16, 128>(const Params<__nv_bfloat16>&);
+template void launch_bwd_sm90<__half, 64>(const Params<__half>&);
+template void launch_bwd_sm90<__half, 128>(const Params<__half>&);
+}  // namespace attn
 }  // namespace gg::kernels::cuda

@@ -1,564 +1,20 @@
-// attention_bwd_bwd: backward-over-backward (BoB) of softmax attention on the GPU.
-//
-// BoB differentiates  ℒ = <Qt, dQ> + <Kt, dK> + <Vt, dV>  with respect to Q, K, V and dO, where
-// (dQ, dK, dV) is the first backward and Qt, Kt, Vt are their cotangents. O and L are saved
-// values: no gradient flows into them. Math (one head), as kernels/cpu/attention_bwd_bwd.cpp:
-//   P = exp(s·Q·Kᵀ - L) (masked: 0),  dP = dO·Vᵀ,  D = rowsum(dO∘O),  dS = P∘(dP - D)
-//   G = s·(Qt·Kᵀ + Q·Ktᵀ)          ℒ's weight on dS
-//   H = dO·Vtᵀ                     ℒ's weight on P
-//   E = Σ_j P∘G,   F = Σ_j P∘(dP∘G + H) - 2·D∘E      (row scalars)
-//   P̄ = (dP - D)∘G - dP∘E + H,   S̄ = P∘(P̄ - F),   dP̄ = P∘(G - E)
-//   grad_Q  = s·(S̄·K + dS·Kt)        grad_K  = s·(S̄ᵀ·Q + dSᵀ·Qt)
-//   grad_V  = dP̄ᵀ·dO                 grad_dO = dP̄·V + P·Vt
-// An absent cotangent (nullptr) drops its terms (runtime, warp-uniform branches: its tile
-// products are never issued): no Qt and no Kt means G = 0 (E = 0, dP̄ = 0, grad_V = 0, dP never
-// formed); no Vt means H = 0. All absent: every output is 0 (a memset).
-//
-// Shapes: Q, O, dO, Qt, grad_Q, grad_dO are (B, H, N, d), K, V, Kt, Vt, grad_K, grad_V
-// (B, Hkv, Nk, d) contiguous; L, D, E, F are (B, H, N), Acc (f32 for bf16/f16/f32, f64 for f64);
-// D, E, F are stream-ordered scratch. Every pass 2 (and the fused BoB's sweep) sums grad_K, grad_V
-// over the group of query heads in registers.
-//
-// Schedule (sm_80 and generic kernels): the two-pass schedule of docs/attention.md (section 4), no atomics,
-// no N x N buffer, bitwise deterministic. The outputs depend on E and F only affinely, so a query block
-// accumulates pieces and combines them once its sweep ends:
-//   grad_Q_i  = s·(XA_i - E_i·X2_i - F_i·X3_i)
-//       XA = [P∘((dP - D)∘G + H)]·K + dS·Kt,   X2 = (P∘dP)·K,   X3 = P·K
-//   grad_dO_i = Y_i - E_i·O_i,   Y = (P∘G)·V + P·Vt                   (using P·V = O)
-//   0. D = rowsum(dO∘O) - dL: launch_row_dot (16-bit, d = 32/64/128: d / 8 lanes per row).
-//   1. Query-parallel, one block per (b, h, query block [, column slice]) sweeping the key blocks:
-//      score tiles S, dP, G (2 products), H; output products C1·K, dS·Kt (into XA), (P∘dP)·K,
-//      P·K, (P∘G)·V, P·Vt (into Y): 5 + 6 = 11 N²·d products. Writes E, F, grad_Q, grad_dO.
-//      Precision: XA - E·X2 - F·X3 and Y - E·O cancel (exactly, for a row that sees a single key:
-//      its grad_Q is 0), so on the tensor-core path the coefficient tiles of C1·K, (P∘dP)·K, P·K
-//      and (P∘G)·V enter as hi + lo bf16/f16 pairs (to_a_frag_split): 4 extra mma products
-//      sharing their B fragments, 15 in pass 1. With single-rounded tiles the cancellation
-//      left errors of ~2^-8 of the output family's scale in such rows.
-//   2. Key-parallel, one block per (b, h, key block) sweeping the query blocks with the rows'
-//      L, D, E, F: score tiles Sᵀ, dPᵀ, Gᵀ (2), Hᵀ; outputs S̄ᵀ·Q, dSᵀ·Qt (grad_K), dP̄ᵀ·dO
-//      (grad_V): 5 + 3 = 8 products. 19 in all (38·N²·d flops per head; causal halves it), 23 as
-//      issued on tensor cores (the 4 split products).
-// sm_80 kernels (mma.sync; bf16/f16, d in {32, 64, 128}; Sm80Traits): 4 warps x 16 own rows; the
-// other side's rows double-buffered by cp.async; per warp, 16x16 sub-tiles of every score product
-// by mma, coefficient tiles built in registers and fed straight back as mma A operands. Pass 1
-// holds four f32 accumulators of 16 x kBobCols per warp; at d = 128 the columns are split in two
-// slices over grid.y (the score tiles are recomputed per slice). Generic kernels: GenericTraits.
-// sm_90a kernels (warp-specialised, bf16/f16, d in {64, 128}; BobQuerySm90Traits,
+// The BoB's sm_90a kernels (bwd_bwd.cuh has the math):
 // BobKeySm90Traits), "E and F first": pass 0 (query-parallel) computes E and F alone; pass 1
 // (query-parallel) forms S̄, dS, dP̄ from them exactly as pass 2 does and accumulates grad_Q and
 // grad_dO; pass 2 (key-parallel) grad_K and grad_V. With all three cotangents pass 0 also forms
 // D and P·Vt (one product fewer in pass 1). At d = 64 with all three cotangents, the fused BoB
 // instead: pass 0 (also dS·Kt), then one key sweep for all four outputs, grad_Q and grad_dO added
 // into f32 buffers (in a fixed order, or atomically with set_attention_deterministic(false)).
+#include "kernels/cuda/attention/bwd_bwd.cuh"
+#include "kernels/cuda/attention/common.cuh"
+#include "kernels/cuda/attention/hopper.cuh"
 #include "kernels/cuda/attention/mask.h"
-#include "kernels/cuda/attention_common.cuh"
-#include "kernels/cuda/attention_hopper.cuh"
-#include "kernels/cuda/attention_sweeps.cuh"
-#include "kernels/cuda/kernels.h"
+#include "kernels/cuda/attention/sweeps.cuh"
 
 namespace gg::kernels::cuda {
 namespace {
 
 using namespace attn;
-
-// ------------------------------------------------------------------------ generic kernels
-
-// Pass 1 for query rows [i0, i0 + kRows): thread (o, r) owns query i0 + o and keys j0 + r + 8k.
-// kGiven (BobStage::kFromRowSums): E and F are the caller's (p.E, p.F), so dP̄ = P∘(G - E) is
-// formed per tile and grad_dO needs no -E·O; nothing is stored to E and F.
-// Two blocks per SM with f32 accumulators (at most 128 registers, no spills; without the cap one
-// block fits), as in pass 2 (docs/kernels.md §4).
-template <typename T, bool kGiven = false>
-__global__ void __launch_bounds__(GenericTraits::kThreads, GenericTraits::min_blocks<T>(2))
-    attention_bob_pass1_generic_kernel(const Params<T> p) {
-  using Acc = typename Elem<T>::Acc;
-  using C = GenericTraits;
-  // ---- prologue
-  GenBlock<T> b(p);
-  Acc *sQ = b.stage(), *sdO = b.stage(), *sQt = b.stage();                   // own chunks
-  Acc *sK = b.stage(), *sV = b.stage(), *sKt = b.stage(), *sVt = b.stage();  // other chunks
-  Acc *sC1 = b.tile(), *sP = b.tile(), *sPdP = b.tile(), *sPG = b.tile();   // coefficient tiles
-  Acc* sdS = b.tile();                                                        // [query][key]
-  const bool has_Qt = p.Qt != nullptr, has_Kt = p.Kt != nullptr, has_Vt = p.Vt != nullptr;
-  const bool has_G = has_Qt || has_Kt, has_H = has_Vt;
-  const GenThread th = b.th;
-  const int i0 = b.r0, i = i0 + th.o;
-  const int c0 = b.c0;
-  const int64_t head = b.qhead;
-  const T *Qh = b.Q, *Kh = b.K, *Vh = b.V, *dOh = b.dO, *Qth = b.Qt, *Kth = b.Kt, *Vth = b.Vt;
-  const Acc L_i = i < p.N ? p.L[head + i] : Acc(0);
-  const Acc D_i = i < p.N ? p.D[head + i] : Acc(0);
-  const Acc E_given = kGiven && i < p.N ? p.E[head + i] : Acc(0);
-  Acc XA[C::kColsPerThread] = {}, X2[C::kColsPerThread] = {}, X3[C::kColsPerThread] = {},
-      Y[C::kColsPerThread] = {};
-  Acc e_part = 0, f_part = 0;  // this thread's share of Σ_j P∘G and Σ_j P∘(dP∘G + H)
-  const TileRange tiles = gen_tiles<false>(p, i0);
-
-  // ---- main loop over key tiles [j0, j0 + nx)
-  for (int kb = tiles.begin; kb < tiles.end; ++kb) {
-    const int j0 = kb * C::kOther, nx = min(C::kOther, p.Nk - j0);
-
-    // score tiles: S = Q·Kᵀ, dP = dO·Vᵀ, G = Qt·Kᵀ + Q·Ktᵀ (times s below), H = dO·Vtᵀ
-    Acc S[C::kPerThread] = {}, dP[C::kPerThread] = {}, G[C::kPerThread] = {}, Hs[C::kPerThread] = {};
-    for (int k0 = 0; k0 < p.d; k0 += C::kChunk) {
-      __syncthreads();
-      gen_stage(sQ, Qh, i0, k0, p.N, p.d);
-      gen_stage(sdO, dOh, i0, k0, p.N, p.d);
-      gen_stage(sQt, Qth, i0, k0, p.N, p.d);
-      gen_stage(sK, Kh, j0, k0, p.Nk, p.d);
-      gen_stage(sV, has_G ? Vh : nullptr, j0, k0, p.Nk, p.d);
-      gen_stage(sKt, Kth, j0, k0, p.Nk, p.d);
-      gen_stage(sVt, Vth, j0, k0, p.Nk, p.d);
-      __syncthreads();
-      gen_dot(S, sQ, sK, th);
-      if (has_G) gen_dot(dP, sdO, sV, th);
-      if (has_Qt) gen_dot(G, sQt, sK, th);
-      if (has_Kt) gen_dot(G, sQ, sKt, th);
-      if (has_H) gen_dot(Hs, sdO, sVt, th);
-    }
-
-    // coefficient tiles and row sums (absent G or H are zero tiles here)
-#pragma unroll
-    for (int k = 0; k < C::kPerThread; ++k) {
-      const int j = j0 + th.r + 8 * k;
-      const bool visible = p.sees(i, j);
-      const Acc P = visible ? acc_exp(S[k] * p.scale - L_i) : Acc(0);
-      const Acc g = G[k] * p.scale;
-      const Acc PG = P * g;                       // P∘G: E's terms; dP̄ = P∘G - E·P
-      const Acc PdP = P * dP[k];                  // P∘dP: the E·dP part of P̄
-      const Acc dS = P * (dP[k] - D_i);           // dS = P∘(dP - D)
-      const Acc C1 = dS * g + P * Hs[k];          // P∘((dP - D)∘G + H)
-      e_part += PG;                               // E = Σ P∘G
-      f_part += dP[k] * PG + P * Hs[k];           // F ∋ Σ P∘dP∘G + Σ P∘H
-      const int at = th.o * C::kStride + th.r + 8 * k;
-      sC1[at] = C1;
-      sP[at] = P;
-      sPdP[at] = PdP;
-      sPG[at] = kGiven ? PG - P * E_given : PG;  // kGiven: dP̄
-      sdS[at] = dS;
-    }
-    __syncthreads();
-
-    // output products on this block's column slice
-    gen_accumulate(XA, sC1, Kh, j0, nx, c0, p.d, th);              // XA += C1·K
-    gen_accumulate(X3, sP, Kh, j0, nx, c0, p.d, th);               // X3 += P·K
-    if (has_G) {
-      gen_accumulate(X2, sPdP, Kh, j0, nx, c0, p.d, th);           // X2 += (P∘dP)·K
-      gen_accumulate(Y, sPG, Vh, j0, nx, c0, p.d, th);             // Y  += (P∘G)·V
-    }
-    if (has_Kt) gen_accumulate(XA, sdS, Kth, j0, nx, c0, p.d, th);  // XA += dS·Kt
-    if (has_Vt) gen_accumulate(Y, sP, Vth, j0, nx, c0, p.d, th);    // Y  += P·Vt
-  }
-
-  // ---- epilogue: E, F; grad_Q = s·(XA - E·X2 - F·X3), grad_dO = Y - E·O
-  const Acc E = kGiven ? E_given : group_sum(e_part);
-  // F = Σ P∘(dP∘G + H) - (D + D')·E: D_i is D' = D - dL (dS), D = Σ P∘dP (P̄'s E·dP term)
-  const Acc dl_i = p.row_dL(head, i);
-  const Acc F = kGiven ? (i < p.N ? p.F[head + i] : Acc(0)) : group_sum(f_part) - (Acc(2) * D_i + dl_i) * E;
-  if (i < p.N) {
-    const T* Oi = b.O + static_cast<int64_t>(i) * p.d;
-    Acc gQ[C::kColsPerThread], gdO[C::kColsPerThread];
-#pragma unroll
-    for (int k = 0; k < C::kColsPerThread; ++k) {
-      const int c = c0 + th.r + 8 * k;
-      gQ[k] = p.scale * (XA[k] - E * X2[k] - F * X3[k]);
-      gdO[k] = Y[k] - (c < p.d && !kGiven ? E * Elem<T>::to_acc(Oi[c]) : Acc(0));
-    }
-    gen_store(p.out0 + (head + i) * p.d, gQ, c0, p.d, th);
-    gen_store(p.out3 + (head + i) * p.d, gdO, c0, p.d, th);
-    if (!kGiven && blockIdx.y == 0 && th.r == 0) {
-      p.E[head + i] = E;
-      p.F[head + i] = F;
-    }
-  }
-}
-
-// Pass 2 for key rows [j0, j0 + kRows): thread (o, r) owns key j0 + o and queries i0 + r + 8k.
-// Two blocks per SM with f32 accumulators, as pass 1.
-template <typename T>
-__global__ void __launch_bounds__(GenericTraits::kThreads, GenericTraits::min_blocks<T>(2))
-    attention_bob_pass2_generic_kernel(const Params<T> p) {
-  using Acc = typename Elem<T>::Acc;
-  using C = GenericTraits;
-  // ---- prologue
-  GenBlock<T, true> b(p);
-  Acc *sK = b.stage(), *sV = b.stage(), *sKt = b.stage(), *sVt = b.stage();  // own chunks
-  Acc *sQ = b.stage(), *sdO = b.stage(), *sQt = b.stage();                   // other chunks
-  Acc *sSbar = b.tile(), *sdS = b.tile(), *sdPbar = b.tile();                // [key][query]
-  const bool has_Qt = p.Qt != nullptr, has_Kt = p.Kt != nullptr, has_Vt = p.Vt != nullptr;
-  const bool has_G = has_Qt || has_Kt, has_H = has_Vt;
-  const GenThread th = b.th;
-  const int j0 = b.r0, j = j0 + th.o;
-  const int c0 = b.c0;
-  const T *Kh = b.K, *Vh = b.V, *Kth = b.Kt, *Vth = b.Vt;
-  Acc gK[C::kColsPerThread] = {}, gV[C::kColsPerThread] = {};
-  const TileRange tiles = gen_tiles<true>(p, j0);
-
-  // ---- main loop over the group's query heads g and their query tiles [i0, i0 + nx)
-  for (int g = 0; g < p.group; ++g) {
-    const T *Qh = b.group_rows(b.Q, p, g), *dOh = b.group_rows(b.dO, p, g), *Qth = b.group_rows(b.Qt, p, g);
-    const int64_t head = b.qhead + static_cast<int64_t>(g) * p.N;  // the row scalars' head
-    for (int qt = tiles.begin; qt < tiles.end; ++qt) {
-      const int i0 = qt * C::kOther, nx = min(C::kOther, p.N - i0);
-
-      // score tiles, transposed: Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, Gᵀ = K·Qtᵀ + Kt·Qᵀ (times s), Hᵀ = Vt·dOᵀ
-      Acc S[C::kPerThread] = {}, dP[C::kPerThread] = {}, G[C::kPerThread] = {}, Hs[C::kPerThread] = {};
-      for (int k0 = 0; k0 < p.d; k0 += C::kChunk) {
-        __syncthreads();
-        gen_stage(sK, Kh, j0, k0, p.Nk, p.d);
-        gen_stage(sV, has_G ? Vh : nullptr, j0, k0, p.Nk, p.d);
-        gen_stage(sKt, Kth, j0, k0, p.Nk, p.d);
-        gen_stage(sVt, Vth, j0, k0, p.Nk, p.d);
-        gen_stage(sQ, Qh, i0, k0, p.N, p.d);
-        gen_stage(sdO, dOh, i0, k0, p.N, p.d);
-        gen_stage(sQt, Qth, i0, k0, p.N, p.d);
-        __syncthreads();
-        gen_dot(S, sK, sQ, th);
-        if (has_G) gen_dot(dP, sV, sdO, th);
-        if (has_Qt) gen_dot(G, sK, sQt, th);
-        if (has_Kt) gen_dot(G, sKt, sQ, th);
-        if (has_H) gen_dot(Hs, sVt, sdO, th);
-      }
-
-      // coefficient tiles with the query rows' D, E, F (absent G or H are zero tiles here)
-#pragma unroll
-      for (int k = 0; k < C::kPerThread; ++k) {
-        const int i = i0 + th.r + 8 * k;
-        Acc Sbar = 0, dS = 0, dPbar = 0;
-        if (p.sees(i, j)) {
-          const Acc L = p.L[head + i], D = p.D[head + i], E = p.E[head + i], F = p.F[head + i];
-          const Acc P = acc_exp(S[k] * p.scale - L);
-          const Acc g = G[k] * p.scale;
-          const Acc Pbar = (dP[k] - D) * g - dP[k] * E + Hs[k];  // P̄ = (dP - D)∘G - dP∘E + H
-          Sbar = P * (Pbar - F);                                  // undoes P = softmax(S)
-          dS = P * (dP[k] - D);                                   // undoes dS = P∘(dP - D) in P
-          dPbar = P * (g - E);                                    // undoes it in dP
-        }
-        const int at = th.o * C::kStride + th.r + 8 * k;
-        sSbar[at] = Sbar;
-        sdS[at] = dS;
-        sdPbar[at] = dPbar;
-      }
-      __syncthreads();
-
-      gen_accumulate(gK, sSbar, Qh, i0, nx, c0, p.d, th);              // gK += S̄ᵀ·Q
-      if (has_Qt) gen_accumulate(gK, sdS, Qth, i0, nx, c0, p.d, th);   // gK += dSᵀ·Qt
-      if (has_G) gen_accumulate(gV, sdPbar, dOh, i0, nx, c0, p.d, th);  // gV += dP̄ᵀ·dO
-    }
-  }
-
-  // ---- epilogue: grad_K = s·(S̄ᵀ·Q + dSᵀ·Qt), grad_V (0 without G); summed over the group
-  if (j < p.Nk) {
-#pragma unroll
-    for (int k = 0; k < C::kColsPerThread; ++k) gK[k] *= p.scale;
-    gen_store(p.out1 + (b.khead + j) * p.d, gK, c0, p.d, th);
-    gen_store(p.out2 + (b.khead + j) * p.d, gV, c0, p.d, th);
-  }
-}
-
-// ------------------------------------------------------------------------ tensor-core kernels
-
-// One entry of the coefficient tiles of pass 2 and of the E/F-first pass 1, in place, from
-// P = exp(S - L) and the row's D, E, F: S <- S̄ = P∘(P̄ - F), G <- dP̄ = P∘(G·s - E),
-// dP <- dS = P∘(dP - D), where P̄ = (dP - D)∘G·s - dP∘E + H. With u = G·s - E the same P̄ is
-// (dP - D)∘u + H - D·E (substitute G·s = u + E): 8 floating-point instructions instead of 10.
-__device__ __forceinline__ void coef_entry(float P, float scale, float D, float E, float F, float& S, float& dP,
-                                           float& G, float H) {
-  const float u = fmaf(G, scale, -E), dd = dP - D;
-  S = P * (fmaf(dd, u, H) - fmaf(D, E, F));
-  G = P * u;
-  dP = P * dd;
-}
-
-// One entry of the split pass 1 (the sm_80 kernel), in place, from P = exp(S - L):
-// S <- P, dP <- P∘dP, G <- P∘G·s, Hs <- C1 = P∘((dP - D)∘G·s + H), dS = P∘(dP - D); the row sums
-// e += P∘G·s and f += P∘(dP∘G·s + H) (E and F, before the epilogue's -(2·D + dL)·E).
-__device__ __forceinline__ void split_pass1_entry(float P, float scale, float D, float& S, float& dP, float& G,
-                                                  float& Hs, float& dS, float& e, float& f) {
-  const float g = G * scale;
-  const float PG = P * g;
-  const float ds = P * (dP - D);
-  e += PG;
-  f += dP * PG + P * Hs;
-  Hs = ds * g + P * Hs;
-  dS = ds;
-  dP = P * dP;
-  G = PG;
-  S = P;
-}
-
-// The sm_80 pass 1's epilogue: E and F of this warp's rows from the per-thread partial sums
-// (written by the blocks of the first column slice), then grad_Q = s·(XA - E·X2 - F·X3) and
-// grad_dO = Y - E·O on columns [c0, c0 + kCols).
-template <typename T, int kD, int kCols, bool kGiven>
-__device__ __forceinline__ void bob_pass1_epilogue(const Params<T>& p, const float (&XA)[kCols / 8][4],
-                                                   const float (&X2)[kCols / 8][4], const float (&X3)[kCols / 8][4],
-                                                   const float (&Y)[kCols / 8][4], const float (&e_part)[2],
-                                                   const float (&f_part)[2], const float (&D)[2], int64_t head, int iw,
-                                                   int c0, int lane) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = iw + frag_row(lane, 2 * h);
-    float E, F;
-    if constexpr (kGiven) {  // the caller's (BobStage::kFromRowSums)
-      E = row < p.N ? p.E[head + row] : 0.f;
-      F = row < p.N ? p.F[head + row] : 0.f;
-    } else {
-      E = quad_sum(e_part[h]);
-      const float dl = p.row_dL(head, row);  // D[h] is D - dL
-      F = quad_sum(f_part[h]) - (2.f * D[h] + dl) * E;
-    }
-    if (row >= p.N) continue;
-    if (!kGiven && blockIdx.y == 0 && lane % 4 == 0) {
-      p.E[head + row] = E;
-      p.F[head + row] = F;
-    }
-    const int64_t at = (head + row) * kD + c0;
-#pragma unroll
-    for (int j = 0; j < kCols / 8; ++j) {
-      const int c = frag_col(lane, j, 0);
-      float gq[2], gdo[2];
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const int e = 2 * h + u;
-        gq[u] = p.scale * (XA[j][e] - E * X2[j][e] - F * X3[j][e]);
-        gdo[u] = kGiven ? Y[j][e] : Y[j][e] - E * Elem<T>::to_acc(p.O[at + c + u]);  // kGiven: E in Y
-      }
-      *reinterpret_cast<uint32_t*>(p.out0 + at + c) = Elem<T>::pack(gq[0], gq[1]);
-      *reinterpret_cast<uint32_t*>(p.out3 + at + c) = Elem<T>::pack(gdo[0], gdo[1]);
-    }
-  }
-}
-
-// Pass 1 for query rows [i0, i0 + kBlockM), output columns [c0, c0 + kCols); warp w owns
-// queries [iw, iw + 16). kOpts: the general mask and shapes (Params::sees). kGiven: as for the
-// generic pass 1, E and F are the caller's.
-template <typename T, int kD, bool kOpts, bool kGiven = false>
-__global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pass1_tc_kernel(const Params<T> p) {
-  using Cfg = Sm80Traits<kD>;
-  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride, kCols = Cfg::kBobCols;
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  T* sQ = reinterpret_cast<T*>(smem_raw);  // own   [kBM][kStride]
-  T* sdO = sQ + Cfg::kOwnElems;
-  T* sQt = sdO + Cfg::kOwnElems;
-  T* sK = sQt + Cfg::kOwnElems;            // other [2][kBN][kStride]
-  T* sV = sK + 2 * Cfg::kTileElems;
-  T* sKt = sV + 2 * Cfg::kTileElems;
-  T* sVt = sKt + 2 * Cfg::kTileElems;
-
-  // ---- prologue: own query rows and their L, D; first key tile
-  const bool has_Qt = p.Qt != nullptr, has_Kt = p.Kt != nullptr, has_Vt = p.Vt != nullptr;
-  const bool has_G = has_Qt || has_Kt, has_H = has_Vt;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const Sm80QueryBlock<kOpts, kBM, kBN, Params<T>> blk(p, warp);
-  const int i0 = blk.i0, iw = blk.iw, nk = blk.nk;
-  const int c0 = blockIdx.y * kCols;
-  const int64_t head = blk.head;
-  const int64_t hd = head * kD;
-  const int64_t kd = blk.khead * kD;  // the key/value head's rows
-  const T* Kh = p.K + kd;
-  const T* Vh = has_G ? p.V + kd : nullptr;
-  const T* Kth = has_Kt ? p.Kt + kd : nullptr;
-  const T* Vth = has_Vt ? p.Vt + kd : nullptr;
-  const float sl2 = p.scale * kLog2e;
-  float L2[2], D[2];  // L·log2e and D of own rows g, g + 8
-  row_scalars(p, head, iw, lane, L2, D);
-  float E_given[2] = {0.f, 0.f};
-  if constexpr (kGiven)
-    for (int h = 0; h < 2; ++h) {
-      const int row = iw + frag_row(lane, 2 * h);
-      E_given[h] = row < p.N ? p.E[head + row] : 0.f;
-    }
-
-  auto load_tile = [&](int kb, int stage) {
-    load_rows_async<T, kD, kBN>(sK + stage * Cfg::kTileElems, Kh, kb * kBN, nk);
-    load_rows_async<T, kD, kBN>(sV + stage * Cfg::kTileElems, Vh, kb * kBN, nk);
-    load_rows_async<T, kD, kBN>(sKt + stage * Cfg::kTileElems, Kth, kb * kBN, nk);
-    load_rows_async<T, kD, kBN>(sVt + stage * Cfg::kTileElems, Vth, kb * kBN, nk);
-  };
-  load_rows_async<T, kD, kBM>(sQ, p.Q + hd, i0, p.N);
-  load_rows_async<T, kD, kBM>(sdO, p.dO + hd, i0, p.N);
-  load_rows_async<T, kD, kBM>(sQt, has_Qt ? p.Qt + hd : nullptr, i0, p.N);
-
-  float XA[kCols / 8][4], X2[kCols / 8][4], X3[kCols / 8][4], Y[kCols / 8][4];
-  zero(XA);
-  zero(X2);
-  zero(X3);
-  zero(Y);
-  float e_part[2] = {0.f, 0.f}, f_part[2] = {0.f, 0.f};  // this thread's share of E, F's sums
-  const T* sQw = sQ + 16 * warp * kStride;
-  const T* sdOw = sdO + 16 * warp * kStride;
-  const T* sQtw = sQt + 16 * warp * kStride;
-
-  // ---- main loop over key tiles [j0, j0 + kBN), in sub-tiles of keys [js, js + 16)
-  sm80_pipeline(blk.begin, blk.end, load_tile, [&](int kb, int stage) {
-    const T* sKs = sK + stage * Cfg::kTileElems;
-    const T* sVs = sV + stage * Cfg::kTileElems;
-    const T* sKts = sKt + stage * Cfg::kTileElems;
-    const T* sVts = sVt + stage * Cfg::kTileElems;
-    if (iw >= p.N) return;
-    sm80_sub_tiles<kBN>(blk, p, kb * kBN, [&](int q, int js) {
-      const int sub = 16 * q * kStride;
-
-      // score tiles (16 queries x 16 keys): S, dP, G (unscaled), H
-      float S[2][4], dP[2][4], G[2][4], Hs[2][4], dS[2][4];
-      zero(S);
-      zero(dP);
-      zero(G);
-      zero(Hs);
-      mma_scores<T, kD>(S, sQw, sKs + sub, lane);
-      if (has_G) mma_scores<T, kD>(dP, sdOw, sVs + sub, lane);
-      if (has_Qt) mma_scores<T, kD>(G, sQtw, sKs + sub, lane);
-      if (has_Kt) mma_scores<T, kD>(G, sQw, sKts + sub, lane);
-      if (has_H) mma_scores<T, kD>(Hs, sdOw, sVts + sub, lane);
-
-      // coefficient tiles, in place: S <- P, dP <- P∘dP, G <- P∘G, Hs <- C1; and dS
-#pragma unroll
-      for (int n = 0; n < 2; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e / 2;
-          const int key = js + frag_col(lane, n, e), row = iw + frag_row(lane, e);
-          const float P = blk.sees(p, row, key) ? exp2f(S[n][e] * sl2 - L2[h]) : 0.f;
-          split_pass1_entry(P, p.scale, D[h], S[n][e], dP[n][e], G[n][e], Hs[n][e], dS[n][e], e_part[h], f_part[h]);
-          if constexpr (kGiven) G[n][e] -= P * E_given[h];  // dP̄ = P∘(G - E)
-        }
-
-      // output products on columns [c0, c0 + kCols) of the key rows. XA, X2, X3 and the
-      // (P∘G)·V part of Y cancel in the epilogue (exactly, for a row that sees one key), so
-      // their coefficient tiles go in as hi + lo pairs: ~2^-16 instead of 2^-8 relative.
-      const T* sKc = sKs + sub + c0;
-      uint32_t a[4], lo[4];
-      to_a_frag_split<T>(a, lo, Hs);
-      mma_accumulate_split<T, kD, kCols>(XA, a, lo, sKc, lane);             // XA += C1·K
-      to_a_frag_split<T>(a, lo, S);
-      mma_accumulate_split<T, kD, kCols>(X3, a, lo, sKc, lane);             // X3 += P·K
-      if (has_Vt) mma_accumulate<T, kD, kCols>(Y, a, sVts + sub + c0, lane);  // Y += P·Vt
-      if (has_G) {
-        to_a_frag_split<T>(a, lo, dP);
-        mma_accumulate_split<T, kD, kCols>(X2, a, lo, sKc, lane);           // X2 += (P∘dP)·K
-        to_a_frag_split<T>(a, lo, G);
-        mma_accumulate_split<T, kD, kCols>(Y, a, lo, sVs + sub + c0, lane);  // Y += (P∘G)·V
-      }
-      if (has_Kt) {
-        to_a_frag<T>(a, dS);
-        mma_accumulate<T, kD, kCols>(XA, a, sKts + sub + c0, lane);        // XA += dS·Kt
-      }
-    });
-  });
-
-  bob_pass1_epilogue<T, kD, kCols, kGiven>(p, XA, X2, X3, Y, e_part, f_part, D, head, iw, c0, lane);
-}
-
-// Pass 2 for key rows [j0, j0 + kBlockM); warp w owns keys [jw, jw + 16). kOpts: the general mask
-// and shapes; a grouped key/value head's block sweeps its group's query heads in turn.
-template <typename T, int kD, bool kOpts>
-__global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pass2_tc_kernel(const Params<T> p) {
-  using Cfg = Sm80Traits<kD>;
-  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride;
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  T* sK = reinterpret_cast<T*>(smem_raw);  // own   [kBM][kStride]
-  T* sV = sK + Cfg::kOwnElems;
-  T* sKt = sV + Cfg::kOwnElems;
-  T* sVt = sKt + Cfg::kOwnElems;
-  T* sQ = sVt + Cfg::kOwnElems;            // other [2][kBN][kStride]
-  T* sdO = sQ + 2 * Cfg::kTileElems;
-  T* sQt = sdO + 2 * Cfg::kTileElems;
-  float* sL = reinterpret_cast<float*>(sQt + 2 * Cfg::kTileElems);  // [2][kBN] each
-  float* sD = sL + 2 * kBN;
-  float* sE = sD + 2 * kBN;
-  float* sF = sE + 2 * kBN;
-
-  // ---- prologue: own key rows; first query tile
-  const bool has_Qt = p.Qt != nullptr, has_Kt = p.Kt != nullptr, has_Vt = p.Vt != nullptr;
-  const bool has_G = has_Qt || has_Kt, has_H = has_Vt;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const Sm80KeyBlock<kOpts, kBM, kBN, Params<T>> blk(p, warp);
-  const int nk = blk.nk, j0 = blk.j0, jw = blk.jw;
-  const int64_t hd = blk.head * kD;  // the key/value head's rows
-  const float sl2 = p.scale * kLog2e;
-
-  auto load_tile = [&](int t, int stage) {
-    const int64_t qh = blk.query_head(p, t);
-    const int r0 = blk.tile(t) * kBN;
-    load_rows_async<T, kD, kBN>(sQ + stage * Cfg::kTileElems, p.Q + qh * kD, r0, p.N);
-    load_rows_async<T, kD, kBN>(sdO + stage * Cfg::kTileElems, p.dO + qh * kD, r0, p.N);
-    load_rows_async<T, kD, kBN>(sQt + stage * Cfg::kTileElems, has_Qt ? p.Qt + qh * kD : nullptr, r0, p.N);
-    load_scalars_async<Cfg::kThreads>(sL + stage * kBN, p.L + qh, r0, kBN, p.N);
-    load_scalars_async<Cfg::kThreads>(sD + stage * kBN, p.D + qh, r0, kBN, p.N);
-    load_scalars_async<Cfg::kThreads>(sE + stage * kBN, p.E + qh, r0, kBN, p.N);
-    load_scalars_async<Cfg::kThreads>(sF + stage * kBN, p.F + qh, r0, kBN, p.N);
-  };
-  load_rows_async<T, kD, kBM>(sK, p.K + hd, j0, nk);
-  load_rows_async<T, kD, kBM>(sV, has_G ? p.V + hd : nullptr, j0, nk);
-  load_rows_async<T, kD, kBM>(sKt, has_Kt ? p.Kt + hd : nullptr, j0, nk);
-  load_rows_async<T, kD, kBM>(sVt, has_Vt ? p.Vt + hd : nullptr, j0, nk);
-
-  float gK[kD / 8][4], gV[kD / 8][4];
-  zero(gK);
-  zero(gV);
-  const T* sKw = sK + 16 * warp * kStride;
-  const T* sVw = sV + 16 * warp * kStride;
-  const T* sKtw = sKt + 16 * warp * kStride;
-  const T* sVtw = sVt + 16 * warp * kStride;
-
-  // ---- main loop over query tiles [i0, i0 + kBN), in sub-tiles of queries [is, is + 16)
-  sm80_pipeline(0, blk.steps, load_tile, [&](int t, int stage) {
-    const int i0 = blk.tile(t) * kBN;
-    const T* sQs = sQ + stage * Cfg::kTileElems;
-    const T* sdOs = sdO + stage * Cfg::kTileElems;
-    const T* sQts = sQt + stage * Cfg::kTileElems;
-    const float* sLs = sL + stage * kBN;
-    const float* sDs = sD + stage * kBN;
-    const float* sEs = sE + stage * kBN;
-    const float* sFs = sF + stage * kBN;
-    if (jw >= nk) return;
-    sm80_sub_tiles<kBN>(blk, p, i0, [&](int q, int) {
-      const int sub = 16 * q * kStride;
-
-      // score tiles, transposed (16 keys x 16 queries): Sᵀ, dPᵀ, Gᵀ (unscaled), Hᵀ
-      float S[2][4], dP[2][4], G[2][4], Hs[2][4];
-      zero(S);
-      zero(dP);
-      zero(G);
-      zero(Hs);
-      mma_scores<T, kD>(S, sKw, sQs + sub, lane);
-      if (has_G) mma_scores<T, kD>(dP, sVw, sdOs + sub, lane);
-      if (has_Qt) mma_scores<T, kD>(G, sKw, sQts + sub, lane);
-      if (has_Kt) mma_scores<T, kD>(G, sKtw, sQs + sub, lane);
-      if (has_H) mma_scores<T, kD>(Hs, sVtw, sdOs + sub, lane);
-
-      // coefficient tiles, in place: S <- S̄ᵀ, dP <- dSᵀ, G <- dP̄ᵀ
-#pragma unroll
-      for (int n = 0; n < 2; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int li = 16 * q + frag_col(lane, n, e);  // query within the tile
-          const int key = jw + frag_row(lane, e);
-          const float P = blk.sees(p, i0 + li, key) ? exp2f(S[n][e] * sl2 - sLs[li] * kLog2e) : 0.f;
-          coef_entry(P, p.scale, sDs[li], sEs[li], sFs[li], S[n][e], dP[n][e], G[n][e], Hs[n][e]);
-        }
-
-      uint32_t a[4];
-      to_a_frag<T>(a, S);
-      mma_accumulate<T, kD, kD>(gK, a, sQs + sub, lane);     // gK += S̄ᵀ·Q
-      if (has_Qt) {
-        to_a_frag<T>(a, dP);
-        mma_accumulate<T, kD, kD>(gK, a, sQts + sub, lane);  // gK += dSᵀ·Qt
-      }
-      if (has_G) {
-        to_a_frag<T>(a, G);
-        mma_accumulate<T, kD, kD>(gV, a, sdOs + sub, lane);  // gV += dP̄ᵀ·dO
-      }
-    });
-  });
-
-  // ---- epilogue: grad_K = s·(S̄ᵀ·Q + dSᵀ·Qt), grad_V
-  const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
-  store_acc<T, kD>(p.out1 + (blk.head + jw) * kD, kD, gK, scale, jw, nk, lane);
-  store_acc<T, kD>(p.out2 + (blk.head + jw) * kD, kD, gV, one, jw, nk, lane);
-}
-
 
 // ------------------------------------------------------------------------ sm_90a, shared pieces
 //
@@ -566,7 +22,7 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
 // registers) and sweeps the key tiles K, V, Kt, Vt; per sub-tile of kSub keys it computes the four
 // score tiles S = Q·Kᵀ, dP = dO·Vᵀ, G = Qt·Kᵀ + Q·Ktᵀ (unscaled) and H = dO·Vtᵀ, dropping the
 // products of absent cotangents (their tiles are zero). Tiles are 128-byte swizzled; the sweeps
-// are attention_sweeps.cuh's (HopperQuerySweepWs, HopperKeySweepWs).
+// are sweeps.cuh's (HopperQuerySweepWs, HopperKeySweepWs).
 
 struct Cotangents {
   bool Qt, Kt, Vt, G, H;
@@ -1287,12 +743,6 @@ __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
-// D = rowsum(dO∘O), for the paths whose pass 0 does not form it
-template <typename T>
-void launch_D(const Params<T>& p) {
-  launch_row_dot<T>(p.dO, p.O, p.D, p.BH * p.N, p.d, p.dL);
-}
-
 template <typename T, int kD, QueryPass kPass>
 void launch_bob_query_ws(const Params<T>& p, const SweepMaps& maps) {
   using Cfg = BobQuerySm90Traits<kD>;
@@ -1363,40 +813,27 @@ void launch_bob_sm90_fused(const Params<T>& p) {
   CUDA_CHECK_LAUNCH();
 }
 
-// ------------------------------------------------------------------------ launchers
-
-// stage (kernels/params.h): kRowSums runs pass 1 alone (its outputs are scratch), kFromRowSums
-// runs pass 1 with the caller's E and F, then pass 2.
+// The two stages, with p.E and p.F the caller's: the row sums are the query pass that forms E and
+// F; from them, the query pass that reads them, then the key pass.
 template <typename T, int kD>
-void launch_bob_sm80(const Params<T>& p, BobStage stage = BobStage::kWhole) {
+void launch_bob_sm90_stage(const Params<T>& p, BobStage stage) {
   launch_D(p);
-  using Cfg = Sm80Traits<kD>;
-  {
-    const size_t smem = (3 * Cfg::kOwnElems + 8 * Cfg::kTileElems) * sizeof(T);
-    const bool given = stage == BobStage::kFromRowSums;
-    auto kernel = given ? (p.opts ? attention_bob_pass1_tc_kernel<T, kD, true, true>
-                                  : attention_bob_pass1_tc_kernel<T, kD, false, true>)
-                        : (p.opts ? attention_bob_pass1_tc_kernel<T, kD, true> : attention_bob_pass1_tc_kernel<T, kD, false>);
-    set_smem(kernel, smem);
-    const dim3 grid(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), kD / Cfg::kBobCols);
-    kernel<<<grid, Cfg::kThreads, smem, cuda_stream()>>>(p);
-    CUDA_CHECK_LAUNCH();
-  }
-  if (stage == BobStage::kRowSums) return;
-  {
-    const size_t smem = (4 * Cfg::kOwnElems + 6 * Cfg::kTileElems) * sizeof(T) + 8 * Cfg::kBlockN * sizeof(float);
-    auto kernel = p.opts ? attention_bob_pass2_tc_kernel<T, kD, true> : attention_bob_pass2_tc_kernel<T, kD, false>;
-    set_smem(kernel, smem);
-    kernel<<<grid_x(p.BHkv(), cdiv(p.Nk, Cfg::kBlockM)), Cfg::kThreads, smem, cuda_stream()>>>(p);
-    CUDA_CHECK_LAUNCH();
-  }
+  const SweepMaps maps = make_sweep_maps(p, kD, 64, BobQuerySm90Traits<kD>::kBlockN);
+  if (stage == BobStage::kRowSums) return launch_bob_query_ws<T, kD, QueryPass::kEF0>(p, maps);
+  launch_bob_query_ws<T, kD, QueryPass::kEF1>(p, maps);
+  launch_bob_pass2_ws<T, kD>(p, make_sweep_maps(p, kD, BobKeySm90Traits<kD>::kBlockN, 0));
 }
+
+}  // namespace
+
+namespace attn {
 
 // The query passes (with all three cotangents pass 0 also forms D and P·Vt, which pass 1 adds
 // instead of recomputing it: 21 products, not 22), then pass 2; at d = 64 with all three
 // cotangents the fused BoB.
 template <typename T, int kD>
-void launch_bob_sm90(const Params<T>& p) {
+void launch_bob_sm90(const Params<T>& p, BobStage stage) {
+  if (stage != BobStage::kWhole) return launch_bob_sm90_stage<T, kD>(p, stage);
   if (kD == 64 && Cotangents(p).all()) return launch_bob_sm90_fused<T>(p);
   const SweepMaps maps = make_sweep_maps(p, kD, 64, BobQuerySm90Traits<kD>::kBlockN);
   if (Cotangents(p).all()) {
@@ -1413,78 +850,9 @@ void launch_bob_sm90(const Params<T>& p) {
   launch_bob_pass2_ws<T, kD>(p, make_sweep_maps(p, kD, BobKeySm90Traits<kD>::kBlockN, 0));
 }
 
-// The two stages (kernels/params.h), with p.E and p.F the caller's: the row sums are the query
-// pass that forms E and F; from them, the query pass that reads them, then the key pass.
-template <typename T>
-void bob_stage(const AttentionArgs& a, const Params<T>& p) {
-  const bool sums = a.stage == BobStage::kRowSums;
-  on_path<T>(
-      a, Level::kBob,
-      [&](auto d) {
-        launch_D(p);
-        const SweepMaps maps = make_sweep_maps(p, d(), 64, BobQuerySm90Traits<d()>::kBlockN);
-        if (sums) return launch_bob_query_ws<T, d(), QueryPass::kEF0>(p, maps);
-        launch_bob_query_ws<T, d(), QueryPass::kEF1>(p, maps);
-        launch_bob_pass2_ws<T, d()>(p, make_sweep_maps(p, d(), BobKeySm90Traits<d()>::kBlockN, 0));
-      },
-      [&](auto d) { launch_bob_sm80<T, d()>(p, a.stage); },
-      [&] {
-        launch_D(p);
-        if (sums) return launch_generic(attention_bob_pass1_generic_kernel<T>, p, 7, 5);
-        launch_generic(attention_bob_pass1_generic_kernel<T, true>, p, 7, 5);
-        launch_generic(attention_bob_pass2_generic_kernel<T>, p, 7, 3, /*key_side=*/true);
-      });
-}
-
-template <typename T>
-void bwd_bwd(const AttentionArgs& a) {
-  using Acc = typename Elem<T>::Acc;
-  Params<T> p = make_params<T>(a);
-  const int64_t rows = p.BH * p.N;
-  if (p.Qt == nullptr && p.Kt == nullptr && p.Vt == nullptr) {  // ℒ = 0: every gradient is zero
-    if (a.stage == BobStage::kRowSums) {  // and so are E and F
-      for (void* out : {a.E, a.F}) CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<size_t>(rows) * sizeof(Acc), cuda_stream()));
-      return;
-    }
-    const size_t q_bytes = static_cast<size_t>(rows) * p.d * sizeof(T);
-    const size_t k_bytes = static_cast<size_t>(p.BHkv()) * p.Nk * p.d * sizeof(T);
-    for (void* out : {a.out0, a.out3}) CUDA_CHECK(cudaMemsetAsync(out, 0, q_bytes, cuda_stream()));
-    for (void* out : {a.out1, a.out2}) CUDA_CHECK(cudaMemsetAsync(out, 0, k_bytes, cuda_stream()));
-    if (a.out4) CUDA_CHECK(cudaMemsetAsync(a.out4, 0, static_cast<size_t>(rows) * sizeof(Acc), cuda_stream()));
-    return;
-  }
-  // D, E, F; the stages take E and F from the caller
-  const bool whole = a.stage == BobStage::kWhole;
-  Scratch scalars((whole ? 3 : 1) * static_cast<size_t>(rows) * sizeof(Acc));
-  p.D = scalars.as<Acc>();
-  if (!whole) {
-    p.E = static_cast<Acc*>(a.E);
-    p.F = static_cast<Acc*>(a.F);
-    return bob_stage(a, p);
-  }
-  p.E = p.D + rows;
-  p.F = p.E + rows;
-  // D = rowsum(dO∘O): by launch_D in each path, or in the sm_90a BoB's pass 0 with P·Vt
-  on_path<T>(
-      a, Level::kBob, [&](auto d) { launch_bob_sm90<T, d()>(p); }, [&](auto d) { launch_bob_sm80<T, d()>(p); },
-      [&] {
-        launch_D(p);
-        launch_generic(attention_bob_pass1_generic_kernel<T>, p, 7, 5);
-        launch_generic(attention_bob_pass2_generic_kernel<T>, p, 7, 3, /*key_side=*/true);
-      });
-  // grad_dL = E = Σ_j P∘G (dL enters as D - dL); E = 0 without Qt and Kt (G = 0), not formed then
-  if (a.out4 == nullptr) return;
-  const size_t lse_bytes = static_cast<size_t>(rows) * sizeof(Acc);
-  if (p.Qt || p.Kt)
-    CUDA_CHECK(cudaMemcpyAsync(a.out4, p.E, lse_bytes, cudaMemcpyDeviceToDevice, cuda_stream()));
-  else
-    CUDA_CHECK(cudaMemsetAsync(a.out4, 0, lse_bytes, cuda_stream()));
-}
-
-}  // namespace
-
-void attention_bwd_bwd(const AttentionArgs& a) {
-  dispatch_dtype(a.dtype, "gg::attention_backward_backward", [&](auto tag) { bwd_bwd<decltype(tag)>(a); });
-}
-
+template void launch_bob_sm90<__nv_bfloat16, 64>(const Params<__nv_bfloat16>&, BobStage);
+template void launch_bob_sm90<__nv_bfloat16, 128>(const Params<__nv_bfloat16>&, BobStage);
+template void launch_bob_sm90<__half, 64>(const Params<__half>&, BobStage);
+template void launch_bob_sm90<__half, 128>(const Params<__half>&, BobStage);
+}  // namespace attn
 }  // namespace gg::kernels::cuda

@@ -1,31 +1,5 @@
-// attention_fwd: softmax attention forward on the GPU (FlashAttention-2 schedule).
-//
-// Math (one head; b and h are independent), as kernels/cpu/attention_fwd.cpp:
-//   S = s·Q·Kᵀ, with S_ij = -inf where causal and j > i (and for keys j >= N)
-//   L_i = logsumexp_j S_ij   (natural log; saved for the backward, Acc = f32 for bf16/f16)
-//   P = exp(S - L),  O = P·V
-//
-// Shapes: Q, O are (B, H, N, d), K, V (B, Hkv, Nk, d) contiguous; L is (B, H, N).
-//
-// Schedule: one block per (b, h, query block); it sweeps the key blocks with an online softmax:
-// per query row a running max m, a running sum l = Σ exp(S - m) and an accumulator
-// acc = Σ exp(S - m)·V_j, rescaled by exp(m_old - m_new) when the max grows. At the end
-// O = acc / l and L = m + log(l). Causal: key blocks after the query block are never loaded;
-// the diagonal block is masked entry by entry. In the plain case every row sees key 0; with
-// grouped heads, Nq != Nk and windows (every kernel's kOpts instance) key tiles outside a
-// block's band are never loaded and a row without keys gets O = 0, L = -inf. Non-finite data as
-// on the CPU: NaN, +inf or all -inf scores make the row's O and L NaN (fwd_epilogue).
-//
-// Three paths (attention_traits.cuh: choose_path, and the tile constants of each kernel):
-//
-// sm_80 kernel (mma.sync; bf16/f16, d in {32, 64, 128}; Sm80Traits):
-//   block = 4 warps x 16 query rows (kBlockM = 64); Q rows stay in shared memory, K/V tiles of
-//   kBlockN rows are double-buffered by cp.async. Per warp and key tile:
-//     S   = Q·Kᵀ            mma (16 x kBlockN, f32), scaled to log2 units: exp2 replaces exp
-//     P   = exp2(S - m)     registers; row max/sum over the quad
-//     O  += P·V             mma, P converted in registers to the A operand
-//   Products: 2 per key tile (4·N²·d flops per head, halved by causality).
-// sm_90a kernel (warp-specialised; bf16/f16, d in {64, 128}, scale > 0; FwdSm90Traits):
+// The forward's sm_90a kernel (fwd.cuh has the math and the schedule):
+// (warp-specialised; bf16/f16, d in {64, 128}, scale > 0; FwdSm90Traits):
 //   1 + kC warpgroups per block of 64·kC query rows (kC = 3 at d = 64, 2 at d = 128). Warpgroup 0
 //   is the producer: one thread copies Q once and the K and V tiles (128 keys) by TMA into a ring
 //   of 3 stages. Each consumer owns 64 query rows and runs, per key tile j,
@@ -33,22 +7,17 @@
 //     O      += P_j·V_j      wgmma m64n64k16 per 64 columns, A = P (registers), B = V (MN-major)
 //   with the softmax of tile j + 1 on the CUDA cores while P_j·V_j runs on the tensor cores. With
 //   two consumers they issue their products in turns (ping-pong). Tiles are 128-byte swizzled
-//   (attention_common.cuh); the wgmma accumulators have the mma.sync tile layout, so the softmax
+//   (common.cuh); the wgmma accumulators have the mma.sync tile layout, so the softmax
 //   and the epilogue are shared with the sm_80 kernel. Tail split (non-causal): the units of a
 //   last, partial wave are swept in pieces whose partial rows fwd_merge_kernel combines. Windows
 //   bounded on both sides: persistent blocks, one per SM, taking units in turn.
-// Generic kernel (f64, f32 exact FFMA, bf16/f16 with other d; GenericTraits): 32 query rows x 8
-//   lanes per block, score dots from staged chunks, P·V from global rows, d split over grid.y.
-
 #include <algorithm>
-#include <atomic>
 
+#include "kernels/cuda/attention/common.cuh"
+#include "kernels/cuda/attention/fwd.cuh"
+#include "kernels/cuda/attention/hopper.cuh"
 #include "kernels/cuda/attention/plan.h"
-#include "kernels/cuda/attention/testing.h"
-#include "kernels/cuda/attention_common.cuh"
-#include "kernels/cuda/kernels.h"
-#include "kernels/cuda/attention_hopper.cuh"
-#include "kernels/cuda/attention_sweeps.cuh"
+#include "kernels/cuda/attention/sweeps.cuh"
 #include "kernels/cuda/tma.cuh"
 
 namespace gg::kernels::cuda {
@@ -56,221 +25,6 @@ namespace {
 
 using namespace attn;
 
-// Epilogue of the tensor-core forward kernels (mma.sync and Hopper): this warp's rows from iw,
-// m in log2 units, l this thread's part of the row sums: O = acc / l and L = (m + log2 l)·ln 2.
-// kEmptyRows (masks where a row may see no key): such a row gets O = 0 and L = -inf, whatever its
-// accumulator holds (0·V is NaN where V is not finite). A row that sees keys and ends with l = 0
-// (every score -inf) or l = NaN (a NaN or +inf score) gets NaN, as the composite's softmax does:
-// the running max skips NaN, but exp2(NaN - m) puts it in l.
-template <typename T, int kD, bool kEmptyRows = false>
-__device__ __forceinline__ void fwd_epilogue(const Params<T>& p, float (&acc)[kD / 8][4], const float (&m)[2],
-                                             const float (&l)[2], int64_t head, int iw, int lane) {
-  float inv_l[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float l_row = quad_sum(l[h]);
-    const int row = iw + frag_row(lane, 2 * h);
-    const bool no_keys = kEmptyRows && p.mask().keys_of(row).n == 0;
-    inv_l[h] = 1.f / l_row;  // l = 0: acc = 0, and 0·inf = NaN
-    if (no_keys) {
-      inv_l[h] = 0.f;
-#pragma unroll
-      for (int j = 0; j < kD / 8; ++j) acc[j][2 * h] = acc[j][2 * h + 1] = 0.f;
-    }
-    if (lane % 4 == 0 && row < p.N)
-      p.L_out[head + row] = no_keys ? -INFINITY : l_row > 0.f ? (m[h] + log2f(l_row)) * kLn2 : NAN;
-  }
-  store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, acc, inv_l, iw, p.N, lane);
-}
-
-// ------------------------------------------------------------------------ generic kernel
-
-// Three blocks per SM with f32 accumulators (at most 80 registers; uncapped, two fit): its P·V
-// reads global memory and is latency-bound, so more blocks hide more of it (docs/kernels.md §4).
-template <typename T>
-__global__ void __launch_bounds__(GenericTraits::kThreads, GenericTraits::min_blocks<T>(3))
-    attention_fwd_generic_kernel(const Params<T> p) {
-  using Acc = typename Elem<T>::Acc;
-  using C = GenericTraits;
-  // ---- prologue: query rows [i0, i0 + kRows), output columns [c0, c0 + kCols)
-  GenBlock<T> b(p);
-  Acc* sQ = b.stage();  // [kRows][kStride] a chunk of Q's columns
-  Acc* sK = b.stage();  // [kOther][kStride] the same chunk of K
-  Acc* sP = b.stage();  // [kRows][kStride] exp(S - m) of the tile
-  const GenThread th = b.th;
-  const int i0 = b.r0, i = i0 + th.o;  // this thread's query row
-  const int c0 = b.c0;
-  const T *Qh = b.Q, *Kh = b.K, *Vh = b.V;
-  const TileRange tiles = gen_tiles<false>(p, i0);  // key tiles some row of the block sees
-  Acc m = neg_inf<Acc>(), l = 0;  // row max and row sum of exp(S - m): uniform over the row group
-  Acc acc[C::kColsPerThread] = {};
-
-  // ---- main loop over key tiles [j0, j0 + nx)
-  for (int kb = tiles.begin; kb < tiles.end; ++kb) {
-    const int j0 = kb * C::kOther, nx = min(C::kOther, p.Nk - j0);
-
-    // S = Q·Kᵀ for this thread's entries (i, j0 + r + 8k)
-    Acc s[C::kPerThread] = {};
-    for (int k0 = 0; k0 < p.d; k0 += C::kChunk) {
-      __syncthreads();  // the staging buffers and sP are free
-      gen_stage(sQ, Qh, i0, k0, p.N, p.d);
-      gen_stage(sK, Kh, j0, k0, p.Nk, p.d);
-      __syncthreads();
-      gen_dot(s, sQ, sK, th);
-    }
-
-    // online softmax: scale, mask, new max, rescale
-    Acc tile_max = neg_inf<Acc>();
-#pragma unroll
-    for (int k = 0; k < C::kPerThread; ++k) {
-      const int j = j0 + th.r + 8 * k;
-      s[k] = p.sees(i, j) ? s[k] * p.scale : neg_inf<Acc>();
-      tile_max = max(tile_max, s[k]);
-    }
-    const Acc m_new = max(m, group_max(tile_max));
-    const Acc m_use = m_new == neg_inf<Acc>() ? Acc(0) : m_new;  // no key seen yet: exp(-inf - 0) = 0
-    const Acc alpha = acc_exp(m - m_use);
-    Acc row_sum = 0;
-#pragma unroll
-    for (int k = 0; k < C::kPerThread; ++k) {
-      s[k] = acc_exp(s[k] - m_use);
-      row_sum += s[k];
-      sP[th.o * C::kStride + th.r + 8 * k] = s[k];
-    }
-    l = l * alpha + group_sum(row_sum);
-    m = m_new;
-#pragma unroll
-    for (int k = 0; k < C::kColsPerThread; ++k) acc[k] *= alpha;
-    __syncthreads();  // sP complete
-
-    // acc += P·V
-    gen_accumulate(acc, sP, Vh, j0, nx, c0, p.d, th);
-  }
-
-  // ---- epilogue: O = acc / l, L = m + log(l); a row without keys: O = 0, L = -inf; a row with
-  // keys and l = 0 (every score -inf) or l = NaN: NaN (fwd_epilogue)
-  if (i < p.N) {
-    const bool no_keys = p.mask().keys_of(i).n == 0;
-    const Acc inv_l = Acc(1) / l;  // l = 0: acc = 0, and 0·inf = NaN
-#pragma unroll
-    for (int k = 0; k < C::kColsPerThread; ++k) acc[k] = no_keys ? Acc(0) : acc[k] * inv_l;
-    gen_store(p.out0 + (b.qhead + i) * p.d, acc, c0, p.d, th);
-    if (blockIdx.y == 0 && th.r == 0)
-      p.L_out[b.qhead + i] = no_keys ? neg_inf<Acc>() : l > Acc(0) ? m + acc_log(l) : static_cast<Acc>(NAN);
-  }
-}
-
-// ------------------------------------------------------------------------ tensor-core kernel
-
-// kOpts: grouped heads, Nq != Nk or a window (Params::sees); false: the plain full or causal case.
-template <typename T, int kD, bool kOpts>
-__global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_fwd_tc_kernel(const Params<T> p) {
-  using Cfg = Sm80Traits<kD>;
-  constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride;
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  T* sQ = reinterpret_cast<T*>(smem_raw);  // [kBM][kStride]
-  T* sK = sQ + Cfg::kOwnElems;             // [2][kBN][kStride]
-  T* sV = sK + 2 * Cfg::kTileElems;        // [2][kBN][kStride]
-
-  // ---- prologue: query rows [i0, i0 + kBM); this warp's rows [iw, iw + 16)
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const Sm80QueryBlock<kOpts, kBM, kBN, Params<T>> blk(p, warp);  // key tiles [begin, end)
-  const int i0 = blk.i0, iw = blk.iw, iw_last = blk.iw_last, nk = blk.nk;
-  const int64_t head = blk.head;
-  const T* Kh = p.K + blk.khead * kD;
-  const T* Vh = p.V + blk.khead * kD;
-  const float sl2 = p.scale * kLog2e;  // S in log2 units
-
-  load_rows_async<T, kD, kBM>(sQ, p.Q + head * kD, i0, p.N);
-  auto load_tile = [&](int kb, int stage) {
-    load_rows_async<T, kD, kBN>(sK + stage * Cfg::kTileElems, Kh, kb * kBN, nk);
-    load_rows_async<T, kD, kBN>(sV + stage * Cfg::kTileElems, Vh, kb * kBN, nk);
-  };
-
-  float m[2] = {-INFINITY, -INFINITY};  // running max (log2 units) of rows g and g + 8
-  float l[2] = {0.f, 0.f};              // this thread's part of the running row sums
-  float acc[kD / 8][4];
-  zero(acc);
-
-  // ---- main loop over key tiles [j0, j0 + kBN)
-  sm80_pipeline(blk.begin, blk.end, load_tile, [&](int kb, int stage) {
-    const int j0 = kb * kBN;
-    const T* sKs = sK + stage * Cfg::kTileElems;
-    const T* sVs = sV + stage * Cfg::kTileElems;
-
-    const bool warp_sees = kOpts ? iw < p.N && j0 < p.key_hi(iw_last) && j0 + kBN > p.key_lo(iw)
-                                 : iw < p.N && !(p.causal && j0 > iw + 15);
-    if (!warp_sees) return;  // no key of the tile is visible to the warp
-    // S = Q·Kᵀ: 16 x kBN per warp, as kBN/16 sub-tiles
-    float s[kBN / 16][2][4];
-#pragma unroll
-    for (int q = 0; q < kBN / 16; ++q) {
-      zero(s[q]);
-      mma_scores<T, kD>(s[q], sQ + 16 * warp * kStride, sKs + 16 * q * kStride, lane);
-    }
-
-    // scale to log2 units; mask keys past N and (causal) after the row
-    const bool need_mask = kOpts ? j0 + kBN > p.key_hi(iw) || j0 < p.key_lo(iw_last)
-                                 : j0 + kBN > p.N || (p.causal && j0 + kBN - 1 > iw);
-#pragma unroll
-    for (int q = 0; q < kBN / 16; ++q)
-#pragma unroll
-      for (int n = 0; n < 2; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float v = s[q][n][e] * sl2;
-          if (need_mask) {
-            const int key = j0 + 16 * q + frag_col(lane, n, e), row = iw + frag_row(lane, e);
-            if (!blk.sees(p, row, key)) v = -INFINITY;
-          }
-          s[q][n][e] = v;
-        }
-
-    // online softmax, per own row h (rows g and g + 8)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int q = 0; q < kBN / 16; ++q)
-#pragma unroll
-        for (int n = 0; n < 2; ++n) mx = fmaxf(mx, fmaxf(s[q][n][2 * h], s[q][n][2 * h + 1]));
-      const float m_new = fmaxf(m[h], quad_max(mx));
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      const float alpha = exp2f(m[h] - m_use);
-      m[h] = m_new;
-      float row_sum = 0.f;
-#pragma unroll
-      for (int q = 0; q < kBN / 16; ++q)
-#pragma unroll
-        for (int n = 0; n < 2; ++n)
-#pragma unroll
-          for (int e = 2 * h; e < 2 * h + 2; ++e) {
-            s[q][n][e] = exp2f(s[q][n][e] - m_use);
-            row_sum += s[q][n][e];
-          }
-      l[h] = l[h] * alpha + row_sum;
-#pragma unroll
-      for (int j = 0; j < kD / 8; ++j) {
-        acc[j][2 * h] *= alpha;
-        acc[j][2 * h + 1] *= alpha;
-      }
-    }
-
-    // O += P·V
-#pragma unroll
-    for (int q = 0; q < kBN / 16; ++q) {
-      uint32_t a[4];
-      to_a_frag<T>(a, s[q]);
-      mma_accumulate<T, kD, kD>(acc, a, sVs + 16 * q * kStride, lane);
-    }
-  });
-
-  fwd_epilogue<T, kD, kOpts>(p, acc, m, l, head, iw, lane);  // O = acc / l, L = (m + log2 l)·ln 2
-}
-
-
-// ------------------------------------------------------------------------ sm_90a kernel
-//
 // Three consumers at d = 64, two taking turns at d = 128 (times: docs/kernels.md §2, Forward).
 // The consumers read the same K and V tiles (a half or a third of the loads per flop of 64-row
 // blocks), and no consumer instruction is a load or a block barrier; registers move from the
@@ -638,18 +392,9 @@ __global__ void __launch_bounds__(FwdSm90Traits<kD>::kThreads, 1)
   __trap();  // launched only where sm_90a code was built and the device is 9.x
 #endif
 }
+}  // namespace
 
-// ------------------------------------------------------------------------ launchers
-
-template <typename T, int kD>
-void launch_fwd_sm80(const Params<T>& p) {
-  using Cfg = Sm80Traits<kD>;
-  const size_t smem = (Cfg::kOwnElems + 4 * Cfg::kTileElems) * sizeof(T);
-  auto kernel = p.opts ? attention_fwd_tc_kernel<T, kD, true> : attention_fwd_tc_kernel<T, kD, false>;
-  set_smem(kernel, smem);
-  kernel<<<grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), Cfg::kThreads, smem, cuda_stream()>>>(p);
-  CUDA_CHECK_LAUNCH();
-}
+namespace attn {
 
 template <typename T, int kD>
 void launch_fwd_sm90(const Params<T>& p) {
@@ -679,48 +424,9 @@ void launch_fwd_sm90(const Params<T>& p) {
   }
 }
 
-template <typename T>
-void fwd(const AttentionArgs& a) {
-  Params<T> p = make_params<T>(a);
-  p.L_out = static_cast<typename Elem<T>::Acc*>(a.out1);
-  on_path<T>(
-      a, Level::kFwd, [&](auto d) { launch_fwd_sm90<T, d()>(p); }, [&](auto d) { launch_fwd_sm80<T, d()>(p); },
-      [&] { launch_generic(attention_fwd_generic_kernel<T>, p, 3, 0); });
-}
-
-}  // namespace
-
-// ------------------------------------------------------------------------ layer state
-
-namespace {
-std::atomic<bool> g_deterministic{true};  // gg::set_attention_deterministic sets it (ops/attention.cpp)
-std::atomic<testing::AttentionPath> g_path{testing::AttentionPath::kAuto};
-std::atomic<int> g_tail_split_sms{-1};  // -1: the device's SM count
-}  // namespace
-
-void set_attention_deterministic(bool deterministic) { g_deterministic = deterministic; }
-bool attention_deterministic() { return g_deterministic; }
-
-namespace testing {
-void set_attention_path(AttentionPath path) { g_path = path; }
-AttentionPath attention_path() { return g_path; }
-void set_tail_split_sms(int sms) { g_tail_split_sms = sms < 0 ? -1 : sms; }
-int tail_split_sms_override() { return g_tail_split_sms; }
-bool sm90_path_available() {
-#if defined(GG_CUDA_SM90A)
-  static int major[64] = {};  // per device, read once
-  const int dev = current_device();
-  if (dev < 0 || dev >= 64) return false;
-  if (major[dev] == 0) CUDA_CHECK(cudaDeviceGetAttribute(&major[dev], cudaDevAttrComputeCapabilityMajor, dev));
-  return major[dev] == 9;
-#else
-  return false;
-#endif
-}
-}  // namespace testing
-
-void attention_fwd(const AttentionArgs& a) {
-  dispatch_dtype(a.dtype, "gg::attention", [&](auto tag) { fwd<decltype(tag)>(a); });
-}
-
+template void launch_fwd_sm90<__nv_bfloat16, 64>(const Params<__nv_bfloat16>&);
+template void launch_fwd_sm90<__nv_bfloat16, 128>(const Params<__nv_bfloat16>&);
+template void launch_fwd_sm90<__half, 64>(const Params<__half>&);
+template void launch_fwd_sm90<__half, 128>(const Params<__half>&);
+}  // namespace attn
 }  // namespace gg::kernels::cuda

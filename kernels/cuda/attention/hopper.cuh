@@ -1,9 +1,9 @@
 // Shared pieces of the Hopper (sm_90a) attention kernels: descriptor steps over the swizzled
-// tiles of attention_common.cuh and the two warpgroup tile products every kernel is built from
+// tiles of common.cuh and the two warpgroup tile products every kernel is built from
 // (a score product Own·Otherᵀ with both operands in shared memory, and a coefficient product
 // Coef·Other with the coefficient tile in registers). The wgmma wrappers are in wgmma.cuh.
 #pragma once
-#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/attention/common.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace gg::kernels::cuda::attn {

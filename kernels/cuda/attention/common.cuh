@@ -1,9 +1,9 @@
-// Shared pieces of the CUDA attention kernels (attention_fwd.cu, attention_bwd.cu,
-// attention_bwd_bwd.cu): the kernel parameter struct, element types, scratch memory, the row dot
-// D = rowsum(dO∘O), the generic kernels' staging and products, PTX wrappers (cp.async, ldmatrix,
-// mma.sync) and the warp-level tile products the sm_80 kernels are built from, and the swizzled
-// shared-memory tiles of the sm_90a kernels. Which path a call takes and every tile constant:
-// attention_traits.cuh.
+// Shared pieces of the CUDA attention kernels (every level and path in this folder): the kernel
+// parameter struct, element types, scratch memory, the row dot D = rowsum(dO∘O), the generic
+// kernels' staging and products, PTX wrappers (cp.async, ldmatrix, mma.sync) and the warp-level
+// tile products the sm_80 kernels are built from, and the swizzled shared-memory tiles of the
+// sm_90a kernels. Which path a call takes and every tile constant:
+// traits.cuh.
 //
 //   sm_80 path    mma.sync.m16n8k16 (bf16/f16 operands, f32 accumulators), operands read from
 //                 padded shared-memory tiles with ldmatrix, tiles brought in by cp.async (two
@@ -32,7 +32,7 @@
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "kernels/cuda/attention/mask.h"
-#include "kernels/cuda/attention_traits.cuh"
+#include "kernels/cuda/attention/traits.cuh"
 #include "kernels/cuda/kernels.h"
 #include "kernels/params.h"
 
@@ -113,9 +113,9 @@ struct Params {
   T *out0, *out1, *out2, *out3;  // fwd O; bwd dQ dK dV; BoB gQ gK gV gdO (shaped like their inputs)
   Acc* L_out;             // (BH, N) fwd: L
   Acc* PV;                // (BH, N, d) three-pass BoB, all cotangents: P·Vt, pass 0 to pass 1
-  float* fused_acc;       // fused BoB: its f32 buffers (attention_sweeps.cuh), which pass 0 fills
+  float* fused_acc;       // fused BoB: its f32 buffers (sweeps.cuh), which pass 0 fills
   int* head_done;         // fused BoB: per head, pass 0's finished blocks (launch_bob_sm90_fused)
-  int* add_order;         // fused sweeps: counters of ordered additions (attention_sweeps.cuh), or
+  int* add_order;         // fused sweeps: counters of ordered additions (sweeps.cuh), or
                           // nullptr: atomic additions in any order
   int add_segments_log2;  // fused kOpts sweeps, ordered: key block b adds into segment
                           // b mod 2^add_segments_log2 (plan.h: ordered_add_segments), whose
@@ -505,7 +505,7 @@ void dispatch_dtype(DType dtype, const char* op, F&& f) {
 }
 
 // The launchers' path switch, written once: sm90(HeadDim<d>{}) for d in {64, 128}, sm80(...) for d in
-// {32, 64, 128}, or generic(), as choose_path (attention_traits.cuh) says. For T other than
+// {32, 64, 128}, or generic(), as choose_path (traits.cuh) says. For T other than
 // bf16/f16 only generic() is compiled.
 template <int kD>
 using HeadDim = std::integral_constant<int, kD>;
