@@ -206,12 +206,11 @@ namespace attn {
 template <typename T>
 void launch_bob_generic(const Params<T>& p, BobStage stage) {
   launch_D(p);
-  if (stage == BobStage::kRowSums) return launch_generic(attention_bob_pass1_generic_kernel<T>, p, 7, 5);
-  if (stage == BobStage::kFromRowSums)
-    launch_generic(attention_bob_pass1_generic_kernel<T, true>, p, 7, 5);
-  else
-    launch_generic(attention_bob_pass1_generic_kernel<T>, p, 7, 5);
-  launch_generic(attention_bob_pass2_generic_kernel<T>, p, 7, 3, /*key_side=*/true);
+  const auto pass1 = static_switch([](auto kGiven) { return attention_bob_pass1_generic_kernel<T, kGiven>; },
+                                   stage == BobStage::kFromRowSums);
+  launch_generic(pass1, p, GenericTraits::kBobPass1Smem);
+  if (stage == BobStage::kRowSums) return;
+  launch_generic(attention_bob_pass2_generic_kernel<T>, p, GenericTraits::kBobPass2Smem, /*key_side=*/true);
 }
 
 template void launch_bob_generic<double>(const Params<double>&, BobStage);

@@ -81,13 +81,13 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
   using Cfg = Sm80Traits<kD>;
   constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride, kCols = Cfg::kBobCols;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  T* sQ = reinterpret_cast<T*>(smem_raw);  // own   [kBM][kStride]
+  T* sQ = reinterpret_cast<T*>(smem_raw);      // own   [kBM][kStride]
   T* sdO = sQ + Cfg::kOwnElems;
   T* sQt = sdO + Cfg::kOwnElems;
-  T* sK = sQt + Cfg::kOwnElems;            // other [2][kBN][kStride]
-  T* sV = sK + 2 * Cfg::kTileElems;
-  T* sKt = sV + 2 * Cfg::kTileElems;
-  T* sVt = sKt + 2 * Cfg::kTileElems;
+  T* sK = sQt + Cfg::kOwnElems;                // other [kStages][kBN][kStride]
+  T* sV = sK + Cfg::kStages * Cfg::kTileElems;
+  T* sKt = sV + Cfg::kStages * Cfg::kTileElems;
+  T* sVt = sKt + Cfg::kStages * Cfg::kTileElems;
 
   // ---- prologue: own query rows and their L, D; first key tile
   const bool has_Qt = p.Qt != nullptr, has_Kt = p.Kt != nullptr, has_Vt = p.Vt != nullptr;
@@ -200,17 +200,17 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
   using Cfg = Sm80Traits<kD>;
   constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  T* sK = reinterpret_cast<T*>(smem_raw);  // own   [kBM][kStride]
+  T* sK = reinterpret_cast<T*>(smem_raw);      // own   [kBM][kStride]
   T* sV = sK + Cfg::kOwnElems;
   T* sKt = sV + Cfg::kOwnElems;
   T* sVt = sKt + Cfg::kOwnElems;
-  T* sQ = sVt + Cfg::kOwnElems;            // other [2][kBN][kStride]
-  T* sdO = sQ + 2 * Cfg::kTileElems;
-  T* sQt = sdO + 2 * Cfg::kTileElems;
-  float* sL = reinterpret_cast<float*>(sQt + 2 * Cfg::kTileElems);  // [2][kBN] each
-  float* sD = sL + 2 * kBN;
-  float* sE = sD + 2 * kBN;
-  float* sF = sE + 2 * kBN;
+  T* sQ = sVt + Cfg::kOwnElems;                // other [kStages][kBN][kStride]
+  T* sdO = sQ + Cfg::kStages * Cfg::kTileElems;
+  T* sQt = sdO + Cfg::kStages * Cfg::kTileElems;
+  float* sL = reinterpret_cast<float*>(sQt + Cfg::kStages * Cfg::kTileElems);  // [kStages][kBN] each
+  float* sD = sL + Cfg::kStages * kBN;
+  float* sE = sD + Cfg::kStages * kBN;
+  float* sF = sE + Cfg::kStages * kBN;
 
   // ---- prologue: own key rows; first query tile
   const bool has_Qt = p.Qt != nullptr, has_Kt = p.Kt != nullptr, has_Vt = p.Vt != nullptr;
@@ -312,11 +312,10 @@ void launch_bob_sm80(const Params<T>& p, BobStage stage) {
   launch_D(p);
   using Cfg = Sm80Traits<kD>;
   {
-    const size_t smem = (3 * Cfg::kOwnElems + 8 * Cfg::kTileElems) * sizeof(T);
-    const bool given = stage == BobStage::kFromRowSums;
-    auto kernel = given ? (p.opts ? attention_bob_pass1_tc_kernel<T, kD, true, true>
-                                  : attention_bob_pass1_tc_kernel<T, kD, false, true>)
-                        : (p.opts ? attention_bob_pass1_tc_kernel<T, kD, true> : attention_bob_pass1_tc_kernel<T, kD, false>);
+    const size_t smem = Cfg::template smem_bytes<T>(/*own=*/3, /*other=*/4);  // Q, dO, Qt; K, V, Kt, Vt
+    auto kernel = static_switch(
+        [](auto kOpts, auto kGiven) { return attention_bob_pass1_tc_kernel<T, kD, kOpts, kGiven>; }, p.opts,
+        stage == BobStage::kFromRowSums);
     set_smem(kernel, smem);
     const dim3 grid(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), kD / Cfg::kBobCols);
     kernel<<<grid, Cfg::kThreads, smem, cuda_stream()>>>(p);
@@ -324,8 +323,8 @@ void launch_bob_sm80(const Params<T>& p, BobStage stage) {
   }
   if (stage == BobStage::kRowSums) return;
   {
-    const size_t smem = (4 * Cfg::kOwnElems + 6 * Cfg::kTileElems) * sizeof(T) + 8 * Cfg::kBlockN * sizeof(float);
-    auto kernel = p.opts ? attention_bob_pass2_tc_kernel<T, kD, true> : attention_bob_pass2_tc_kernel<T, kD, false>;
+    const size_t smem = Cfg::template smem_bytes<T>(/*own=*/4, /*other=*/3, /*scalars=*/4);  // K, V, Kt, Vt; Q, dO, Qt; L, D, E, F
+    auto kernel = static_switch([](auto kOpts) { return attention_bob_pass2_tc_kernel<T, kD, kOpts>; }, p.opts);
     set_smem(kernel, smem);
     kernel<<<grid_x(p.BHkv(), cdiv(p.Nk, Cfg::kBlockM)), Cfg::kThreads, smem, cuda_stream()>>>(p);
     CUDA_CHECK_LAUNCH();

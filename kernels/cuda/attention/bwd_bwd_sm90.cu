@@ -216,7 +216,7 @@ constexpr size_t pass2_ws_smem() {
 // and bands; key sweeps over key/value heads, split in their last wave only where every band is
 // alike: key_units_differ).
 template <typename T, int kD, bool kOpts>
-__global__ void __launch_bounds__(384, 1)
+__global__ void __launch_bounds__(BobKeySm90Traits<kD>::kThreads, 1)
     attention_bob_pass2_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps,
                                   const __grid_constant__ TailSplit split) {
 #if defined(GG_WGMMA_AVAILABLE)
@@ -227,7 +227,8 @@ __global__ void __launch_bounds__(384, 1)
       kD == 64 ? nullptr : reinterpret_cast<T*>(smem_raw + Pass2OwnSmem128::offset<Pass2SweepWs<T, kD>>());
   KeyBand band{};
   const SweepUnit unit = key_sweep_unit<kOpts, Cfg::kBlockN>(p, split, band);
-  key_sweep_ws_block<T, kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, kOwnInSmem, 3, kOpts>(
+  key_sweep_ws_block<T, kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, kOwnInSmem,
+                     /*kTileN=*/3, kOpts>(
       smem_raw, p, maps, unit, band, [](const Params<T>& q) { return bob_present(q); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
         with_cotangents(p, [&](auto cot) {
@@ -244,7 +245,7 @@ template <typename T, int kD>
 void launch_bob_pass2_ws(const Params<T>& p, const SweepMaps& maps) {
   using Cfg = BobKeySm90Traits<kD>;
   constexpr size_t smem = pass2_ws_smem<T, kD>();
-  auto kernel = p.opts ? attention_bob_pass2_ws_kernel<T, kD, true> : attention_bob_pass2_ws_kernel<T, kD, false>;
+  auto kernel = static_switch([](auto kOpts) { return attention_bob_pass2_ws_kernel<T, kD, kOpts>; }, p.opts);
   set_smem(kernel, smem);
   // its last wave split, each piece storing its own rows (deterministic)
   const TailSplitRun tail = TailSplitRun::for_key_sweep(p, Cfg::kBlockN, /*ordered=*/true, kD);
@@ -280,8 +281,8 @@ void launch_bob_pass2_ws(const Params<T>& p, const SweepMaps& maps) {
 // consumer rewrites a buffer (tile t + 1) only after passing named barrier 3 of tile t, which the
 // other consumer reaches only after all its products of tile t - 1, the last to read that buffer.
 struct FusedBobSmem : SmemAfterSweep<FusedBobSmem> {
-  static constexpr size_t kOwnElems = 128 * 64;  // K, V, Kt, Vt (bf16/f16)
-  static constexpr size_t kCoefElems = 32 * 128;  // one coefficient tile: 32 queries x 128 keys
+  static constexpr size_t kOwnElems = kSweepBlock * 64;  // K, V, Kt, Vt (bf16/f16)
+  static constexpr size_t kCoefElems = 32 * kSweepBlock;  // one coefficient tile: 32 queries x 128 keys
   static constexpr int kBuffers = 2, kCoefTiles = 2;  // S̄, dP̄
   static constexpr size_t kBytes = (4 * kOwnElems + kBuffers * kCoefTiles * kCoefElems) * 2;
 };
@@ -399,7 +400,7 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
 }
 
 template <typename T, bool kOrdered, bool kOpts>  // kOrdered: deterministic (p.add_order set)
-__global__ void __launch_bounds__(384, 1)
+__global__ void __launch_bounds__(BobKeySm90Traits<64>::kThreads, 1)
     attention_bob_fused_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps, float* acc,
                                   const __grid_constant__ TailSplit split) {
 #if defined(GG_WGMMA_AVAILABLE)
@@ -415,12 +416,13 @@ __global__ void __launch_bounds__(384, 1)
   // buffer rows must be complete (pass 0: blocks of 128 rows)
   if (p.head_done != nullptr) {
     if constexpr (kOpts) {
-      for (int g = 0; g < p.group; ++g) wait_done(p.head_done + band.qh0 + g, cdiv(p.N, 128));
+      for (int g = 0; g < p.group; ++g) wait_done(p.head_done + band.qh0 + g, cdiv(p.N, kSweepBlock));
     } else {
-      wait_done(p.head_done + unit.bh, cdiv(p.N, 128));
+      wait_done(p.head_done + unit.bh, cdiv(p.N, kSweepBlock));
     }
   }
-  key_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 4, 3, kOpts>(
+  key_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs,
+                     /*kOwnInSmem=*/4, /*kTileN=*/3, kOpts>(
       smem_raw, p, maps, unit, band, [](const Params<T>& q) { return bob_present(q); },
       [&](auto& sw, const auto&, int64_t head, int j0, int q_begin, int n, int tid) {
         bob_fused_rows<T, kOrdered, kOpts>(sw, p, head, j0, q_begin, n, tid, extra, segment_acc, split, band);
@@ -434,12 +436,12 @@ __global__ void __launch_bounds__(384, 1)
                 [&, counters = p.add_order + segment * p.add_counters](int t) {
                   return counters + (band.query_head(t) * 2 + w) * tiles + band.tile(t);
                 },
-                [&](int t) { return band_position<Cfg::kBlockN>(p, unit.blk, cdiv(p.Nk, 128), band.tile(t)); },
+                [&](int t) { return band_position<Cfg::kBlockN>(p, unit.blk, cdiv(p.Nk, kSweepBlock), band.tile(t)); },
                 band.lo, band.hi, [w](int) { return w; }, lane);
           else
             order_additions<true>(
                 [&](int t) { return p.add_order + (unit.bh * 2 + w) * tiles + t; },
-                [&](int t) { return ordered_add_position(unit.blk, cdiv(p.N, 128), t, Cfg::kBlockN, p.causal); },
+                [&](int t) { return ordered_add_position(unit.blk, cdiv(p.N, kSweepBlock), t, Cfg::kBlockN, p.causal); },
                 unit.t_begin, unit.t_end, [w](int) { return w; }, lane);
         }
       });
@@ -710,30 +712,37 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
 
 // The query passes' kernel: blocks of 128 query rows, a producer warpgroup and two consumer
 // warpgroups each running ef_rows on 64 rows (HopperQuerySweepWs); registers move from the
-// producer to the consumers with setmaxnreg. kEF0, kEF1: pass 0 and pass 1 with a cotangent absent, and the BoB stages.
-// kEF0PV, kEF1PV (all cotangents): pass 0 writes P·Vt to p.PV in place of the score product H,
-// pass 1 adds it to grad_dO (ef_rows, kPV). kEF0Fused (d = 64): the fused BoB's pass 0, which
-// starts the fused sweep's f32 buffers at dS·Kt and P·Vt (ef_rows, kDs).
-enum class QueryPass { kEF0, kEF1, kEF0PV, kEF1PV, kEF0Fused };
+// producer to the consumers with setmaxnreg. The pass it runs:
+enum class QueryPass {
+  kEF0,       // pass 0, E and F, with a cotangent absent (and the stages' row sums; D by launch_D)
+  kEF1,       // pass 1, grad_Q and grad_dO from E and F, with a cotangent absent (and the stages)
+  kEF0PV,     // pass 0 with all three cotangents: also D, and P·Vt into p.PV in place of the score
+              // product H (ef_rows, kPV)
+  kEF1PV,     // pass 1 with all three cotangents: adds p.PV to grad_dO instead of forming H
+  kEF0Fused,  // the fused BoB's pass 0 (d = 64): as kEF0PV, and starts the fused sweep's f32
+              // buffers at dS·Kt and P·Vt (ef_rows, kDs)
+};
 
 template <typename T, int kD, QueryPass kPass, bool kOpts>
-__global__ void __launch_bounds__(384, 1)
+__global__ void __launch_bounds__(BobQuerySm90Traits<kD>::kThreads, 1)
     attention_bob_query_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps) {
 #if defined(GG_WGMMA_AVAILABLE)
   using Cfg = BobQuerySm90Traits<kD>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // the fused BoB's sweep may start on the SMs this pass leaves free (launch_bob_sm90_fused)
   if constexpr (kPass == QueryPass::kEF0Fused) griddep_launch_dependents();
-  query_sweep_ws_block<T, kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 3, 4, kOpts>(
+  query_sweep_ws_block<T, kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs,
+                       /*kOwnN=*/3, /*kTileN=*/4, kOpts>(
       smem_raw, p, maps, [](const Params<T>& q) { return bob_present(q); }, [&](auto& sw, int64_t head, int i0, int n, int tid) {
         if constexpr (kPass == QueryPass::kEF0PV)
-          ef_rows<T, kD, false, AllCotangentsNoH, true, false, kOpts>(sw, p, head, i0, n, tid);
+          ef_rows<T, kD, /*kOutputs=*/false, AllCotangentsNoH, /*kPV=*/true, /*kDs=*/false, kOpts>(sw, p, head, i0, n, tid);
         else if constexpr (kPass == QueryPass::kEF0Fused)
-          ef_rows<T, kD, false, AllCotangentsNoH, true, true, kOpts>(sw, p, head, i0, n, tid);
+          ef_rows<T, kD, /*kOutputs=*/false, AllCotangentsNoH, /*kPV=*/true, /*kDs=*/true, kOpts>(sw, p, head, i0, n, tid);
         else if constexpr (kPass == QueryPass::kEF1PV)
-          ef_rows<T, kD, true, AllCotangents, true, false, kOpts>(sw, p, head, i0, n, tid);
+          ef_rows<T, kD, /*kOutputs=*/true, AllCotangents, /*kPV=*/true, /*kDs=*/false, kOpts>(sw, p, head, i0, n, tid);
         else  // a cotangent absent, or a BoB stage; whole BoBs with all three: kEF0PV/kEF1PV or fused
-          ef_rows<T, kD, kPass == QueryPass::kEF1, Cotangents, false, false, kOpts>(sw, p, head, i0, n, tid);
+          ef_rows<T, kD, /*kOutputs=*/kPass == QueryPass::kEF1, Cotangents, /*kPV=*/false, /*kDs=*/false,
+                  kOpts>(sw, p, head, i0, n, tid);
       });
   if constexpr (kPass == QueryPass::kEF0Fused) {
     if (p.head_done != nullptr) signal_done(p.head_done + blockIdx.x / cdiv(p.N, Cfg::kBlockM));
@@ -747,7 +756,7 @@ template <typename T, int kD, QueryPass kPass>
 void launch_bob_query_ws(const Params<T>& p, const SweepMaps& maps) {
   using Cfg = BobQuerySm90Traits<kD>;
   constexpr size_t smem = HopperQuerySweepWs<T, kD, Cfg::kBlockN, Cfg::kStages>::kSmem;
-  auto kernel = p.opts ? attention_bob_query_ws_kernel<T, kD, kPass, true> : attention_bob_query_ws_kernel<T, kD, kPass, false>;
+  auto kernel = static_switch([](auto kOpts) { return attention_bob_query_ws_kernel<T, kD, kPass, kOpts>; }, p.opts);
   set_smem(kernel, smem);
   kernel<<<dim3(grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), 1), Cfg::kThreads, smem, cuda_stream()>>>(
       p, with_ping_pong(maps, false));
@@ -789,8 +798,8 @@ void launch_bob_sm90_fused(const Params<T>& p) {
   launch_bob_query_ws<T, 64, QueryPass::kEF0Fused>(q, make_sweep_maps(q, 64, 64, BobQuerySm90Traits<64>::kBlockN));
   constexpr size_t smem = FusedBobSmem::total<Sweep>();
   static_assert(smem <= 227 * 1024, "shared memory");
-  auto kernel = ordered ? (p.opts ? attention_bob_fused_ws_kernel<T, true, true> : attention_bob_fused_ws_kernel<T, true, false>)
-                        : (p.opts ? attention_bob_fused_ws_kernel<T, false, true> : attention_bob_fused_ws_kernel<T, false, false>);
+  auto kernel = static_switch(
+      [](auto kOrdered, auto kOpts) { return attention_bob_fused_ws_kernel<T, kOrdered, kOpts>; }, ordered, p.opts);
   set_smem(kernel, smem);
   const SweepMaps maps = make_sweep_maps(q, 64, kBN, 0);
   cudaLaunchConfig_t cfg{};
@@ -807,7 +816,7 @@ void launch_bob_sm90_fused(const Params<T>& p) {
   CUDA_CHECK_LAUNCH();
   tail.finish(p, p.scale);
   // per head: tiles of grad_Q, then tiles of grad_dO; one block per (head, output, tile)
-  rows_from_acc_kernel<T, kBN, 2><<<grid_x(2 * p.BH, tiles), 256, 0, cuda_stream()>>>(acc.as<float>(), p.out0, p.out3,
+  rows_from_acc_kernel<T, kBN, /*kOutputs=*/2><<<grid_x(2 * p.BH, tiles), 256, 0, cuda_stream()>>>(acc.as<float>(), p.out0, p.out3,
                                                                                      p.N, p.scale, 1.f, segments,
                                                                                      q.add_floats);
   CUDA_CHECK_LAUNCH();

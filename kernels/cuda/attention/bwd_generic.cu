@@ -125,8 +125,8 @@ namespace attn {
 
 template <typename T>
 void launch_bwd_generic(const Params<T>& p) {
-  launch_generic(attention_bwd_dkdv_generic_kernel<T>, p, 4, 2, /*key_side=*/true);
-  launch_generic(attention_bwd_dq_generic_kernel<T>, p, 4, 1);
+  launch_generic(attention_bwd_dkdv_generic_kernel<T>, p, GenericTraits::kBwdDkdvSmem, /*key_side=*/true);
+  launch_generic(attention_bwd_dq_generic_kernel<T>, p, GenericTraits::kBwdDqSmem);
 }
 
 template void launch_bwd_generic<double>(const Params<double>&);

@@ -19,10 +19,10 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dkd
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);      // own   [kBM][kStride]
   T* sV = sK + Cfg::kOwnElems;                 // own   [kBM][kStride]
-  T* sQ = sV + Cfg::kOwnElems;                 // other [2][kBN][kStride]
-  T* sdO = sQ + 2 * Cfg::kTileElems;           // other [2][kBN][kStride]
-  float* sL = reinterpret_cast<float*>(sdO + 2 * Cfg::kTileElems);  // [2][kBN]
-  float* sD = sL + 2 * kBN;                                         // [2][kBN]
+  T* sQ = sV + Cfg::kOwnElems;                 // other [kStages][kBN][kStride]
+  T* sdO = sQ + Cfg::kStages * Cfg::kTileElems;  // other [kStages][kBN][kStride]
+  float* sL = reinterpret_cast<float*>(sdO + Cfg::kStages * Cfg::kTileElems);  // [kStages][kBN]
+  float* sD = sL + Cfg::kStages * kBN;         // [kStages][kBN]
 
   // ---- prologue: own key rows (the pipeline adds the first query tile)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -95,10 +95,10 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dq_
   using Cfg = Sm80Traits<kD>;
   constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  T* sQ = reinterpret_cast<T*>(smem_raw);  // own   [kBM][kStride]
-  T* sdO = sQ + Cfg::kOwnElems;            // own   [kBM][kStride]
-  T* sK = sdO + Cfg::kOwnElems;            // other [2][kBN][kStride]
-  T* sV = sK + 2 * Cfg::kTileElems;        // other [2][kBN][kStride]
+  T* sQ = reinterpret_cast<T*>(smem_raw);      // own   [kBM][kStride]
+  T* sdO = sQ + Cfg::kOwnElems;                // own   [kBM][kStride]
+  T* sK = sdO + Cfg::kOwnElems;                // other [kStages][kBN][kStride]
+  T* sV = sK + Cfg::kStages * Cfg::kTileElems;  // other [kStages][kBN][kStride]
 
   // ---- prologue: own query rows and their L, D
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -162,15 +162,15 @@ template <typename T, int kD>
 void launch_bwd_sm80(const Params<T>& p) {
   using Cfg = Sm80Traits<kD>;
   {
-    const size_t smem = (2 * Cfg::kOwnElems + 4 * Cfg::kTileElems) * sizeof(T) + 4 * Cfg::kBlockN * sizeof(float);
-    auto kernel = p.opts ? attention_bwd_dkdv_tc_kernel<T, kD, true> : attention_bwd_dkdv_tc_kernel<T, kD, false>;
+    const size_t smem = Cfg::template smem_bytes<T>(/*own=*/2, /*other=*/2, /*scalars=*/2);  // K, V; Q, dO; L, D
+    auto kernel = static_switch([](auto kOpts) { return attention_bwd_dkdv_tc_kernel<T, kD, kOpts>; }, p.opts);
     set_smem(kernel, smem);
     kernel<<<grid_x(p.BHkv(), cdiv(p.Nk, Cfg::kBlockM)), Cfg::kThreads, smem, cuda_stream()>>>(p);
     CUDA_CHECK_LAUNCH();
   }
   {
-    const size_t smem = (2 * Cfg::kOwnElems + 4 * Cfg::kTileElems) * sizeof(T);
-    auto kernel = p.opts ? attention_bwd_dq_tc_kernel<T, kD, true> : attention_bwd_dq_tc_kernel<T, kD, false>;
+    const size_t smem = Cfg::template smem_bytes<T>(/*own=*/2, /*other=*/2);  // Q, dO; K, V
+    auto kernel = static_switch([](auto kOpts) { return attention_bwd_dq_tc_kernel<T, kD, kOpts>; }, p.opts);
     set_smem(kernel, smem);
     kernel<<<grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), Cfg::kThreads, smem, cuda_stream()>>>(p);
     CUDA_CHECK_LAUNCH();

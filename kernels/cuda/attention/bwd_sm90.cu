@@ -243,8 +243,8 @@ __device__ __forceinline__ void dq_rows_pipelined(Sweep& sw, const Params<T>& p,
 // Shared memory after the key sweep's: the block's K and V rows (128 x 64 each; K is also the A
 // operand Kᵀ of the dQ products, read MN-major) and the two owners' dSᵀ tiles.
 struct FusedBwdSmem : SmemAfterSweep<FusedBwdSmem> {
-  static constexpr size_t kOwnElems = 128 * 64;  // K, V (bf16/f16)
-  static constexpr size_t kDsElems = 128 * 64;   // one owner's dSᵀ tile
+  static constexpr size_t kOwnElems = kSweepBlock * 64;  // K, V (bf16/f16)
+  static constexpr size_t kDsElems = kSweepBlock * 64;   // one owner's dSᵀ tile
   static constexpr size_t kBytes = (2 * kOwnElems + 2 * kDsElems) * 2;
 };
 // The block's parts of dQ for consumer w (extra: the shared memory of FusedBwdSmem; dq_acc: the
@@ -323,10 +323,11 @@ struct KeyOwnSmem128 : SmemAfterSweep<KeyOwnSmem128> {
   static constexpr size_t kBytes = 2 * 2 * 64 * 128 * 2;  // [consumer][K, V][64 x 128] (bf16/f16)
 };
 template <typename T>
-using DkdvSweep128 = HopperKeySweepWs<T, 128, BwdSm90Traits::kBlockN, BwdSm90Traits::kStages, 2>;
+using DkdvSweep128 = HopperKeySweepWs<T, 128, BwdSm90Traits::kBlockN, BwdSm90Traits::kStages, /*kTileN=*/2>;
 // The dQ sweep (d = 128): HopperQuerySweepWs with own Q, dO and K, V tiles only.
 template <typename T>
-using DqSweep128 = HopperQuerySweepWs<T, 128, BwdSm90Traits::kBlockN, BwdSm90Traits::kStages, 2, 2>;
+using DqSweep128 = HopperQuerySweepWs<T, 128, BwdSm90Traits::kBlockN, BwdSm90Traits::kStages, /*kOwnN=*/2,
+                                    /*kTileN=*/2>;
 
 // dK dV (d = 128): blocks of 128 keys. The row loop is not pipelined (dkdv_rows): a second set of
 // score tiles beside the 64 x 128 accumulators dK, dV would not fit in the consumers' 240
@@ -336,7 +337,7 @@ using DqSweep128 = HopperQuerySweepWs<T, 128, BwdSm90Traits::kBlockN, BwdSm90Tra
 // (the sweeps' general mask and bands; key sweeps over key/value heads, split in their last wave
 // only where every band is alike: key_units_differ).
 template <typename T, bool kOpts>
-__global__ void __launch_bounds__(384, 1)
+__global__ void __launch_bounds__(BwdSm90Traits::kThreads, 1)
     attention_bwd_dkdv_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps,
                                  const __grid_constant__ TailSplit split) {
 #if defined(GG_WGMMA_AVAILABLE)
@@ -346,7 +347,8 @@ __global__ void __launch_bounds__(384, 1)
   T* const own_smem = reinterpret_cast<T*>(smem_raw + KeyOwnSmem128::offset<DkdvSweep128<T>>());
   KeyBand band{};
   const SweepUnit unit = key_sweep_unit<kOpts, Cfg::kBlockN>(p, split, band);
-  key_sweep_ws_block<T, kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 2, 2, kOpts>(
+  key_sweep_ws_block<T, kD, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs,
+                     /*kOwnInSmem=*/2, /*kTileN=*/2, kOpts>(
       smem_raw, p, maps, unit, band, [](const Params<T>&) { return bwd_present(); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
         dkdv_rows<T, kD, kOpts>(sw, own, p, head, j0, q_begin, n, tid, split);
@@ -359,12 +361,13 @@ __global__ void __launch_bounds__(384, 1)
 
 // dQ (d = 128): blocks of 128 queries, own rows copied once by the producer.
 template <typename T, bool kOpts>
-__global__ void __launch_bounds__(384, 1)
+__global__ void __launch_bounds__(BwdSm90Traits::kThreads, 1)
     attention_bwd_dq_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps) {
 #if defined(GG_WGMMA_AVAILABLE)
   using Cfg = BwdSm90Traits;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  query_sweep_ws_block<T, 128, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 2, 2, kOpts>(
+  query_sweep_ws_block<T, 128, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs,
+                       /*kOwnN=*/2, /*kTileN=*/2, kOpts>(
       smem_raw, p, maps, [](const Params<T>&) { return bwd_present(); },
       [&](auto& sw, int64_t head, int i0, int n, int tid) { dq_rows_pipelined<T, 128, kOpts>(sw, p, head, i0, n, tid); });
 #else
@@ -375,7 +378,7 @@ __global__ void __launch_bounds__(384, 1)
 // The fused backward (d = 64): blocks of 128 keys, a producer and two consumer warpgroups, the
 // shared memory of FusedBwdSmem after the key sweep's; kOrdered: deterministic (p.add_order set).
 template <typename T, bool kOrdered, bool kOpts>
-__global__ void __launch_bounds__(384, 1)
+__global__ void __launch_bounds__(BwdSm90Traits::kThreads, 1)
     attention_bwd_fused_ws_kernel(const Params<T> p, const __grid_constant__ SweepMaps maps, float* dq_acc,
                                   const __grid_constant__ TailSplit split) {
 #if defined(GG_WGMMA_AVAILABLE)
@@ -387,7 +390,8 @@ __global__ void __launch_bounds__(384, 1)
   const SweepUnit unit = key_sweep_unit<kOpts, Cfg::kBlockN>(p, split, band);
   const int segment = kOpts && kOrdered ? add_segment(p, unit.blk) : 0;  // of the ordered additions
   float* const segment_acc = dq_acc + segment * p.add_floats;
-  key_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs, 2, 3, kOpts>(
+  key_sweep_ws_block<T, 64, Cfg::kBlockN, Cfg::kStages, Cfg::kProducerRegs, Cfg::kConsumerRegs,
+                     /*kOwnInSmem=*/2, /*kTileN=*/3, kOpts>(
       smem_raw, p, maps, unit, band, [](const Params<T>&) { return bwd_present(); },
       [&](auto& sw, const auto& own, int64_t head, int j0, int q_begin, int n, int tid) {
         dkdv_rows_pipelined<T, 64, kOpts>(
@@ -404,12 +408,12 @@ __global__ void __launch_bounds__(384, 1)
                 [&, counters = p.add_order + segment * p.add_counters](int t) {
                   return counters + band.query_head(t) * tiles + band.tile(t);
                 },
-                [&](int t) { return band_position<Cfg::kBlockN>(p, unit.blk, cdiv(p.Nk, 128), band.tile(t)); },
+                [&](int t) { return band_position<Cfg::kBlockN>(p, unit.blk, cdiv(p.Nk, kSweepBlock), band.tile(t)); },
                 band.lo, band.hi, [&](int t) { return (t - band.lo) & 1; }, lane);
           else
             order_additions<false>(
                 [counters = p.add_order + unit.bh * tiles](int t) { return counters + t; },
-                [&](int t) { return ordered_add_position(unit.blk, cdiv(p.N, 128), t, Cfg::kBlockN, p.causal); },
+                [&](int t) { return ordered_add_position(unit.blk, cdiv(p.N, kSweepBlock), t, Cfg::kBlockN, p.causal); },
                 unit.t_begin, unit.t_end, [&](int t) { return (t - unit.t_begin) & 1; }, lane);
         }
       });
@@ -441,15 +445,15 @@ void launch_bwd_sm90_fused(const Params<T>& p) {
     CUDA_CHECK(cudaMemsetAsync(q.add_order, 0, order.bytes(), cuda_stream()));
   }
   const size_t smem = FusedBwdSmem::total<Sweep>();
-  auto kernel = det ? (p.opts ? attention_bwd_fused_ws_kernel<T, true, true> : attention_bwd_fused_ws_kernel<T, true, false>)
-                    : (p.opts ? attention_bwd_fused_ws_kernel<T, false, true> : attention_bwd_fused_ws_kernel<T, false, false>);
+  auto kernel = static_switch(
+      [](auto kOrdered, auto kOpts) { return attention_bwd_fused_ws_kernel<T, kOrdered, kOpts>; }, det, p.opts);
   set_smem(kernel, smem);
   const TailSplitRun tail = TailSplitRun::for_key_sweep(p, kBN, /*ordered=*/det, 64);
   kernel<<<tail.split().blocks(), Cfg::kThreads, smem, cuda_stream()>>>(
       q, with_ping_pong(make_sweep_maps(p, 64, kBN, 0), Cfg::kPingPongFused), acc.as<float>(), tail.split());
   CUDA_CHECK_LAUNCH();
   tail.finish(p, p.scale);
-  rows_from_acc_kernel<T, 64, 1>
+  rows_from_acc_kernel<T, 64, /*kOutputs=*/1>
       <<<grid_x(p.BH, tiles), 256, 0, cuda_stream()>>>(acc.as<float>(), p.out0, nullptr, p.N, p.scale, 1.f, segments,
                                                         q.add_floats);
   CUDA_CHECK_LAUNCH();
@@ -462,7 +466,7 @@ void launch_bwd_sm90_two_sweeps(const Params<T>& p) {
   const SweepMaps maps = make_sweep_maps(p, 128, Cfg::kBlockN, Cfg::kBlockN);  // dK dV: query tiles; dQ: key tiles
   {
     constexpr size_t smem = KeyOwnSmem128::total<DkdvSweep128<T>>();
-    auto kernel = p.opts ? attention_bwd_dkdv_ws_kernel<T, true> : attention_bwd_dkdv_ws_kernel<T, false>;
+    auto kernel = static_switch([](auto kOpts) { return attention_bwd_dkdv_ws_kernel<T, kOpts>; }, p.opts);
     set_smem(kernel, smem);
     const TailSplitRun tail = TailSplitRun::for_key_sweep(p, Cfg::kBlockN, /*ordered=*/true, 128);
     kernel<<<tail.split().blocks(), Cfg::kThreads, smem, cuda_stream()>>>(
@@ -472,7 +476,7 @@ void launch_bwd_sm90_two_sweeps(const Params<T>& p) {
   }
   {
     constexpr size_t smem = DqSweep128<T>::kSmem;
-    auto kernel = p.opts ? attention_bwd_dq_ws_kernel<T, true> : attention_bwd_dq_ws_kernel<T, false>;
+    auto kernel = static_switch([](auto kOpts) { return attention_bwd_dq_ws_kernel<T, kOpts>; }, p.opts);
     set_smem(kernel, smem);
     kernel<<<grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), Cfg::kThreads, smem, cuda_stream()>>>(
         p, with_ping_pong(maps, Cfg::kPingPongDq));

@@ -339,7 +339,7 @@ __device__ __forceinline__ GenThread gen_thread() { return {static_cast<int>(thr
 // rows of key/value head bh; K, V, Kt, Vt start there and Q, dO, Qt, O at the first query head
 // of its group (the next ones follow N rows apart: group_rows). Shared memory is carved in the
 // order of the calls: stage() one staged operand chunk, tile() one coefficient tile (`stages`,
-// `tiles` of them: launch_generic's arguments, which size the shared memory).
+// `tiles` of them: the kernel's GenericTraits::Smem, from which launch_generic sizes the memory).
 template <typename T, bool kKeySide = false>
 struct GenBlock {
   using Acc = typename Elem<T>::Acc;
@@ -473,13 +473,13 @@ __device__ __forceinline__ void gen_store(T* out_row, const typename Elem<T>::Ac
 }
 
 // Launches a generic kernel over (BH · blocks of kRows own rows) x (column slices of kCols), with
-// the shared memory of `stages` staged chunks and `tiles` coefficient tiles.
+// the shared memory that its GenericTraits::Smem names.
 // key_side: blocks over (B·Hkv) x blocks of key rows, else (B·H) x blocks of query rows. An empty
 // grid (no rows) launches nothing.
 template <typename T>
-void launch_generic(void (*kernel)(Params<T>), const Params<T>& p, int stages, int tiles, bool key_side = false) {
+void launch_generic(void (*kernel)(Params<T>), const Params<T>& p, GenericTraits::Smem carved, bool key_side = false) {
   using C = GenericTraits;
-  const size_t smem = (stages * C::kStage + tiles * C::kTile) * sizeof(typename Elem<T>::Acc);
+  const size_t smem = (carved.stages * C::kStage + carved.tiles * C::kTile) * sizeof(typename Elem<T>::Acc);
   const dim3 grid(grid_x(key_side ? p.BHkv() : p.BH, cdiv(key_side ? p.Nk : p.N, C::kRows)),
                   std::max(1, cdiv(p.d, C::kCols)));
   if (grid.x == 0) return;
@@ -502,6 +502,20 @@ void dispatch_dtype(DType dtype, const char* op, F&& f) {
     default: break;
   }
   throw DTypeError(std::string(op) + " (CUDA): unsupported dtype " + dtype_name(dtype));
+}
+
+// Run-time flags to template arguments, written once (as FlashAttention-3's static_switch.h):
+// static_switch(f, b0, b1, ...) returns f(B0{}, B1{}, ...), Bi std::true_type where bi holds and
+// std::false_type where not, and compiles f for every combination. The launchers pick a kernel
+// instance with it: static_switch([](auto kOpts) { return kernel<T, kD, kOpts>; }, p.opts).
+template <typename F>
+decltype(auto) static_switch(F&& f) {
+  return f();
+}
+template <typename F, typename... Flags>
+decltype(auto) static_switch(F&& f, bool flag, Flags... flags) {
+  if (flag) return static_switch([&](auto... rest) { return f(std::true_type{}, rest...); }, flags...);
+  return static_switch([&](auto... rest) { return f(std::false_type{}, rest...); }, flags...);
 }
 
 // The launchers' path switch, written once: sm90(HeadDim<d>{}) for d in {64, 128}, sm80(...) for d in

@@ -89,7 +89,7 @@ namespace attn {
 
 template <typename T>
 void launch_fwd_generic(const Params<T>& p) {
-  launch_generic(attention_fwd_generic_kernel<T>, p, 3, 0);
+  launch_generic(attention_fwd_generic_kernel<T>, p, GenericTraits::kFwdSmem);
 }
 
 template void launch_fwd_generic<double>(const Params<double>&);

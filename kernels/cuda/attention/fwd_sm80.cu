@@ -20,9 +20,9 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_fwd_tc_
   using Cfg = Sm80Traits<kD>;
   constexpr int kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kStride = Cfg::kStride;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  T* sQ = reinterpret_cast<T*>(smem_raw);  // [kBM][kStride]
-  T* sK = sQ + Cfg::kOwnElems;             // [2][kBN][kStride]
-  T* sV = sK + 2 * Cfg::kTileElems;        // [2][kBN][kStride]
+  T* sQ = reinterpret_cast<T*>(smem_raw);      // [kBM][kStride]
+  T* sK = sQ + Cfg::kOwnElems;                 // [kStages][kBN][kStride]
+  T* sV = sK + Cfg::kStages * Cfg::kTileElems;  // [kStages][kBN][kStride]
 
   // ---- prologue: query rows [i0, i0 + kBM); this warp's rows [iw, iw + 16)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -127,8 +127,8 @@ namespace attn {
 template <typename T, int kD>
 void launch_fwd_sm80(const Params<T>& p) {
   using Cfg = Sm80Traits<kD>;
-  const size_t smem = (Cfg::kOwnElems + 4 * Cfg::kTileElems) * sizeof(T);
-  auto kernel = p.opts ? attention_fwd_tc_kernel<T, kD, true> : attention_fwd_tc_kernel<T, kD, false>;
+  const size_t smem = Cfg::template smem_bytes<T>(/*own=*/1, /*other=*/2);  // Q; K, V
+  auto kernel = static_switch([](auto kOpts) { return attention_fwd_tc_kernel<T, kD, kOpts>; }, p.opts);
   set_smem(kernel, smem);
   kernel<<<grid_x(p.BH, cdiv(p.N, Cfg::kBlockM)), Cfg::kThreads, smem, cuda_stream()>>>(p);
   CUDA_CHECK_LAUNCH();

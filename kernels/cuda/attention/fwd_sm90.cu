@@ -402,7 +402,7 @@ void launch_fwd_sm90(const Params<T>& p) {
   const CUtensorMap tmQ = make_tensor_map(p.Q, p.BH, p.N, kD, 64);
   const CUtensorMap tmK = make_tensor_map(p.K, p.BHkv(), p.Nk, kD, Cfg::kBlockN);
   const CUtensorMap tmV = make_tensor_map(p.V, p.BHkv(), p.Nk, kD, Cfg::kBlockN);
-  auto kernel = p.opts ? attention_fwd_ws_kernel<T, kD, true> : attention_fwd_ws_kernel<T, kD, false>;
+  auto kernel = static_switch([](auto kOpts) { return attention_fwd_ws_kernel<T, kD, kOpts>; }, p.opts);
   set_smem(kernel, Cfg::kSmemBytes);
   // pieces of at least 16 tiles of 128 keys: shorter ones do not pay for the merge kernel and the
   // scratch (docs/kernels.md §6)

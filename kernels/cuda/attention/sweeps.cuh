@@ -29,6 +29,10 @@
 
 namespace gg::kernels::cuda::attn {
 
+// Own rows per block of every warp-specialised sweep: two consumer warpgroups of 64 rows
+// (SweepSm90Traits).
+constexpr int kSweepBlock = SweepSm90Traits::kBlock;
+
 // The optional tensors a sweep copies: V (query sweep: V tiles; key sweep: own V rows), Qt, Kt,
 // Vt, and the row scalars E and F (key sweep).
 struct Present {
@@ -324,7 +328,7 @@ struct KeyBand {
 // plan.h's key_block_band, which the host's plans use.
 template <typename T>
 __host__ __device__ __forceinline__ int2 key_band_tiles(const Params<T>& p, int j0, int kBN) {
-  const int lo = p.query_lo(j0), hi = p.query_hi((j0 + 128 < p.Nk ? j0 + 128 : p.Nk) - 1);
+  const int lo = p.query_lo(j0), hi = p.query_hi((j0 + kSweepBlock < p.Nk ? j0 + kSweepBlock : p.Nk) - 1);
   const int q_begin = lo / kBN;
   return make_int2(q_begin, hi > lo ? cdiv(hi, kBN) - q_begin : 1);
 }
@@ -777,7 +781,7 @@ __device__ __forceinline__ SplitPiece split_piece(const TailSplit& ts, int b) {
 // members of the group, plan_group_split's pieces dividing it).
 template <int kBN, typename T>
 __device__ __forceinline__ KeyBand key_unit(const Params<T>& p, const TailSplit& ts, SweepUnit& unit) {
-  const int per_head = cdiv(p.Nk, 128);
+  const int per_head = cdiv(p.Nk, kSweepBlock);
   const int b = static_cast<int>(blockIdx.x) - ts.whole;
   int piece = 0, pieces = 1;
   if (b < 0) {
@@ -791,7 +795,7 @@ __device__ __forceinline__ KeyBand key_unit(const Params<T>& p, const TailSplit&
     pieces = ts.pieces;
   }
   if (p.right() >= 0) unit.blk = per_head - 1 - unit.blk;  // longest first
-  KeyBand band = key_band<kBN>(p, unit.bh, unit.blk * 128);
+  KeyBand band = key_band<kBN>(p, unit.bh, unit.blk * kSweepBlock);
   if (p.right() >= 0) {  // longest first: the piece's gp members from m0
     const int gp = p.group / pieces;
     band.longest_first = true;
@@ -826,7 +830,7 @@ __device__ __forceinline__ SweepUnit key_sweep_unit(const Params<T>& p, const Ta
     band = key_unit<kBN>(p, ts, unit);
     return unit;
   } else {
-    return sweep_unit<128, kBN>(p.N, p.causal, ts);
+    return sweep_unit<kSweepBlock, kBN>(p.N, p.causal, ts);
   }
 }
 
@@ -867,13 +871,13 @@ __device__ __forceinline__ void key_rows_out(const Params<T>& p, const TailSplit
       slot = ts.slots == 1 ? 0 : sp.piece;
       unit = sp.unit;
     }
-    float* const s = ts.scratch + (static_cast<int64_t>(unit) * ts.slots + slot) * 2 * 128 * kD;
+    float* const s = ts.scratch + (static_cast<int64_t>(unit) * ts.slots + slot) * 2 * kSweepBlock * kD;
     if (ts.slots == 1) {
-      put_key_rows<kD, true>(s, a, jw % 128, lane);
-      put_key_rows<kD, true>(s + 128 * kD, b, jw % 128, lane);
+      put_key_rows<kD, true>(s, a, jw % kSweepBlock, lane);
+      put_key_rows<kD, true>(s + kSweepBlock * kD, b, jw % kSweepBlock, lane);
     } else {
-      put_key_rows<kD, false>(s, a, jw % 128, lane);
-      put_key_rows<kD, false>(s + 128 * kD, b, jw % 128, lane);
+      put_key_rows<kD, false>(s, a, jw % kSweepBlock, lane);
+      put_key_rows<kD, false>(s + kSweepBlock * kD, b, jw % kSweepBlock, lane);
     }
     return;
   }
@@ -890,7 +894,7 @@ __device__ __forceinline__ void key_rows_out(const Params<T>& p, const TailSplit
 // memory round trip per slot and row: twice as long.) longest_first: the units' key blocks are
 // numbered as the longest-first key sweeps launch them (KeyBand).
 constexpr int kScratchRows = 16;
-constexpr int kScratchBlocks = 2 * (128 / kScratchRows);  // two outputs of 128 rows
+constexpr int kScratchBlocks = 2 * (kSweepBlock / kScratchRows);  // two outputs of kSweepBlock rows
 template <typename T, int kD>
 __global__ void __launch_bounds__(256) rows_from_scratch_kernel(const float* scratch, T* out1, T* out2, int N,
                                                                 int whole, int slots, float scale1,
@@ -900,10 +904,10 @@ __global__ void __launch_bounds__(256) rows_from_scratch_kernel(const float* scr
   constexpr int kPerOutput = kScratchBlocks / 2;
   const int su = blockIdx.x / kScratchBlocks, o = (blockIdx.x / kPerOutput) % 2, t = threadIdx.x % 16;
   const int r = (blockIdx.x % kPerOutput) * kScratchRows + threadIdx.x / 16;  // row in the unit
-  const BlockCoord uc = unit_coord(int64_t{whole} + su, cdiv(N, 128));
-  const int row = (longest_first ? cdiv(N, 128) - 1 - uc.blk : uc.blk) * 128 + r;
+  const BlockCoord uc = unit_coord(int64_t{whole} + su, cdiv(N, kSweepBlock));
+  const int row = (longest_first ? cdiv(N, kSweepBlock) - 1 - uc.blk : uc.blk) * kSweepBlock + r;
   if (row >= N) return;
-  const float* s = scratch + (int64_t{su} * slots * 2 + o) * 128 * kD + r * kD;
+  const float* s = scratch + (int64_t{su} * slots * 2 + o) * kSweepBlock * kD + r * kD;
   float2 v[kPairs];
 #pragma unroll
   for (int q = 0; q < kPairs; ++q) v[q] = *reinterpret_cast<const float2*>(s + 2 * (q * 16 + t));
@@ -911,7 +915,7 @@ __global__ void __launch_bounds__(256) rows_from_scratch_kernel(const float* scr
   for (int k = 1; k < slots; ++k) {
 #pragma unroll
     for (int q = 0; q < kPairs; ++q) {
-      const float2 w = *reinterpret_cast<const float2*>(s + int64_t{k} * 2 * 128 * kD + 2 * (q * 16 + t));
+      const float2 w = *reinterpret_cast<const float2*>(s + int64_t{k} * 2 * kSweepBlock * kD + 2 * (q * 16 + t));
       v[q].x += w.x;
       v[q].y += w.y;
     }
@@ -960,7 +964,7 @@ class TailSplitRun {
   TailSplitRun(const TailSplitPlan& t, bool ordered, int d)
       : ts_{t.whole, t.pieces, t.split_units, ordered ? t.pieces : 1, nullptr},
         d_(d),
-        scratch_(static_cast<size_t>(ts_.split_units) * ts_.slots * 2 * 128 * d * sizeof(float)) {
+        scratch_(static_cast<size_t>(ts_.split_units) * ts_.slots * 2 * kSweepBlock * d * sizeof(float)) {
     if (ts_.split_units > 0) {
       ts_.scratch = scratch_.as<float>();
       if (ts_.slots == 1) CUDA_CHECK(cudaMemsetAsync(ts_.scratch, 0, scratch_.bytes(), cuda_stream()));
@@ -972,7 +976,7 @@ class TailSplitRun {
   // long (plan_group_split).
   template <typename T>
   static TailSplitRun for_key_sweep(const Params<T>& p, int kBN, bool ordered, int d) {
-    const int64_t units = p.BHkv() * cdiv(p.Nk, 128);
+    const int64_t units = p.BHkv() * cdiv(p.Nk, kSweepBlock);
     const int sms = tail_split_sms();
     if (!key_units_differ(p))
       return TailSplitRun(plan_tail_split(units, p.group * cdiv(p.N, kBN), false, sms), ordered, d);
@@ -1011,12 +1015,12 @@ template <typename T, int kD, int kBN, int kStages, int kProducerRegs, int kCons
 __device__ __forceinline__ void query_sweep_ws_block(unsigned char* smem, const Params<T>& p, const SweepMaps& maps,
                                                      PresentOf present_of, Rows&& rows) {
   HopperQuerySweepWs<T, kD, kBN, kStages, kOwnN, kTileN> sw(smem, present_of(p));
-  const BlockCoord bc = block_coord(cdiv(p.N, 128));
-  const int i0 = bc.blk * 128;
-  int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + 128), kBN) : cdiv(p.N, kBN);
+  const BlockCoord bc = block_coord(cdiv(p.N, kSweepBlock));
+  const int i0 = bc.blk * kSweepBlock;
+  int num_k_tiles = p.causal ? cdiv(min(p.N, i0 + kSweepBlock), kBN) : cdiv(p.N, kBN);
   int kvh = static_cast<int>(bc.bh);
   if constexpr (kOpts) {
-    const TileRange band = key_tiles<kBN, true>(p, i0, i0 + 128);
+    const TileRange band = key_tiles<kBN, true>(p, i0, i0 + kSweepBlock);
     sw.k0 = band.begin;
     num_k_tiles = band.end - band.begin;
     kvh = static_cast<int>(p.kv_head(bc.bh));
@@ -1082,7 +1086,7 @@ template <typename T, int kD, int kBN, int kStages, int kProducerRegs, int kCons
 __device__ __forceinline__ void key_sweep_ws_block(unsigned char* smem, const Params<T>& p, const SweepMaps& maps,
                                                    const SweepUnit& unit, const KeyBand& band, PresentOf present_of,
                                                    Rows&& rows, T* own_smem = nullptr, Extra&& producer_extra = {}) {
-  const int j0 = unit.blk * 128;
+  const int j0 = unit.blk * kSweepBlock;
   const int64_t head = unit.bh * (kOpts ? p.Nk : p.N);
   const int num_q_tiles = kOpts ? band.hi : unit.t_end, q_begin = kOpts ? band.lo : unit.t_begin;
   HopperKeySweepWs<T, kD, kBN, kStages, kTileN, kOpts> sw(smem, present_of(p), q_begin);

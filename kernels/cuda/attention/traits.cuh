@@ -84,6 +84,19 @@ struct GenericTraits {
   static_assert(kRows == kOther, "staging helper assumes square tiles");
   static_assert(kLanes == 8, "row reductions use shuffles over 8 lanes");
   static_assert(kChunk == 32 && kRows == 32, "staging index math uses 32 x 32");
+
+  // Shared memory of each generic kernel, carved by GenBlock in the kernel's order: `stages`
+  // staged operand chunks (GenBlock::stage) and `tiles` coefficient tiles (GenBlock::tile).
+  // launch_generic sizes the memory from these; a kernel that carves another chunk or tile must
+  // count it here.
+  struct Smem {
+    int stages, tiles;
+  };
+  static constexpr Smem kFwdSmem{3, 0};        // chunks of Q, K; the P tile, staged as a chunk
+  static constexpr Smem kBwdDkdvSmem{4, 2};    // chunks of K, V, Q, dO; tiles Pᵀ, dSᵀ
+  static constexpr Smem kBwdDqSmem{4, 1};      // chunks of Q, dO, K, V; tile dS
+  static constexpr Smem kBobPass1Smem{7, 5};   // chunks of Q, dO, Qt, K, V, Kt, Vt; tiles C1, P, P∘dP, P∘G, dS
+  static constexpr Smem kBobPass2Smem{7, 3};   // chunks of K, V, Kt, Vt, Q, dO, Qt; tiles S̄ᵀ, dSᵀ, dP̄ᵀ
 };
 
 // ------------------------------------------------------------------------ sm_80 (mma.sync)
@@ -99,8 +112,15 @@ struct Sm80Traits {
   static constexpr int kBlockM = 16 * kWarps;
   static constexpr int kBlockN = kD <= 64 ? 64 : 32;
   static constexpr int kStride = kD + 8;
+  static constexpr int kStages = 2;  // other-side tiles, double-buffered (sm80_pipeline)
   static constexpr int kTileElems = kBlockN * kStride;  // one other-side operand, one stage
   static constexpr int kOwnElems = kBlockM * kStride;   // one own-side operand
+  // Shared memory of a kernel with `own` own-side operands, `other` other-side operands and
+  // `scalars` other-side row scalars (f32) per stage, carved in that order.
+  template <typename T>
+  static constexpr size_t smem_bytes(int own, int other, int scalars = 0) {
+    return (own * kOwnElems + kStages * other * kTileElems) * sizeof(T) + kStages * scalars * kBlockN * sizeof(float);
+  }
   // BoB pass 1 holds four kCols-wide accumulators per thread: d = 128 is split over the grid.
   static constexpr int kBobCols = kD <= 64 ? kD : 64;
   static_assert(kBlockN % 16 == 0 && kBlockM % 16 == 0, "16-row sub-tiles");
@@ -129,34 +149,42 @@ struct FwdSm90Traits {
   static constexpr int kMinSplitTiles = 16;  // tail split: pieces of at least 16 key tiles
 };
 
-// Backward: blocks of 128 rows, a producer and two consumer warpgroups, tiles of 64 rows. The
-// dK dV sweep and the dQ sweep (d = 128) take turns (ping-pong); the fused sweep (d = 64) does not.
-struct BwdSm90Traits {
-  static constexpr int kThreads = 384, kBlockM = 128;
+// The warp-specialised sweeps of the backward and the BoB (sweeps.cuh): blocks of kBlock own
+// rows, a producer warpgroup and two consumer warpgroups of kConsumerRows rows each; registers
+// move from the producer to the consumers (setmaxnreg).
+struct SweepSm90Traits {
+  static constexpr int kConsumers = 2;
+  static constexpr int kConsumerRows = 64;                   // own rows per consumer warpgroup
+  static constexpr int kBlock = kConsumers * kConsumerRows;  // own rows per block
+  static constexpr int kThreads = 128 * (1 + kConsumers);    // producer + consumer warpgroups
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file");
+};
+
+// Backward: the sweeps' blocks, tiles of 64 rows. The dK dV sweep and the dQ sweep (d = 128)
+// take turns (ping-pong); the fused sweep (d = 64) does not.
+struct BwdSm90Traits : SweepSm90Traits {
+  static constexpr int kBlockM = kBlock;
   static constexpr int kBlockN = 64;  // other rows per tile
   static constexpr int kStages = 3;
-  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static constexpr bool kPingPongDkdv = true, kPingPongDq = true, kPingPongFused = false;
 };
 
 // BoB key sweeps (pass 2; the fused sweep at d = 64): blocks of 128 keys, query tiles of 32 rows
 // (four score tiles live at once), three stages at d = 128 to fit its own rows in shared memory.
 template <int kD>
-struct BobKeySm90Traits {
+struct BobKeySm90Traits : SweepSm90Traits {
   static_assert(kD == 64 || kD == 128, "sm_90a BoB: d in {64, 128}");
-  static constexpr int kThreads = 384, kBlockM = 128, kBlockN = 32, kStages = kD == 64 ? 4 : 3;
-  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  static constexpr int kBlockM = kBlock, kBlockN = 32, kStages = kD == 64 ? 4 : 3;
 };
 
 // BoB query passes (E and F first: pass 0, pass 1; the fused BoB's pass 0): blocks of 128 query
 // rows, key tiles of 32. d = 64: the own rows as register A operands of the score products and
 // sub-tiles of 32 keys; d = 128: own rows from shared memory, pass 1's sub-tiles of 16 keys.
 template <int kD>
-struct BobQuerySm90Traits {
+struct BobQuerySm90Traits : SweepSm90Traits {
   static_assert(kD == 64 || kD == 128, "sm_90a BoB: d in {64, 128}");
-  static constexpr int kThreads = 384, kBlockM = 128, kBlockN = 32, kStages = 3;
-  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
-  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "register file");
+  static constexpr int kBlockM = kBlock, kBlockN = 32, kStages = 3;
   static constexpr bool kRegOwn = kD == 64;
   static constexpr int kSubOut = kD == 64 ? 32 : 16;  // keys per score sub-tile in pass 1
   static constexpr int kSubEF = 32;                   // in pass 0 (no accumulators)
