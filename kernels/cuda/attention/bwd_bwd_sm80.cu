@@ -30,6 +30,29 @@ __device__ __forceinline__ void split_pass1_entry(float P, float scale, float D,
   S = P;
 }
 
+// The score tiles of one 16 x 16 sub-tile of both passes, each an mma product a·bᵀ of an operand
+// pair: S, dP, G = Qt·Kᵀ + Q·Ktᵀ (unscaled: the pairs g_qt and g_kt) and H, those of absent
+// cotangents left zero. Pass 1 passes query rows as a (the tiles), pass 2 key rows (the tiles
+// transposed).
+template <typename T>
+struct Operands {
+  const T *a, *b;
+};
+template <typename T, int kD>
+__device__ __forceinline__ void score_tiles(float (&S)[2][4], float (&dP)[2][4], float (&G)[2][4], float (&Hs)[2][4],
+                                            Operands<T> s, Operands<T> dp, Operands<T> g_qt, Operands<T> g_kt,
+                                            Operands<T> h, bool has_G, bool has_Qt, bool has_Kt, bool has_H, int lane) {
+  zero(S);
+  zero(dP);
+  zero(G);
+  zero(Hs);
+  mma_scores<T, kD>(S, s.a, s.b, lane);
+  if (has_G) mma_scores<T, kD>(dP, dp.a, dp.b, lane);
+  if (has_Qt) mma_scores<T, kD>(G, g_qt.a, g_qt.b, lane);
+  if (has_Kt) mma_scores<T, kD>(G, g_kt.a, g_kt.b, lane);
+  if (has_H) mma_scores<T, kD>(Hs, h.a, h.b, lane);
+}
+
 // The sm_80 pass 1's epilogue: E and F of this warp's rows from the per-thread partial sums
 // (written by the blocks of the first column slice), then grad_Q = s·(XA - E·X2 - F·X3) and
 // grad_dO = Y - E·O on columns [c0, c0 + kCols).
@@ -145,15 +168,8 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
 
       // score tiles (16 queries x 16 keys): S, dP, G (unscaled), H
       float S[2][4], dP[2][4], G[2][4], Hs[2][4], dS[2][4];
-      zero(S);
-      zero(dP);
-      zero(G);
-      zero(Hs);
-      mma_scores<T, kD>(S, sQw, sKs + sub, lane);
-      if (has_G) mma_scores<T, kD>(dP, sdOw, sVs + sub, lane);
-      if (has_Qt) mma_scores<T, kD>(G, sQtw, sKs + sub, lane);
-      if (has_Kt) mma_scores<T, kD>(G, sQw, sKts + sub, lane);
-      if (has_H) mma_scores<T, kD>(Hs, sdOw, sVts + sub, lane);
+      score_tiles<T, kD>(S, dP, G, Hs, {sQw, sKs + sub}, {sdOw, sVs + sub}, {sQtw, sKs + sub}, {sQw, sKts + sub},
+                         {sdOw, sVts + sub}, has_G, has_Qt, has_Kt, has_H, lane);
 
       // coefficient tiles, in place: S <- P, dP <- P∘dP, G <- P∘G, Hs <- C1; and dS
 #pragma unroll
@@ -261,15 +277,8 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
 
       // score tiles, transposed (16 keys x 16 queries): Sᵀ, dPᵀ, Gᵀ (unscaled), Hᵀ
       float S[2][4], dP[2][4], G[2][4], Hs[2][4];
-      zero(S);
-      zero(dP);
-      zero(G);
-      zero(Hs);
-      mma_scores<T, kD>(S, sKw, sQs + sub, lane);
-      if (has_G) mma_scores<T, kD>(dP, sVw, sdOs + sub, lane);
-      if (has_Qt) mma_scores<T, kD>(G, sKw, sQts + sub, lane);
-      if (has_Kt) mma_scores<T, kD>(G, sKtw, sQs + sub, lane);
-      if (has_H) mma_scores<T, kD>(Hs, sVtw, sdOs + sub, lane);
+      score_tiles<T, kD>(S, dP, G, Hs, {sKw, sQs + sub}, {sVw, sdOs + sub}, {sKw, sQts + sub}, {sKtw, sQs + sub},
+                         {sVtw, sdOs + sub}, has_G, has_Qt, has_Kt, has_H, lane);
 
       // coefficient tiles, in place: S <- S̄ᵀ, dP <- dSᵀ, G <- dP̄ᵀ
 #pragma unroll
