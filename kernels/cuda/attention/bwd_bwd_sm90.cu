@@ -150,10 +150,7 @@ __device__ __forceinline__ void pass2_rows(Sweep& sw, const Own& own, const Para
     sw.begin_tile(qt);
     const int i0 = sw.tile(qt) * kBN;
     const QueryTiles t = sw.tiles(qt);
-    // causal: a tile whose queries all precede the warpgroup's first key adds nothing; kOpts: a
-    // tile outside the warpgroup's band
-    const bool sees = kOpts ? i0 + kBN > p.query_lo(j0) && i0 < p.query_hi(j0 + 63) : !(p.causal && i0 + kBN <= j0);
-    if (sees) {
+    if (keys_see_query_tile<kBN, kOpts>(p, i0, j0)) {
       // score tiles, transposed (64 keys x kBN queries): Sᵀ, dPᵀ, Gᵀ (unscaled), Hᵀ
       float S[kBN / 8][4], dP[kBN / 8][4], G[kBN / 8][4], Hs[kBN / 8][4];
       if (!cot.G) zero(dP);

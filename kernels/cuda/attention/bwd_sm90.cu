@@ -105,9 +105,7 @@ __device__ __forceinline__ void dkdv_rows(Sweep& sw, const Own& own, const Param
     sw.begin_tile(qt);
     const int i0 = sw.tile(qt) * kBN;
     const QueryTiles t = sw.tiles(qt);
-    // causal: queries all before the first own key add nothing; kOpts: queries outside the band
-    const bool sees = kOpts ? i0 + kBN > p.query_lo(j0) && i0 < p.query_hi(j0 + 63) : !(p.causal && i0 + kBN <= j0);
-    if (sees) {
+    if (keys_see_query_tile<kBN, kOpts>(p, i0, j0)) {
       // Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (64 keys x kBN queries; 16 x kBN for this warp)
       float st[kBN / 8][4], dpt[kBN / 8][4];
       sw.turn_begin();

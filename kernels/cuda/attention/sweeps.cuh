@@ -445,6 +445,15 @@ struct SmemAfterSweep {
   __host__ __device__ static constexpr size_t total() { return offset<Sweep>() + Layout::kBytes; }
 };
 
+// ---- whether a consumer of a key sweep, owning keys [j0, j0 + 64), has work in the query tile of
+// kBN queries from i0: some of its keys see a query of the tile. Not where the queries all precede
+// j0 (causal), nor (kOpts) where the tile lies outside the keys' band. A tile without work only
+// takes its turns.
+template <int kBN, bool kOpts, typename T>
+__device__ __forceinline__ bool keys_see_query_tile(const Params<T>& p, int i0, int j0) {
+  return kOpts ? i0 + kBN > p.query_lo(j0) && i0 < p.query_hi(j0 + 63) : !(p.causal && i0 + kBN <= j0);
+}
+
 // ---- pipelined row loops of the warp-specialised backward kernels (bwd_sm90.cu: the fused
 // backward and the d = 128 dQ sweep; their rings have three stages, so a consumer can hold tile t + 1 before
 // releasing tile t): per tile, the score products of tile t + 1 are issued together with the
