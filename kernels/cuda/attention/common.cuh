@@ -129,8 +129,7 @@ struct Params {
   int H, group;   // query heads per batch entry; query heads per key/value head
   int wl, wr;     // window (kernels/params.h; -1: unbounded); with causal, wr is -1 and causal rules
   bool opts;      // grouped heads, Nk != N or a window: the kernels' general mask (kOpts) applies
-  const Acc* dL;  // (BH, N) cotangent of L or nullptr: D holds D - dL (docs/attention.md); last, so
-                  // that the other fields' offsets, and the kernels' code, do not depend on it
+  const Acc* dL;  // (BH, N) cotangent of L or nullptr: D holds D - dL (docs/attention.md)
 
   // The mask (attention/mask.h MaskBand, AttentionShape::first_key / last_key on 32-bit
   // indices): query i sees keys [key_lo(i), key_hi(i)), key j is seen by queries
