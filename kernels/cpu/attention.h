@@ -24,12 +24,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include <Eigen/Core>
-#if defined(_OPENMP)
-#include <omp.h>
-#endif
 
 #include "../params.h"
 #include "vec_math.h"
@@ -122,6 +120,11 @@ namespace detail {
 
 inline int64_t num_blocks(int64_t n, int64_t block) { return (n + block - 1) / block; }
 
+// Tasks a key-parallel sweep that also sums over keys (the backward's dQ) aims for, over all kv
+// heads: with fewer kv heads than this, each head's key blocks are cut into chunks, each with its
+// own partial sum. A constant, not the thread count, so results do not depend on the threads.
+inline constexpr int64_t kChunkTasks = 8;
+
 // Threads only pay when there is real work: below ~4M multiply-adds a parallel region costs
 // more than it saves, and far more when the machine is busy (spinning OpenMP workers).
 inline bool worth_threads(const AttentionShape& p) {
@@ -192,72 +195,147 @@ inline void axpy(T alpha, const T* x, T* y, int64_t d) {
   for (int64_t k = 0; k < d; ++k) y[k] += alpha * x[k];
 }
 
-// The tile products below are small GEMMs done by Eigen over maps of the row-major buffers: a
-// tile is (mi, nj) with outer stride kBlockN, a block of rows is (rows, d) with outer stride d.
-// Inside the kernels' (active) parallel regions Eigen's GEMM runs single-threaded. Outside one
-// (a small problem, see worth_threads) Eigen's GEMM would fork its own OpenMP team for every
-// 64x64 tile, which costs far more than the tile; there the products are lazy (coefficient-
-// based, never threaded) instead.
-inline bool tile_gemm_ok() {
-#if defined(_OPENMP)
-  return omp_get_num_threads() > 1 || omp_get_max_threads() == 1;  // Eigen would not fork
+// The tile products below are small GEMMs, written out with Eigen's packet primitives instead of
+// calling Eigen's GEMM: at 64 x 64 x d, Eigen packs both operands for every product (a fifth of
+// BoB's time went to gemm_pack_lhs/rhs) and its 48-row kernel leaves a 16-row remainder. Here no
+// operand is packed per product: the output tile's rows are vectorised, the other operand is
+// broadcast one scalar at a time, and the one operand that would need a transpose (Kᵀ in S =
+// Q·Kᵀ) is transposed once per key block (KeyBlocksT) and reused by every query block. Each output
+// entry is summed in the same order (the inner index from 0 up, one fused multiply-add per term
+// where the ISA has them) whatever its position, the tile's size or the thread, so results do not
+// depend on masks, tails, alignment or the thread count.
+//
+// Register blocking: R output rows x CW packets of columns per micro-kernel call (16 accumulators
+// with 32 vector registers, 8 with 16).
+namespace ei = Eigen::internal;
+template <typename T, bool kVector = ei::packet_traits<T>::Vectorizable>
+struct Vec {  // T's packet (T itself where Eigen has none)
+  using P = typename ei::packet_traits<T>::type;
+  static constexpr int kLanes = ei::packet_traits<T>::size;
+};
+template <typename T>
+struct Vec<T, false> {
+  using P = T;
+  static constexpr int kLanes = 1;
+};
+#if defined(__AVX512F__)
+inline constexpr int kTileR = 4, kTileCW = 4;
 #else
-  return true;
+inline constexpr int kTileR = 4, kTileCW = 2;
 #endif
+
+// How a product meets its output: kSet  Out = alpha·Σ;  kAdd  Out += alpha·Σ;  kAccumulate  the sum
+// goes on from Out (Out + a_0·b_0 + a_1·b_1 + ..., no alpha).
+enum class Into { kSet, kAdd, kAccumulate };
+
+// Out[r, c] (into) Σ_{t < n} a(r, t)·B[t·ldb + c] for r < R, c < CW·lanes; Out has row stride ldo.
+// a(r, t) = A[r·sar + t·sat].
+template <typename T, int R, int CW>
+inline void micro_kernel(int64_t n, const T* A, int64_t sar, int64_t sat, const T* B, int64_t ldb, T* Out,
+                         int64_t ldo, Into into, T alpha) {
+  const bool acc = into == Into::kAccumulate;
+  using V = Vec<T>;
+  using P = typename V::P;
+  constexpr int Ln = V::kLanes;
+  P c[R][CW];
+  for (int r = 0; r < R; ++r)
+    for (int w = 0; w < CW; ++w) c[r][w] = acc ? ei::ploadu<P>(Out + r * ldo + w * Ln) : ei::pset1<P>(T(0));
+  for (int64_t t = 0; t < n; ++t) {
+    P b[CW];
+    for (int w = 0; w < CW; ++w) b[w] = ei::ploadu<P>(B + t * ldb + w * Ln);
+    for (int r = 0; r < R; ++r) {
+      const P a = ei::pset1<P>(A[r * sar + t * sat]);
+      for (int w = 0; w < CW; ++w) c[r][w] = ei::pmadd(a, b[w], c[r][w]);
+    }
+  }
+  const P al = ei::pset1<P>(alpha);
+  for (int r = 0; r < R; ++r)
+    for (int w = 0; w < CW; ++w) {
+      T* o = Out + r * ldo + w * Ln;
+      if (into == Into::kSet) ei::pstoreu(o, ei::pmul(al, c[r][w]));
+      else if (into == Into::kAdd) ei::pstoreu(o, ei::padd(ei::ploadu<P>(o), ei::pmul(al, c[r][w])));
+      else ei::pstoreu(o, c[r][w]);
+    }
 }
 
+// The same for one row and the columns [c0, cols) left over by the packets, scalar.
 template <typename T>
-using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <typename T>
-using ConstRowsMap = Eigen::Map<const RowMat<T>>;  // (rows, d), row stride d
-template <typename T>
-using RowsMap = Eigen::Map<RowMat<T>>;
-template <typename T>
-using ConstTileMap = Eigen::Map<const RowMat<T>, 0, Eigen::OuterStride<kBlockN>>;  // (mi, nj)
-template <typename T>
-using TileMap = Eigen::Map<RowMat<T>, 0, Eigen::OuterStride<kBlockN>>;
-
-// C(i, j) = alpha * <A_i, B_j>   (or += when accumulate): a score-like tile A·Bᵀ.
-template <typename T>
-inline void tile_abt(int64_t mi, int64_t nj, int64_t d, T alpha, const T* A, const T* B, T* C,
-                     bool accumulate) {
-  const ConstRowsMap<T> a(A, mi, d);
-  const ConstRowsMap<T> b(B, nj, d);
-  TileMap<T> c(C, mi, nj);
-  if (!tile_gemm_ok()) {
-    if (accumulate)
-      c.noalias() += alpha * a.lazyProduct(b.transpose());
-    else
-      c.noalias() = alpha * a.lazyProduct(b.transpose());
-  } else if (accumulate) {
-    c.noalias() += alpha * a * b.transpose();
-  } else {
-    c.noalias() = alpha * a * b.transpose();
+inline void micro_kernel_tail(int64_t n, const T* A, int64_t sat, const T* B, int64_t ldb, T* Out, int64_t c0,
+                              int64_t cols, Into into, T alpha) {
+  for (int64_t c = c0; c < cols; ++c) {
+    T x = into == Into::kAccumulate ? Out[c] : T(0);
+    for (int64_t t = 0; t < n; ++t) x = ei::pmadd(A[t * sat], B[t * ldb + c], x);
+    Out[c] = into == Into::kAccumulate ? x : into == Into::kAdd ? Out[c] + alpha * x : alpha * x;
   }
+}
+
+// Out (m x cols, row stride ldo) (+)= a·B, a(r, t) = A[r·sar + t·sat] (m x n), B (n x cols, row
+// stride ldb): the micro-kernel over row groups and column chunks.
+template <typename T>
+inline void tile_product(int64_t m, int64_t n, int64_t cols, const T* A, int64_t sar, int64_t sat, const T* B,
+                         int64_t ldb, T* Out, int64_t ldo, Into acc, T alpha) {
+  constexpr int Ln = Vec<T>::kLanes;
+  auto row_block = [&](auto rows, int64_t r0) {
+    constexpr int R = decltype(rows)::value;
+    const T* a = A + r0 * sar;
+    T* o = Out + r0 * ldo;
+    int64_t c = 0;
+    for (; c + kTileCW * Ln <= cols; c += kTileCW * Ln)
+      micro_kernel<T, R, kTileCW>(n, a, sar, sat, B + c, ldb, o + c, ldo, acc, alpha);
+    for (; c + Ln <= cols; c += Ln) micro_kernel<T, R, 1>(n, a, sar, sat, B + c, ldb, o + c, ldo, acc, alpha);
+    if (c < cols)
+      for (int r = 0; r < R; ++r) micro_kernel_tail(n, a + r * sar, sat, B, ldb, o + r * ldo, c, cols, acc, alpha);
+  };
+  int64_t r0 = 0;
+  for (; r0 + kTileR <= m; r0 += kTileR) row_block(std::integral_constant<int, kTileR>{}, r0);
+  for (; r0 < m; ++r0) row_block(std::integral_constant<int, 1>{}, r0);
+}
+
+// Key blocks of a K-shaped tensor, transposed: block kb of kv head `head` is a d x kBlockN
+// row-major array, entry (k, j) = X[key j0 + j, k], zero for keys past the end. Used as the B
+// operand of tile_abt; O(N·d) memory, built once per kernel call.
+template <typename T>
+struct KeyBlocksT {
+  int64_t nk = 0, nkb = 0, d = 0;
+  Scratch<T> data;
+  KeyBlocksT() = default;
+  KeyBlocksT(const AttentionShape& p, const T* X, bool par) : nk(p.keys()), nkb(num_blocks(p.keys(), kBlockN)), d(p.d) {
+    if (!X) return;
+    const int64_t heads = p.B * p.kv_heads();
+    data.assign(heads * nkb * d * kBlockN, T(0));
+    GG_OMP(parallel for if (par))
+    for (int64_t hb = 0; hb < heads * nkb; ++hb) {
+      const int64_t head = hb / nkb, j0 = (hb % nkb) * kBlockN;
+      transpose_rows(X + (head * nk + j0) * d, std::min(kBlockN, nk - j0), d, data.data() + hb * d * kBlockN);
+    }
+  }
+  // kh: the kv head's first row (Heads::kv_row); j0: the block's first key.
+  const T* block(int64_t kh, int64_t j0) const { return data.data() + ((kh / nk) * nkb + j0 / kBlockN) * d * kBlockN; }
+  // Xt (d x kBlockN) = the nj rows of X (nj x d, row stride d), transposed; columns >= nj untouched.
+  static void transpose_rows(const T* X, int64_t nj, int64_t d, T* Xt) {
+    for (int64_t j = 0; j < nj; ++j)
+      for (int64_t k = 0; k < d; ++k) Xt[k * kBlockN + j] = X[j * d + k];
+  }
+};
+
+// C(i, j) = alpha * <A_i, B_j>   (or += when accumulate): a score-like tile A·Bᵀ, with B given
+// transposed (Bt: d x kBlockN, KeyBlocksT). Writes all kBlockN columns of the mi rows (the
+// padding columns of Bt are zero).
+template <typename T>
+inline void tile_abt(int64_t mi, int64_t d, T alpha, const T* A, const T* Bt, T* C, bool accumulate) {
+  tile_product(mi, d, kBlockN, A, d, int64_t{1}, Bt, kBlockN, C, kBlockN, accumulate ? Into::kAdd : Into::kSet, alpha);
 }
 
 // Out_i += sum_j C(i, j) * B_j   (tile times key rows: Out is mi x d).
 template <typename T>
 inline void tile_ab_acc(int64_t mi, int64_t nj, int64_t d, const T* C, const T* B, T* Out) {
-  const ConstTileMap<T> c(C, mi, nj);
-  const ConstRowsMap<T> b(B, nj, d);
-  RowsMap<T> out(Out, mi, d);
-  if (tile_gemm_ok())
-    out.noalias() += c * b;
-  else
-    out.noalias() += c.lazyProduct(b);
+  tile_product(mi, nj, d, C, kBlockN, int64_t{1}, B, d, Out, d, Into::kAccumulate, T(1));
 }
 
 // Out_j += sum_i C(i, j) * A_i   (tile transposed times query rows: Out is nj x d).
 template <typename T>
 inline void tile_atb_acc(int64_t mi, int64_t nj, int64_t d, const T* C, const T* A, T* Out) {
-  const ConstTileMap<T> c(C, mi, nj);
-  const ConstRowsMap<T> a(A, mi, d);
-  RowsMap<T> out(Out, nj, d);
-  if (tile_gemm_ok())
-    out.noalias() += c.transpose() * a;
-  else
-    out.noalias() += c.transpose().lazyProduct(a);
+  tile_product(nj, mi, d, C, int64_t{1}, kBlockN, A, d, Out, d, Into::kAccumulate, T(1));
 }
 
 // x_j = exp(x_j - shift) for j < n, vectorised: ExpOp's packet exp (vec_math.h: IEEE at the

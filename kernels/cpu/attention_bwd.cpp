@@ -37,6 +37,7 @@ void attention_bwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
   const int64_t num_k_blocks = detail::num_blocks(vis.nk, kBlockN);
   [[maybe_unused]] const bool par = detail::worth_threads(p);
   Scratch<T> D(B * H * N);  // (B, H, N)
+  const detail::KeyBlocksT<T> Kt(p, K, par), Vt(p, V, par);  // key blocks, transposed
 
   // ---- phase 1: D = rowsum(dO∘O) ----
   GG_OMP(parallel for collapse(2) if (par))
@@ -59,12 +60,10 @@ void attention_bwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
     auto tile_P_dS = [&](int64_t qh, int64_t kh, int64_t i0, int64_t mi, int64_t j0, int64_t nj) {
       const T* Qi = Q + (qh + i0) * d;
       const T* dOi = dO + (qh + i0) * d;
-      const T* Kj = K + (kh + j0) * d;
-      const T* Vj = V + (kh + j0) * d;
       const T* Di = D.data() + qh + i0;
-      detail::tile_abt(mi, nj, d, s, Qi, Kj, P.data(), false);       // S = s·Q·Kᵀ
+      detail::tile_abt(mi, d, s, Qi, Kt.block(kh, j0), P.data(), false);       // S = s·Q·Kᵀ
       detail::tile_probs(vis, mi, nj, i0, j0, P.data(), L + qh + i0, P.data());  // P = softmax_rows(S)
-      detail::tile_abt(mi, nj, d, T(1), dOi, Vj, dS.data(), false);  // undoes O = P·V: dP = dO·Vᵀ
+      detail::tile_abt(mi, d, T(1), dOi, Vt.block(kh, j0), dS.data(), false);  // undoes O = P·V: dP = dO·Vᵀ
       for (int64_t i = 0; i < mi; ++i)
         for (int64_t j = 0; j < nj; ++j) {
           const int64_t ij = i * kBlockN + j;

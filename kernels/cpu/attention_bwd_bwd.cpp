@@ -74,6 +74,7 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
   const int64_t num_q_blocks = detail::num_blocks(N, kBlockM);
   const int64_t num_k_blocks = detail::num_blocks(vis.nk, kBlockN);
   [[maybe_unused]] const bool par = detail::worth_threads(p);
+  const detail::KeyBlocksT<T> KT(p, K, par), VT(p, V, par), KtT(p, Kt, par), VtT(p, Vt, par);  // transposed
   Scratch<T> D(rows), E_own(stage == BobStage::kWhole ? rows : 0), F_own(E_own.size());  // (B, H, N)
   T* const E = E_own.empty() ? E_io : E_own.data();  // the stages' E and F are the caller's
   T* const F = F_own.empty() ? F_io : F_own.data();
@@ -102,22 +103,20 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
     auto score_tiles = [&](int64_t head, int64_t kh, int64_t i0, int64_t mi, int64_t j0, int64_t nj) {
       const T* Qi = Q + (head + i0) * d;
       const T* dOi = dO + (head + i0) * d;
-      const T* Kj = K + (kh + j0) * d;
-      const T* Vj = V + (kh + j0) * d;
-      detail::tile_abt(mi, nj, d, s, Qi, Kj, P.data(), false);  // S = s·Q·Kᵀ
+      detail::tile_abt(mi, d, s, Qi, KT.block(kh, j0), P.data(), false);  // S = s·Q·Kᵀ
       detail::tile_probs(vis, mi, nj, i0, j0, P.data(), L + head + i0, P.data());
       if (has_G) {
-        detail::tile_abt(mi, nj, d, T(1), dOi, Vj, dP.data(), false);  // dP = dO·Vᵀ
+        detail::tile_abt(mi, d, T(1), dOi, VT.block(kh, j0), dP.data(), false);  // dP = dO·Vᵀ
         bool first = true;
         if (has_Qt) {  // from dQ = s·dS·K
-          detail::tile_abt(mi, nj, d, s, Qt + (head + i0) * d, Kj, G.data(), false);
+          detail::tile_abt(mi, d, s, Qt + (head + i0) * d, KT.block(kh, j0), G.data(), false);
           first = false;
         }
         if (has_Kt)  // from dK = s·dSᵀ·Q
-          detail::tile_abt(mi, nj, d, s, Qi, Kt + (kh + j0) * d, G.data(), !first);
+          detail::tile_abt(mi, d, s, Qi, KtT.block(kh, j0), G.data(), !first);
       }
       if (has_H)  // from dV = Pᵀ·dO
-        detail::tile_abt(mi, nj, d, T(1), dOi, Vt + (kh + j0) * d, Hs.data(), false);
+        detail::tile_abt(mi, d, T(1), dOi, VtT.block(kh, j0), Hs.data(), false);
     };
 
     // With the rows' D, E and F known (pass 2, and pass 1 of kFromRowSums), the coefficient tiles

@@ -37,6 +37,7 @@ void attention_fwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
   const detail::Visibility vis(p);
   const detail::Heads heads(p);
   [[maybe_unused]] const bool par = detail::worth_threads(p);
+  const detail::KeyBlocksT<T> Kt(p, K, par);  // K's key blocks, transposed
 
   GG_OMP(parallel if (par)) {
     Scratch<T> S(kBlockM * kBlockN);  // scores, then probabilities exp(S - m)
@@ -53,8 +54,8 @@ void attention_fwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
           const int64_t i0 = qb * kBlockM;
           const int64_t mi = std::min(kBlockM, N - i0);
           const T* Qi = Q + (head + i0) * d;
-          const T* Kh = K + heads.kv_row_of_q(b, h) * d;
-          const T* Vh = V + heads.kv_row_of_q(b, h) * d;
+          const int64_t kh = heads.kv_row_of_q(b, h);
+          const T* Vh = V + kh * d;
           std::fill(m.begin(), m.end(), neg_inf);
           std::fill(l.begin(), l.end(), T(0));
           std::fill(acc.begin(), acc.end(), T(0));
@@ -65,11 +66,10 @@ void attention_fwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
           for (int64_t kb = kb_first; kb < kb_last; ++kb) {
             const int64_t j0 = kb * kBlockN;
             const int64_t nj = std::min(kBlockN, vis.nk - j0);
-            const T* Kj = Kh + j0 * d;
             const T* Vj = Vh + j0 * d;
 
             // S = s·Q_i·K_jᵀ, masked entries -inf.
-            detail::tile_abt(mi, nj, d, s, Qi, Kj, S.data(), /*accumulate=*/false);
+            detail::tile_abt(mi, d, s, Qi, Kt.block(kh, j0), S.data(), /*accumulate=*/false);
             if (vis.partly_masked(i0, mi, j0, nj))
               for (int64_t i = 0; i < mi; ++i)
                 for (int64_t j = 0; j < nj; ++j)
