@@ -123,7 +123,7 @@ inline int64_t num_blocks(int64_t n, int64_t block) { return (n + block - 1) / b
 // Tasks a key-parallel sweep that also sums over keys (the backward's dQ) aims for, over all kv
 // heads: with fewer kv heads than this, each head's key blocks are cut into chunks, each with its
 // own partial sum. A constant, not the thread count, so results do not depend on the threads.
-inline constexpr int64_t kChunkTasks = 8;
+inline constexpr int64_t kChunkTasks = 4;
 
 // Threads only pay when there is real work: below ~4M multiply-adds a parallel region costs
 // more than it saves, and far more when the machine is busy (spinning OpenMP workers).

@@ -8,17 +8,22 @@
 //
 // Shapes: Q, O, dO, dQ are (B, H, N, d); K, V, dK, dV are (B, Hkv, Nk, d); L and D are (B, H, N).
 //
-// Tiling, three phases:
+// Tiling, one sweep (5 tile products per tile: S, dP, dV, dK, dQ):
 //   1. D: parallel over rows; D_i = <dO_i, O_i>, stored per row (B·H·N scalars).
-//   2. dK, dV: one task per (b, kv head, key block of kBlockN rows) sweeping the query blocks
-//      (kBlockM rows each) of every query head of the kv head's group; dK and dV accumulate in
-//      the task's own kBlockN x d buffers, so the group sum needs no atomics and no copy of K, V.
-//   3. dQ: one task per (b, h, query block) sweeping the key blocks, recomputing P, dP, dS.
-//      (The GPU adds dQ atomically inside phase 2; on the CPU a second sweep is race-free and
-//      deterministic.)
+//   2. One task per (b, kv head, chunk of key blocks): for each key block of the chunk, sweep the
+//      query blocks of every query head of the kv head's group, recomputing P and dS once per
+//      tile; dK and dV accumulate in the task's own kBlockN x d buffers (the group sum needs no
+//      atomics and no copy of K, V), and dS·K goes into the chunk's own N x d partial sum of dQ.
+//   3. dQ = s·Σ_chunks partial, the chunks added in their order.
+//   The chunks are contiguous runs of key blocks cut to about equal work (the visible tiles);
+//   their number depends on the shape only (kChunkTasks tasks over all kv heads), so every sum
+//   runs in the same order whatever the thread count. (The GPU adds dQ atomically; a second
+//   sweep over query blocks, as before, costs two more tile products per tile.)
 // Masks: tiles outside every row's window are skipped, tiles across a window edge are masked
 // (P = 0). Rows that see no key have O = 0, so D = 0, and every tile entry of theirs is masked.
-// Scratch per thread: P, dP tiles (kBlockM x kBlockN) and two nj x d (or mi x d) accumulators.
+// Scratch: per thread P, dS tiles (kBlockM x kBlockN) and two kBlockN x d accumulators; K and V
+// transposed by key block (K-shaped each); one (B, H, N, d) partial sum of dQ per chunk but the
+// first (which is dQ itself).
 #include <algorithm>
 #include <vector>
 
@@ -31,7 +36,6 @@ void attention_bwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
                    const T* L, const T* dO, const T* dL, T* dQ, T* dK, T* dV) {
   const int64_t B = p.B, H = p.H, N = p.N, d = p.d;
   const T s = static_cast<T>(p.scale);
-  const int64_t num_q_blocks = detail::num_blocks(N, kBlockM);
   const detail::Visibility vis(p);
   const detail::Heads heads(p);
   const int64_t num_k_blocks = detail::num_blocks(vis.nk, kBlockN);
@@ -48,95 +52,92 @@ void attention_bwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
       if (dL) D[row] -= dL[row];                            // and L = logsumexp_rows(S)
     }
 
+  // The chunks: contiguous runs of key blocks of about equal work, the same for every kv head.
+  std::vector<int64_t> work(num_k_blocks + 1, 0);  // prefix sums of visible query blocks
+  for (int64_t kb = 0; kb < num_k_blocks; ++kb) {
+    int64_t qb_first, qb_last;
+    vis.query_blocks(kb * kBlockN, std::min(kBlockN, vis.nk - kb * kBlockN), kBlockM, &qb_first, &qb_last);
+    work[kb + 1] = work[kb] + (qb_last - qb_first);
+  }
+  const int64_t kv_heads = B * heads.Hkv;
+  const int64_t num_chunks =
+      std::max<int64_t>(1, std::min(num_k_blocks, (detail::kChunkTasks + kv_heads - 1) / kv_heads));
+  std::vector<int64_t> chunk_begin(num_chunks + 1, num_k_blocks);  // chunk c: [chunk_begin[c], chunk_begin[c + 1])
+  chunk_begin[0] = 0;
+  for (int64_t c = 1; c < num_chunks; ++c)  // the first block whose work before it reaches c/C of the total
+    chunk_begin[c] = std::lower_bound(work.begin(), work.end() - 1,
+                                      (work[num_k_blocks] * c + num_chunks - 1) / num_chunks) - work.begin();
+  Scratch<T> dQ_parts((num_chunks - 1) * B * H * N * d);  // chunk c > 0's partial dQ
+  auto dQ_part = [&](int64_t c) { return c == 0 ? dQ : dQ_parts.data() + (c - 1) * B * H * N * d; };
+
   GG_OMP(parallel if (par)) {
     Scratch<T> P(kBlockM * kBlockN);   // exp(S - L), 0 where masked
     Scratch<T> dS(kBlockM * kBlockN);  // dP, then P∘(dP - D) in place
-    Scratch<T> acc_a(std::max(kBlockM, kBlockN) * d);  // dK (phase 2) or dQ (phase 3)
-    Scratch<T> acc_b(kBlockN * d);                     // dV (phase 2)
+    Scratch<T> acc_a(kBlockN * d);     // dK
+    Scratch<T> acc_b(kBlockN * d);     // dV
 
-    // Recomputes the tile (query rows [i0, i0 + mi) of the query head starting at row `qh`, key
-    // rows [j0, j0 + nj) of the kv head starting at row `kh`):
-    // P = exp(s·Q·Kᵀ - L) and dS = P∘(dO·Vᵀ - D).
-    auto tile_P_dS = [&](int64_t qh, int64_t kh, int64_t i0, int64_t mi, int64_t j0, int64_t nj) {
-      const T* Qi = Q + (qh + i0) * d;
-      const T* dOi = dO + (qh + i0) * d;
-      const T* Di = D.data() + qh + i0;
-      detail::tile_abt(mi, d, s, Qi, Kt.block(kh, j0), P.data(), false);       // S = s·Q·Kᵀ
-      detail::tile_probs(vis, mi, nj, i0, j0, P.data(), L + qh + i0, P.data());  // P = softmax_rows(S)
-      detail::tile_abt(mi, d, T(1), dOi, Vt.block(kh, j0), dS.data(), false);  // undoes O = P·V: dP = dO·Vᵀ
-      for (int64_t i = 0; i < mi; ++i)
-        for (int64_t j = 0; j < nj; ++j) {
-          const int64_t ij = i * kBlockN + j;
-          dS[ij] = P[ij] * (dS[ij] - Di[i]);  // undoes P = softmax_rows(S): dS = P∘(dP - D)
-        }
-    };
+    GG_OMP(for schedule(static))
+    for (int64_t c = 0; c < num_chunks; ++c) std::fill(dQ_part(c), dQ_part(c) + B * H * N * d, T(0));
 
-    // ---- phase 2: dK, dV, one (kv head, key block) per task ----
+    // ---- phase 2: dK, dV and the chunks' dQ, one (kv head, chunk of key blocks) per task ----
     GG_OMP(for collapse(3) schedule(dynamic, 1))
     for (int64_t b = 0; b < B; ++b)
       for (int64_t hk = 0; hk < heads.Hkv; ++hk)
-        for (int64_t kb = 0; kb < num_k_blocks; ++kb) {
-          // prologue: key rows [j0, j0 + nj); the query blocks that see them
-          const int64_t kh = heads.kv_row(b, hk);
-          const int64_t j0 = kb * kBlockN;
-          const int64_t nj = std::min(kBlockN, vis.nk - j0);
-          T* dKj = acc_a.data();
-          T* dVj = acc_b.data();
-          std::fill(dKj, dKj + nj * d, T(0));
-          std::fill(dVj, dVj + nj * d, T(0));
-          int64_t qb_first, qb_last;
-          vis.query_blocks(j0, nj, kBlockM, &qb_first, &qb_last);
+        for (int64_t c = 0; c < num_chunks; ++c)
+          for (int64_t kb = chunk_begin[c]; kb < chunk_begin[c + 1]; ++kb) {
+            // prologue: key rows [j0, j0 + nj); the query blocks that see them
+            const int64_t kh = heads.kv_row(b, hk);
+            const int64_t j0 = kb * kBlockN;
+            const int64_t nj = std::min(kBlockN, vis.nk - j0);
+            const T* Kj = K + (kh + j0) * d;
+            const T* KTj = Kt.block(kh, j0);
+            const T* VTj = Vt.block(kh, j0);
+            T* dKj = acc_a.data();
+            T* dVj = acc_b.data();
+            std::fill(dKj, dKj + nj * d, T(0));
+            std::fill(dVj, dVj + nj * d, T(0));
+            int64_t qb_first, qb_last;
+            vis.query_blocks(j0, nj, kBlockM, &qb_first, &qb_last);
 
-          // main loop: every query head of the group, sweep query blocks [i0, i0 + mi)
-          for (int64_t h = hk * heads.group; h < (hk + 1) * heads.group; ++h) {
-            const int64_t qh = heads.q_row(b, h);
-            for (int64_t qb = qb_first; qb < qb_last; ++qb) {
-              const int64_t i0 = qb * kBlockM;
-              const int64_t mi = std::min(kBlockM, N - i0);
-              tile_P_dS(qh, kh, i0, mi, j0, nj);
-              const T* Qi = Q + (qh + i0) * d;
-              const T* dOi = dO + (qh + i0) * d;
-              detail::tile_atb_acc(mi, nj, d, P.data(), dOi, dVj);  // undoes O = P·V: dV += Pᵀ·dO
-              detail::tile_atb_acc(mi, nj, d, dS.data(), Qi, dKj);  // undoes S = s·Q·Kᵀ: dK += dSᵀ·Q
+            // main loop: every query head of the group, sweep query blocks [i0, i0 + mi)
+            for (int64_t h = hk * heads.group; h < (hk + 1) * heads.group; ++h) {
+              const int64_t qh = heads.q_row(b, h);
+              for (int64_t qb = qb_first; qb < qb_last; ++qb) {
+                const int64_t i0 = qb * kBlockM;
+                const int64_t mi = std::min(kBlockM, N - i0);
+                const T* Qi = Q + (qh + i0) * d;
+                const T* dOi = dO + (qh + i0) * d;
+                const T* Di = D.data() + qh + i0;
+                detail::tile_abt(mi, d, s, Qi, KTj, P.data(), false);                     // S = s·Q·Kᵀ
+                detail::tile_probs(vis, mi, nj, i0, j0, P.data(), L + qh + i0, P.data());  // P = softmax_rows(S)
+                detail::tile_abt(mi, d, T(1), dOi, VTj, dS.data(), false);  // undoes O = P·V: dP = dO·Vᵀ
+                for (int64_t i = 0; i < mi; ++i)
+                  for (int64_t j = 0; j < nj; ++j) {
+                    const int64_t ij = i * kBlockN + j;
+                    dS[ij] = P[ij] * (dS[ij] - Di[i]);  // undoes P = softmax_rows(S): dS = P∘(dP - D)
+                  }
+                detail::tile_atb_acc(mi, nj, d, P.data(), dOi, dVj);  // undoes O = P·V: dV += Pᵀ·dO
+                detail::tile_atb_acc(mi, nj, d, dS.data(), Qi, dKj);  // undoes S = s·Q·Kᵀ: dK += dSᵀ·Q
+                detail::tile_ab_acc(mi, nj, d, dS.data(), Kj, dQ_part(c) + (qh + i0) * d);  // dQ += dS·K
+              }
+            }
+
+            // epilogue: dK = s·(Σ dSᵀ·Q), dV as accumulated
+            T* dK_out = dK + (kh + j0) * d;
+            T* dV_out = dV + (kh + j0) * d;
+            for (int64_t x = 0; x < nj * d; ++x) {
+              dK_out[x] = s * dKj[x];
+              dV_out[x] = dVj[x];
             }
           }
 
-          // epilogue: dK = s·(Σ dSᵀ·Q), dV as accumulated
-          T* dK_out = dK + (kh + j0) * d;
-          T* dV_out = dV + (kh + j0) * d;
-          for (int64_t x = 0; x < nj * d; ++x) {
-            dK_out[x] = s * dKj[x];
-            dV_out[x] = dVj[x];
-          }
-        }
-
-    // ---- phase 3: dQ, one query block per task ----
-    GG_OMP(for collapse(3) schedule(dynamic, 1))
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t qb = 0; qb < num_q_blocks; ++qb) {
-          // prologue: query rows [i0, i0 + mi)
-          const int64_t qh = heads.q_row(b, h), kh = heads.kv_row_of_q(b, h);
-          const int64_t i0 = qb * kBlockM;
-          const int64_t mi = std::min(kBlockM, N - i0);
-          T* dQi = acc_a.data();
-          std::fill(dQi, dQi + mi * d, T(0));
-          int64_t kb_first, kb_last;
-          vis.key_blocks(i0, mi, kBlockN, &kb_first, &kb_last);
-
-          // main loop: sweep the key blocks [j0, j0 + nj) that some row sees
-          for (int64_t kb = kb_first; kb < kb_last; ++kb) {
-            const int64_t j0 = kb * kBlockN;
-            const int64_t nj = std::min(kBlockN, vis.nk - j0);
-            tile_P_dS(qh, kh, i0, mi, j0, nj);
-            const T* Kj = K + (kh + j0) * d;
-            detail::tile_ab_acc(mi, nj, d, dS.data(), Kj, dQi);  // undoes S = s·Q·Kᵀ: dQ += dS·K
-          }
-
-          // epilogue: dQ = s·(Σ dS·K)
-          T* dQ_out = dQ + (qh + i0) * d;
-          for (int64_t x = 0; x < mi * d; ++x) dQ_out[x] = s * dQi[x];
-        }
+    // ---- phase 3: dQ = s·Σ_chunks partial, in chunk order ----
+    GG_OMP(for schedule(static))
+    for (int64_t x = 0; x < B * H * N * d; ++x) {
+      T sum = dQ[x];
+      for (int64_t c = 1; c < num_chunks; ++c) sum += dQ_parts[(c - 1) * B * H * N * d + x];
+      dQ[x] = s * sum;
+    }
   }
 }
 
