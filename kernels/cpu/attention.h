@@ -168,6 +168,29 @@ struct Visibility {
   }
 };
 
+// A key-parallel sweep that also sums over keys (the backward's dQ, BoB's grad_Q and grad_dO) cuts
+// each kv head's key blocks into `count` chunks, contiguous runs of about equal work (visible
+// tiles), each with its own partial sums, added in chunk order at the end. The cut depends on the
+// shape only (kChunkTasks), never on the thread count.
+struct KeyChunks {
+  int64_t count;
+  std::vector<int64_t> begin;  // chunk c is the key blocks [begin[c], begin[c + 1])
+  KeyChunks(const Visibility& vis, int64_t kv_heads, int64_t num_k_blocks) {
+    std::vector<int64_t> work(num_k_blocks + 1, 0);  // prefix sums of the visible query blocks
+    for (int64_t kb = 0; kb < num_k_blocks; ++kb) {
+      int64_t qb_first, qb_last;
+      vis.query_blocks(kb * kBlockN, std::min(kBlockN, vis.nk - kb * kBlockN), kBlockM, &qb_first, &qb_last);
+      work[kb + 1] = work[kb] + (qb_last - qb_first);
+    }
+    count = std::max<int64_t>(1, std::min(num_k_blocks, (kChunkTasks + kv_heads - 1) / std::max<int64_t>(kv_heads, 1)));
+    begin.assign(count + 1, num_k_blocks);
+    begin[0] = 0;
+    for (int64_t c = 1; c < count; ++c)  // the first block whose work before it reaches c/count of the total
+      begin[c] = std::lower_bound(work.begin(), work.end() - 1, (work[num_k_blocks] * c + count - 1) / count) -
+                 work.begin();
+  }
+};
+
 // Head offsets for grouped heads, as the first row of a head: q_row for query head h of batch b,
 // kv_row_of_q for the key/value head that query head reads (h / group), kv_row for kv head hk.
 struct Heads {

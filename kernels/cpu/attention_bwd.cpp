@@ -52,21 +52,9 @@ void attention_bwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
       if (dL) D[row] -= dL[row];                            // and L = logsumexp_rows(S)
     }
 
-  // The chunks: contiguous runs of key blocks of about equal work, the same for every kv head.
-  std::vector<int64_t> work(num_k_blocks + 1, 0);  // prefix sums of visible query blocks
-  for (int64_t kb = 0; kb < num_k_blocks; ++kb) {
-    int64_t qb_first, qb_last;
-    vis.query_blocks(kb * kBlockN, std::min(kBlockN, vis.nk - kb * kBlockN), kBlockM, &qb_first, &qb_last);
-    work[kb + 1] = work[kb] + (qb_last - qb_first);
-  }
-  const int64_t kv_heads = B * heads.Hkv;
-  const int64_t num_chunks =
-      std::max<int64_t>(1, std::min(num_k_blocks, (detail::kChunkTasks + kv_heads - 1) / kv_heads));
-  std::vector<int64_t> chunk_begin(num_chunks + 1, num_k_blocks);  // chunk c: [chunk_begin[c], chunk_begin[c + 1])
-  chunk_begin[0] = 0;
-  for (int64_t c = 1; c < num_chunks; ++c)  // the first block whose work before it reaches c/C of the total
-    chunk_begin[c] = std::lower_bound(work.begin(), work.end() - 1,
-                                      (work[num_k_blocks] * c + num_chunks - 1) / num_chunks) - work.begin();
+  const detail::KeyChunks chunks(vis, B * heads.Hkv, num_k_blocks);
+  const int64_t num_chunks = chunks.count;
+  const std::vector<int64_t>& chunk_begin = chunks.begin;  // chunk c: [chunk_begin[c], chunk_begin[c + 1])
   Scratch<T> dQ_parts((num_chunks - 1) * B * H * N * d);  // chunk c > 0's partial dQ
   auto dQ_part = [&](int64_t c) { return c == 0 ? dQ : dQ_parts.data() + (c - 1) * B * H * N * d; };
 

@@ -36,6 +36,7 @@
 // so grad_dO's -E·O comes as dP̄·V over this call's keys), then pass 2.
 // Scratch per thread: eight kBlockM x kBlockN tiles, six accumulators of max(kBlockM, kBlockN) x d.
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/attention.h"
@@ -121,19 +122,38 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
 
     // With the rows' D, E and F known (pass 2, and pass 1 of kFromRowSums), the coefficient tiles
     // of score_tiles' tile: C1 <- S̄ = P∘(P̄ - F), PdP <- dP̄ = P∘(G - E) and dS = P∘(dP - D).
+    // Branch-free, vectorised row loops: run(f) calls f(std::bool_constant<has_G>, ...<has_H>).
+    auto with_terms = [&](auto f) {
+      if (has_G && has_H) f(std::true_type{}, std::true_type{});
+      else if (has_G) f(std::true_type{}, std::false_type{});
+      else f(std::false_type{}, std::true_type{});
+    };
     auto known_row_coefficients = [&](int64_t mi, int64_t nj, const T* Di, const T* Ei, const T* Fi) {
-      for (int64_t i = 0; i < mi; ++i)
-        for (int64_t j = 0; j < nj; ++j) {
-          const int64_t ij = i * kBlockN + j;
-          T Pbar = 0;
-          if (has_G) {  // undoes dS = P∘(dP - D), D = Σ P∘dP, in P and in dP
-            dS[ij] = P[ij] * (dP[ij] - Di[i]);
-            Pbar = (dP[ij] - Di[i]) * G[ij] - dP[ij] * Ei[i];  // P̄ = (dP - D)∘G - dP∘E
-            PdP[ij] = P[ij] * (G[ij] - Ei[i]);                 // dP̄ = P∘(G - E)
+      with_terms([&](auto g, auto h) {
+        constexpr bool kG = decltype(g)::value, kH = decltype(h)::value;
+        for (int64_t i = 0; i < mi; ++i) {
+          const int64_t o = i * kBlockN;
+          const T* __restrict Pr = P.data() + o;
+          const T* __restrict dPr = dP.data() + o;
+          const T* __restrict Gr = G.data() + o;
+          const T* __restrict Hr = Hs.data() + o;
+          T* __restrict dSr = dS.data() + o;
+          T* __restrict C1r = C1.data() + o;
+          T* __restrict PdPr = PdP.data() + o;
+          const T di = Di[i], ei = Ei[i], fi = Fi[i];
+          GG_OMP(simd)
+          for (int64_t j = 0; j < nj; ++j) {
+            T Pbar = 0;
+            if constexpr (kG) {  // undoes dS = P∘(dP - D), D = Σ P∘dP, in P and in dP
+              dSr[j] = Pr[j] * (dPr[j] - di);
+              Pbar = (dPr[j] - di) * Gr[j] - dPr[j] * ei;  // P̄ = (dP - D)∘G - dP∘E
+              PdPr[j] = Pr[j] * (Gr[j] - ei);               // dP̄ = P∘(G - E)
+            }
+            if constexpr (kH) Pbar += Hr[j];  // undoes dV = Pᵀ·dO in P: P̄ += H
+            C1r[j] = Pr[j] * (Pbar - fi);     // undoes P = softmax_rows(S): S̄ = P∘(P̄ - F)
           }
-          if (has_H) Pbar += Hs[ij];          // undoes dV = Pᵀ·dO in P: P̄ += H
-          C1[ij] = P[ij] * (Pbar - Fi[i]);    // undoes P = softmax_rows(S): S̄ = P∘(P̄ - F)
         }
+      });
     };
 
     // ---- pass 1: E, F, grad_Q, grad_dO, one query block per task ----
@@ -174,28 +194,44 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
 
             // Coefficient tiles and row sums. P̄ = (dP - D)∘G - dP∘E + H splits into the part
             // known now, C1 = P∘((dP - D)∘G + H), and E·(P∘dP), applied in the epilogue.
-            for (int64_t i = 0; i < mi; ++i) {
-              T e = 0, f = 0;
-              for (int64_t j = 0; j < nj; ++j) {
-                const int64_t ij = i * kBlockN + j;
-                T c1 = 0;
-                if (has_G) {  // ℒ ∋ Σ dS∘G, from dQ = s·dS·K and dK = s·dSᵀ·Q
-                  PG[ij] = P[ij] * G[ij];             // P∘G: E's terms, and dP̄ = P∘G - E·P
-                  PdP[ij] = P[ij] * dP[ij];           // P∘dP: the E·dP part of P̄
-                  dS[ij] = P[ij] * (dP[ij] - Di[i]);  // dS = P∘(dP - D), as in the backward
-                  c1 = dS[ij] * G[ij];                // P∘(dP - D)∘G
-                  e += PG[ij];                        // E = Σ P∘G
-                  f += dP[ij] * PG[ij];               // F ∋ Σ P∘dP∘G
+            with_terms([&](auto g, auto h) {
+              constexpr bool kG = decltype(g)::value, kH = decltype(h)::value;
+              for (int64_t i = 0; i < mi; ++i) {
+                const int64_t o = i * kBlockN;
+                const T* __restrict Pr = P.data() + o;
+                const T* __restrict dPr = dP.data() + o;
+                const T* __restrict Gr = G.data() + o;
+                const T* __restrict Hr = Hs.data() + o;
+                T* __restrict PGr = PG.data() + o;
+                T* __restrict PdPr = PdP.data() + o;
+                T* __restrict dSr = dS.data() + o;
+                T* __restrict C1r = C1.data() + o;
+                const T di = Di[i];
+                T e = 0, f = 0;
+                GG_OMP(simd reduction(+ : e, f))
+                for (int64_t j = 0; j < nj; ++j) {
+                  T c1 = 0;
+                  if constexpr (kG) {  // ℒ ∋ Σ dS∘G, from dQ = s·dS·K and dK = s·dSᵀ·Q
+                    const T pg = Pr[j] * Gr[j];
+                    PGr[j] = pg;                         // P∘G: E's terms, and dP̄ = P∘G - E·P
+                    PdPr[j] = Pr[j] * dPr[j];            // P∘dP: the E·dP part of P̄
+                    const T ds = Pr[j] * (dPr[j] - di);  // dS = P∘(dP - D), as in the backward
+                    dSr[j] = ds;
+                    c1 = ds * Gr[j];                     // P∘(dP - D)∘G
+                    e += pg;                             // E = Σ P∘G
+                    f += dPr[j] * pg;                    // F ∋ Σ P∘dP∘G
+                  }
+                  if constexpr (kH) {  // ℒ ∋ Σ P∘H, from dV = Pᵀ·dO
+                    const T ph = Pr[j] * Hr[j];
+                    c1 += ph;  // P∘H
+                    f += ph;   // F ∋ rowsum(dO∘(P·Vt)) = Σ P∘H
+                  }
+                  C1r[j] = c1;
                 }
-                if (has_H) {  // ℒ ∋ Σ P∘H, from dV = Pᵀ·dO
-                  c1 += P[ij] * Hs[ij];               // P∘H
-                  f += P[ij] * Hs[ij];                // F ∋ rowsum(dO∘(P·Vt)) = Σ P∘H
-                }
-                C1[ij] = c1;
+                Ei[i] += e;
+                Fi[i] += f;
               }
-              Ei[i] += e;
-              Fi[i] += f;
-            }
+            });
             if (row_sums) continue;
             // S̄·K = X1 - E·X2 - F·X3: undoes S = s·Q·Kᵀ in Q (through P = softmax_rows(S))
             detail::tile_ab_acc(mi, nj, d, C1.data(), Kj, X1.data());  // X1 += C1·K
