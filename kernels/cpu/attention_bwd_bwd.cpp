@@ -18,23 +18,27 @@
 // Shapes: Q, O, dO, Qt, grad_Q, grad_dO are (B, H, N, d); K, V, Kt, Vt, grad_K, grad_V are
 // (B, Hkv, Nk, d); L, D, E, F are (B, H, N).
 //
-// Tiling, the two-pass schedule of docs/attention.md (section 4). The outputs depend on E and F
-// only affinely, so a query block can accumulate pieces and combine them once its sweep ends:
-//   grad_Q_i  = s·(X1_i - E_i·X2_i - F_i·X3_i + X4_i)
-//       X1 = [P∘((dP - D)∘G + H)]·K,  X2 = (P∘dP)·K,  X3 = P·K,  X4 = dS·Kt
-//   grad_dO_i = Y1_i - E_i·O_i + Y2_i,   Y1 = (P∘G)·V,  Y2 = P·Vt      (using P·V = O)
+// Tiling, the two-pass schedule of docs/attention.md (section 4). S̄ and dP̄ need the row
+// scalars E and F, sums over all of a row's keys, so a first pass forms only them; the second
+// pass rebuilds each tile once more and, with D, E, F at hand, forms S̄, dP̄ and dS and all
+// seven output products:
 //   0. D = rowsum(dO∘O), parallel over rows.
-//   1. One task per (b, h, query block of kBlockM rows), sweeping the key blocks: E, F, grad_Q,
-//      grad_dO. E and F are stored per row (B·H·N scalars each).
-//   2. One task per (b, kv head, key block of kBlockN rows), sweeping the query blocks of every
-//      query head of the kv head's group, with the rows' D, E, F at hand: grad_K, grad_V (the
-//      group sum stays in the task's accumulators).
+//   1. One task per (b, h, query block of kBlockM rows), sweeping the key blocks: E and F, stored
+//      per row (B·H·N scalars each). No output product.
+//   2. One task per (b, kv head, chunk of key blocks; detail::KeyChunks), each key block sweeping
+//      the query blocks of every query head of the kv head's group: grad_K and grad_V in the
+//      task's own kBlockN x d accumulators (the group sum needs no atomics), grad_Q and grad_dO
+//      added into the chunk's own N x d partial sums (grad_dO's -E·O comes as dP̄·V).
+//   3. grad_Q = s·Σ_chunks, grad_dO = Σ_chunks, the chunks added in their order.
+// Products per tile: 5 score-like tiles (S, dP, the two halves of G, H) in each of passes 1 and
+// 2, and 7 output products in pass 2 (S̄ᵀ·Q, dSᵀ·Q̃, dP̄ᵀ·dO, S̄·K, dS·K̃, dP̄·V, P·Ṽ): 17.
 // Masks: tiles outside every row's window are skipped, tiles across a window edge are masked
 // (P = 0). A row that sees no key has P = 0 throughout, so it contributes nothing anywhere.
-// Stages (kernels/params.h, BobStage): kRowSums is pass 1 without its output products;
-// kFromRowSums is pass 1 with the caller's E and F (S̄ and dP̄ formed tile by tile, as in pass 2,
-// so grad_dO's -E·O comes as dP̄·V over this call's keys), then pass 2.
-// Scratch per thread: eight kBlockM x kBlockN tiles, six accumulators of max(kBlockM, kBlockN) x d.
+// Stages (kernels/params.h, BobStage): kRowSums is pass 1 alone; kFromRowSums is passes 2 and 3
+// with the caller's E and F (the whole rows'), over this call's keys.
+// Scratch: per thread seven kBlockM x kBlockN tiles and two kBlockN x d accumulators; K, V, K̃, Ṽ
+// transposed by key block (K-shaped each); per chunk but the first, partial sums of grad_Q and
+// grad_dO ((B, H, N, d) each).
 #include <algorithm>
 #include <type_traits>
 #include <vector>
@@ -79,6 +83,12 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
   Scratch<T> D(rows), E_own(stage == BobStage::kWhole ? rows : 0), F_own(E_own.size());  // (B, H, N)
   T* const E = E_own.empty() ? E_io : E_own.data();  // the stages' E and F are the caller's
   T* const F = F_own.empty() ? F_io : F_own.data();
+  const detail::KeyChunks chunks(vis, B * heads.Hkv, num_k_blocks);
+  const int64_t num_chunks = row_sums ? 0 : chunks.count;
+  // Partial sums of grad_Q and grad_dO: chunk 0's are the outputs themselves.
+  Scratch<T> gQ_parts(std::max<int64_t>(num_chunks - 1, 0) * rows * d), gdO_parts(gQ_parts.size());
+  auto gQ_part = [&](int64_t c) { return c == 0 ? gQ : gQ_parts.data() + (c - 1) * rows * d; };
+  auto gdO_part = [&](int64_t c) { return c == 0 ? gdO : gdO_parts.data() + (c - 1) * rows * d; };
 
   // ---- pass 0: D = rowsum(dO∘O) ----
   GG_OMP(parallel for if (par))
@@ -86,17 +96,14 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
 
   GG_OMP(parallel if (par)) {
     const int64_t tile = kBlockM * kBlockN;
-    const int64_t acc_rows = std::max(kBlockM, kBlockN);
     // Recomputed tiles.
     Scratch<T> P(tile), dP(tile), G(tile), Hs(tile);  // Hs: the tile of H = dO·Vtᵀ
-    // Coefficient tiles, each multiplied into a block of rows.
-    Scratch<T> C1(tile);   // pass 1: P∘((dP - D)∘G + H);  pass 2 (and E, F given): S̄
-    Scratch<T> PdP(tile);  // pass 1: P∘dP;                pass 2 (and E, F given): dP̄
+    // Coefficient tiles of pass 2, each multiplied into a block of rows.
+    Scratch<T> C1(tile);   // S̄ = P∘(P̄ - F)
+    Scratch<T> PdP(tile);  // dP̄ = P∘(G - E)
     Scratch<T> dS(tile);   // P∘(dP - D)
-    Scratch<T> PG(tile);   // P∘G
-    // Row-block accumulators.
-    Scratch<T> X1(acc_rows * d), X2(acc_rows * d), X3(acc_rows * d), X4(acc_rows * d);
-    Scratch<T> Y1(acc_rows * d), Y2(acc_rows * d);
+    // grad_K, grad_V accumulators of pass 2.
+    Scratch<T> gK_acc(kBlockN * d), gV_acc(kBlockN * d);
 
     // Recomputes, for query rows [i0, i0 + mi) of the query head starting at row `head` and key
     // rows [j0, j0 + nj) of the kv head starting at row `kh`, P always, dP and G when has_G, H
@@ -156,9 +163,9 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
       });
     };
 
-    // ---- pass 1: E, F, grad_Q, grad_dO, one query block per task ----
+    // ---- pass 1: E and F, one query block per task (not with E and F given) ----
     GG_OMP(for collapse(3) schedule(dynamic, 1))
-    for (int64_t b = 0; b < B; ++b)
+    for (int64_t b = 0; b < (from_sums ? 0 : B); ++b)
       for (int64_t h = 0; h < num_heads; ++h)
         for (int64_t qb = 0; qb < num_q_blocks; ++qb) {
           // prologue: query rows [i0, i0 + mi)
@@ -170,30 +177,14 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
           const T* Di = D.data() + head + i0;
           T* Ei = E + head + i0;
           T* Fi = F + head + i0;
-          if (!from_sums) {
-            std::fill(Ei, Ei + mi, T(0));  // Σ_j P∘G
-            std::fill(Fi, Fi + mi, T(0));  // Σ_j P∘(dP∘G + H), completed in the epilogue
-          }
-          for (auto* acc : {&X1, &X2, &X3, &X4, &Y1, &Y2})
-            std::fill(acc->begin(), acc->begin() + mi * d, T(0));
+          std::fill(Ei, Ei + mi, T(0));  // Σ_j P∘G
+          std::fill(Fi, Fi + mi, T(0));  // Σ_j P∘(dP∘G + H), completed in the epilogue
 
           // main loop: sweep the key blocks [j0, j0 + nj) that some row sees
           for (int64_t kb = kb_first; kb < kb_last; ++kb) {
             const int64_t j0 = kb * kBlockN;
             const int64_t nj = std::min(kBlockN, vis.nk - j0);
             score_tiles(head, kh, i0, mi, j0, nj);
-            const T* Kj = K + (kh + j0) * d;
-            if (from_sums) {  // E and F known: the coefficient tiles of pass 2
-              known_row_coefficients(mi, nj, Di, Ei, Fi);
-              detail::tile_ab_acc(mi, nj, d, C1.data(), Kj, X1.data());  // X1 += S̄·K
-              if (has_G) detail::tile_ab_acc(mi, nj, d, PdP.data(), V + (kh + j0) * d, Y1.data());  // += dP̄·V
-              if (has_Kt) detail::tile_ab_acc(mi, nj, d, dS.data(), Kt + (kh + j0) * d, X4.data());
-              if (has_Vt) detail::tile_ab_acc(mi, nj, d, P.data(), Vt + (kh + j0) * d, Y2.data());
-              continue;
-            }
-
-            // Coefficient tiles and row sums. P̄ = (dP - D)∘G - dP∘E + H splits into the part
-            // known now, C1 = P∘((dP - D)∘G + H), and E·(P∘dP), applied in the epilogue.
             with_terms([&](auto g, auto h) {
               constexpr bool kG = decltype(g)::value, kH = decltype(h)::value;
               for (int64_t i = 0; i < mi; ++i) {
@@ -202,119 +193,101 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
                 const T* __restrict dPr = dP.data() + o;
                 const T* __restrict Gr = G.data() + o;
                 const T* __restrict Hr = Hs.data() + o;
-                T* __restrict PGr = PG.data() + o;
-                T* __restrict PdPr = PdP.data() + o;
-                T* __restrict dSr = dS.data() + o;
-                T* __restrict C1r = C1.data() + o;
-                const T di = Di[i];
                 T e = 0, f = 0;
                 GG_OMP(simd reduction(+ : e, f))
                 for (int64_t j = 0; j < nj; ++j) {
-                  T c1 = 0;
                   if constexpr (kG) {  // ℒ ∋ Σ dS∘G, from dQ = s·dS·K and dK = s·dSᵀ·Q
                     const T pg = Pr[j] * Gr[j];
-                    PGr[j] = pg;                         // P∘G: E's terms, and dP̄ = P∘G - E·P
-                    PdPr[j] = Pr[j] * dPr[j];            // P∘dP: the E·dP part of P̄
-                    const T ds = Pr[j] * (dPr[j] - di);  // dS = P∘(dP - D), as in the backward
-                    dSr[j] = ds;
-                    c1 = ds * Gr[j];                     // P∘(dP - D)∘G
-                    e += pg;                             // E = Σ P∘G
-                    f += dPr[j] * pg;                    // F ∋ Σ P∘dP∘G
+                    e += pg;           // E = Σ P∘G
+                    f += dPr[j] * pg;  // F ∋ Σ P∘dP∘G
                   }
-                  if constexpr (kH) {  // ℒ ∋ Σ P∘H, from dV = Pᵀ·dO
-                    const T ph = Pr[j] * Hr[j];
-                    c1 += ph;  // P∘H
-                    f += ph;   // F ∋ rowsum(dO∘(P·Vt)) = Σ P∘H
-                  }
-                  C1r[j] = c1;
+                  if constexpr (kH) f += Pr[j] * Hr[j];  // F ∋ Σ P∘H = rowsum(dO∘(P·Vt)), from dV = Pᵀ·dO
                 }
                 Ei[i] += e;
                 Fi[i] += f;
               }
             });
-            if (row_sums) continue;
-            // S̄·K = X1 - E·X2 - F·X3: undoes S = s·Q·Kᵀ in Q (through P = softmax_rows(S))
-            detail::tile_ab_acc(mi, nj, d, C1.data(), Kj, X1.data());  // X1 += C1·K
-            detail::tile_ab_acc(mi, nj, d, P.data(), Kj, X3.data());   // X3 += P·K
-            if (has_G) {
-              detail::tile_ab_acc(mi, nj, d, PdP.data(), Kj, X2.data());  // X2 += (P∘dP)·K
-              // dP̄·V = (P∘G)·V - E·O: undoes dP = dO·Vᵀ in dO
-              detail::tile_ab_acc(mi, nj, d, PG.data(), V + (kh + j0) * d, Y1.data());
-            }
-            if (has_Kt)  // undoes dK = s·dSᵀ·Q in Q: X4 += dS·Kt
-              detail::tile_ab_acc(mi, nj, d, dS.data(), Kt + (kh + j0) * d, X4.data());
-            if (has_Vt)  // undoes dV = Pᵀ·dO in dO: Y2 += P·Vt
-              detail::tile_ab_acc(mi, nj, d, P.data(), Vt + (kh + j0) * d, Y2.data());
           }
 
-          // epilogue: complete F, combine the affine pieces (an absent piece is a zero
-          // accumulator here: O(d) work per row, nothing per tile)
-          for (int64_t i = 0; i < mi; ++i) {
-            // F = Σ P∘(dP∘G + H) - (D + D')∘E: D' = D - dL from dS, D = Σ P∘dP from P̄'s E·dP
-            if (!from_sums) Fi[i] -= (T(2) * Di[i] + (dL ? dL[head + i0 + i] : T(0))) * Ei[i];
-            if (row_sums) continue;
-            const T e = from_sums ? T(0) : Ei[i], f = from_sums ? T(0) : Fi[i];  // from_sums: in X1, Y1
-            const int64_t r = head + i0 + i;
-            const T* Oi = O + r * d;
-            const T *x1 = X1.data() + i * d, *x2 = X2.data() + i * d, *x3 = X3.data() + i * d,
-                    *x4 = X4.data() + i * d, *y1 = Y1.data() + i * d, *y2 = Y2.data() + i * d;
-            T* gQi = gQ + r * d;
-            T* gdOi = gdO + r * d;
-            GG_OMP(simd)
-            for (int64_t k = 0; k < d; ++k) {
-              gQi[k] = s * (x1[k] - e * x2[k] - f * x3[k] + x4[k]);  // grad_Q = s·(S̄·K + dS·Kt)
-              gdOi[k] = y1[k] - e * Oi[k] + y2[k];                    // grad_dO = dP̄·V + P·Vt
-            }
-          }
+          // epilogue: F = Σ P∘(dP∘G + H) - (D + D')∘E: D' = D - dL from dS, D = Σ P∘dP from P̄'s E·dP
+          for (int64_t i = 0; i < mi; ++i) Fi[i] -= (T(2) * Di[i] + (dL ? dL[head + i0 + i] : T(0))) * Ei[i];
         }
     // (implicit barrier: pass 2 reads every row's E and F; the row-sum stage has no pass 2)
 
-    // ---- pass 2: grad_K, grad_V, one (kv head, key block) per task ----
+    GG_OMP(for schedule(static))
+    for (int64_t c = 0; c < num_chunks; ++c) {
+      std::fill(gQ_part(c), gQ_part(c) + rows * d, T(0));
+      std::fill(gdO_part(c), gdO_part(c) + rows * d, T(0));
+    }
+
+    // ---- pass 2: grad_K, grad_V and the chunks' grad_Q, grad_dO, one (kv head, chunk) per task ----
     GG_OMP(for collapse(3) schedule(dynamic, 1))
-    for (int64_t b = 0; b < (row_sums ? 0 : B); ++b)
+    for (int64_t b = 0; b < B; ++b)
       for (int64_t hk = 0; hk < heads.Hkv; ++hk)
-        for (int64_t kb = 0; kb < num_k_blocks; ++kb) {
-          // prologue: key rows [j0, j0 + nj); the query blocks that see them
-          const int64_t kh = heads.kv_row(b, hk);
-          const int64_t j0 = kb * kBlockN;
-          const int64_t nj = std::min(kBlockN, vis.nk - j0);
-          T* gKj = X1.data();  // pass 1's accumulators, reused
-          T* gVj = Y1.data();
-          std::fill(gKj, gKj + nj * d, T(0));
-          std::fill(gVj, gVj + nj * d, T(0));
-          int64_t qb_first, qb_last;
-          vis.query_blocks(j0, nj, kBlockM, &qb_first, &qb_last);
+        for (int64_t c = 0; c < num_chunks; ++c)
+          for (int64_t kb = chunks.begin[c]; kb < chunks.begin[c + 1]; ++kb) {
+            // prologue: key rows [j0, j0 + nj); the query blocks that see them
+            const int64_t kh = heads.kv_row(b, hk);
+            const int64_t j0 = kb * kBlockN;
+            const int64_t nj = std::min(kBlockN, vis.nk - j0);
+            const T* Kj = K + (kh + j0) * d;
+            const T* Vj = V + (kh + j0) * d;
+            T* gKj = gK_acc.data();
+            T* gVj = gV_acc.data();
+            std::fill(gKj, gKj + nj * d, T(0));
+            std::fill(gVj, gVj + nj * d, T(0));
+            int64_t qb_first, qb_last;
+            vis.query_blocks(j0, nj, kBlockM, &qb_first, &qb_last);
 
-          // main loop: for every query head of the group, sweep query blocks [i0, i0 + mi)
-          const int64_t n_qb = qb_last - qb_first;
-          for (int64_t t = 0; t < heads.group * n_qb; ++t) {
-            const int64_t head = heads.q_row(b, hk * heads.group + t / n_qb);
-            const int64_t i0 = (qb_first + t % n_qb) * kBlockM;
-            const int64_t mi = std::min(kBlockM, N - i0);
-            score_tiles(head, kh, i0, mi, j0, nj);
-            const T* Di = D.data() + head + i0;
-            const T* Ei = E + head + i0;
-            const T* Fi = F + head + i0;
+            // main loop: for every query head of the group, sweep query blocks [i0, i0 + mi)
+            const int64_t n_qb = qb_last - qb_first;
+            for (int64_t t = 0; t < heads.group * n_qb; ++t) {
+              const int64_t head = heads.q_row(b, hk * heads.group + t / n_qb);
+              const int64_t i0 = (qb_first + t % n_qb) * kBlockM;
+              const int64_t mi = std::min(kBlockM, N - i0);
+              score_tiles(head, kh, i0, mi, j0, nj);
+              known_row_coefficients(mi, nj, D.data() + head + i0, E + head + i0, F + head + i0);
+              const T* Sbar = C1.data();
+              const T* dPbar = PdP.data();
+              const T* Qi = Q + (head + i0) * d;
+              const T* dOi = dO + (head + i0) * d;
+              T* gQi = gQ_part(c) + (head + i0) * d;
+              T* gdOi = gdO_part(c) + (head + i0) * d;
+              // undoes S = s·Q·Kᵀ (through P = softmax_rows(S)): grad_K += S̄ᵀ·Q, grad_Q += S̄·K
+              detail::tile_atb_acc(mi, nj, d, Sbar, Qi, gKj);
+              detail::tile_ab_acc(mi, nj, d, Sbar, Kj, gQi);
+              if (has_Qt)  // undoes dQ = s·dS·K through K: grad_K += dSᵀ·Qt
+                detail::tile_atb_acc(mi, nj, d, dS.data(), Qt + (head + i0) * d, gKj);
+              if (has_Kt)  // undoes dK = s·dSᵀ·Q through Q: grad_Q += dS·Kt
+                detail::tile_ab_acc(mi, nj, d, dS.data(), Kt + (kh + j0) * d, gQi);
+              if (has_G) {  // undoes dP = dO·Vᵀ: grad_V += dP̄ᵀ·dO, grad_dO += dP̄·V
+                detail::tile_atb_acc(mi, nj, d, dPbar, dOi, gVj);
+                detail::tile_ab_acc(mi, nj, d, dPbar, Vj, gdOi);
+              }
+              if (has_Vt)  // undoes dV = Pᵀ·dO in dO: grad_dO += P·Vt
+                detail::tile_ab_acc(mi, nj, d, P.data(), Vt + (kh + j0) * d, gdOi);
+            }
 
-            known_row_coefficients(mi, nj, Di, Ei, Fi);
-            const T* Sbar = C1.data();
-            const T* dPbar = PdP.data();
-            const T* Qi = Q + (head + i0) * d;
-            detail::tile_atb_acc(mi, nj, d, Sbar, Qi, gKj);  // undoes S = s·Q·Kᵀ: += S̄ᵀ·Q
-            if (has_Qt)  // undoes dQ = s·dS·K through K: += dSᵀ·Qt
-              detail::tile_atb_acc(mi, nj, d, dS.data(), Qt + (head + i0) * d, gKj);
-            if (has_G)  // undoes dP = dO·Vᵀ through V: grad_V += dP̄ᵀ·dO
-              detail::tile_atb_acc(mi, nj, d, dPbar, dO + (head + i0) * d, gVj);
+            // epilogue: grad_K = s·(S̄ᵀ·Q + dSᵀ·Qt), grad_V as accumulated (0 without G)
+            T* gK_out = gK + (kh + j0) * d;
+            T* gV_out = gV + (kh + j0) * d;
+            for (int64_t x = 0; x < nj * d; ++x) {
+              gK_out[x] = s * gKj[x];
+              gV_out[x] = gVj[x];
+            }
           }
 
-          // epilogue: grad_K = s·(S̄ᵀ·Q + dSᵀ·Qt), grad_V as accumulated (0 without G)
-          T* gK_out = gK + (kh + j0) * d;
-          T* gV_out = gV + (kh + j0) * d;
-          for (int64_t x = 0; x < nj * d; ++x) {
-            gK_out[x] = s * gKj[x];
-            gV_out[x] = gVj[x];
-          }
-        }
+    // ---- pass 3: grad_Q = s·Σ_chunks, grad_dO = Σ_chunks, in chunk order ----
+    GG_OMP(for schedule(static))
+    for (int64_t x = 0; x < (num_chunks > 0 ? rows * d : 0); ++x) {
+      T q = gQ[x], o = gdO[x];
+      for (int64_t c = 1; c < num_chunks; ++c) {
+        q += gQ_parts[(c - 1) * rows * d + x];
+        o += gdO_parts[(c - 1) * rows * d + x];
+      }
+      gQ[x] = s * q;
+      gdO[x] = o;
+    }
   }
   if (gdL) std::copy(E, E + rows, gdL);  // ∂ℒ/∂dL = Σ_j P∘G = E: dL enters as D - dL
 }
