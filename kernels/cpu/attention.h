@@ -386,6 +386,32 @@ inline void row_exp(T* x, int64_t n, T shift) {
   }
 }
 
+// std::max(init, x_0, ..., x_{n-1}) as a left fold of std::max (a < b ? b : a), vectorised: a NaN
+// x_j is skipped, as std::max(m, NaN) = m. Each lane folds its own columns with the same rule,
+// then the lanes are folded; max is exact, so only the sign of a zero maximum can differ.
+template <typename T>
+inline T row_max(const T* x, int64_t n, T init) {
+  using V = Vec<T>;
+  using P = typename V::P;
+  constexpr int Ln = V::kLanes;
+  T m = init;
+  int64_t j = 0;
+  if constexpr (Ln > 1) {
+    if (n >= Ln) {
+      P acc = ei::pset1<P>(init);
+      for (; j + Ln <= n; j += Ln) {
+        const P v = ei::ploadu<P>(x + j);
+        acc = ei::pselect(ei::pcmp_lt(acc, v), v, acc);
+      }
+      T lanes[Ln];
+      ei::pstoreu(lanes, acc);
+      for (int k = 0; k < Ln; ++k) m = std::max(m, lanes[k]);
+    }
+  }
+  for (; j < n; ++j) m = std::max(m, x[j]);
+  return m;
+}
+
 // P(i, j) = exp(S(i, j) - L_i), and 0 where query i0 + i does not see key j0 + j. S and P may
 // alias. L points at the block's first row. A row that sees no key has L = -inf but all its
 // entries masked, so whatever exp(S - L) gives there is overwritten with 0.

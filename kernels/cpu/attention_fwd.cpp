@@ -78,8 +78,7 @@ void attention_fwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
             // Online softmax, row by row.
             for (int64_t i = 0; i < mi; ++i) {
               T* Srow = S.data() + i * kBlockN;
-              T m_new = m[i];
-              for (int64_t j = 0; j < nj; ++j) m_new = std::max(m_new, Srow[j]);
+              const T m_new = detail::row_max(Srow, nj, m[i]);  // skips NaN, as std::max does
               if (m_new == neg_inf) {  // every score so far -inf (masked) or NaN: nothing to add
                 for (int64_t j = 0; j < nj; ++j) {
                   if (std::isnan(Srow[j])) l[i] = Srow[j];  // std::max dropped it: keep it in l
