@@ -24,19 +24,23 @@
 // seven output products:
 //   0. D = rowsum(dO∘O), parallel over rows.
 //   1. One task per (b, h, query block of kBlockM rows), sweeping the key blocks: E and F, stored
-//      per row (B·H·N scalars each). No output product.
+//      per row (B·H·N scalars each). F's Σ_j P∘H comes as rowsum(dO∘(P·Ṽ)): the output product
+//      P·Ṽ replaces the score tile H here, and is kept as grad_dO's first term.
 //   2. One task per (b, kv head, chunk of key blocks; detail::KeyChunks), each key block sweeping
 //      the query blocks of every query head of the kv head's group: grad_K and grad_V in the
 //      task's own kBlockN x d accumulators (the group sum needs no atomics), grad_Q and grad_dO
-//      added into the chunk's own N x d partial sums (grad_dO's -E·O comes as dP̄·V).
+//      added into the chunk's own N x d partial sums (grad_dO's -E·O comes as dP̄·V; chunk 0's
+//      grad_dO starts from pass 1's P·Ṽ).
 //   3. grad_Q = s·Σ_chunks, grad_dO = Σ_chunks, the chunks added in their order.
-// Products per tile: 5 score-like tiles (S, dP, the two halves of G, H) in each of passes 1 and
-// 2, and 7 output products in pass 2 (S̄ᵀ·Q, dSᵀ·Q̃, dP̄ᵀ·dO, S̄·K, dS·K̃, dP̄·V, P·Ṽ): 17.
+// Products per tile: pass 1 rebuilds 4 score-like tiles (S, dP, the two halves of G) and forms
+// P·Ṽ; pass 2 rebuilds 5 (those and H) and does 6 output products (S̄ᵀ·Q, dSᵀ·Q̃, dP̄ᵀ·dO, S̄·K,
+// dS·K̃, dP̄·V): 16.
 // Masks: tiles outside every row's window are skipped, tiles across a window edge are masked
 // (P = 0). A row that sees no key has P = 0 throughout, so it contributes nothing anywhere.
-// Stages (kernels/params.h, BobStage): kRowSums is pass 1 alone; kFromRowSums is passes 2 and 3
-// with the caller's E and F (the whole rows'), over this call's keys.
-// Scratch: per thread seven kBlockM x kBlockN tiles and two kBlockN x d accumulators; K, V, K̃, Ṽ
+// Stages (kernels/params.h, BobStage): kRowSums is pass 1 alone (P·Ṽ only for F); kFromRowSums
+// is passes 2 and 3 with the caller's E and F (the whole rows'), over this call's keys, with P·Ṽ
+// formed in pass 2.
+// Scratch: per thread seven kBlockM x kBlockN tiles and three block x d accumulators; K, V, K̃, Ṽ
 // transposed by key block (K-shaped each); per chunk but the first, partial sums of grad_Q and
 // grad_dO ((B, H, N, d) each).
 #include <algorithm>
@@ -84,6 +88,7 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
   T* const E = E_own.empty() ? E_io : E_own.data();  // the stages' E and F are the caller's
   T* const F = F_own.empty() ? F_io : F_own.data();
   const detail::KeyChunks chunks(vis, B * heads.Hkv, num_k_blocks);
+  const bool vt_in_pass1 = has_Vt && !from_sums;  // pass 1 forms P·Ṽ: grad_dO's first term
   const int64_t num_chunks = row_sums ? 0 : chunks.count;
   // Partial sums of grad_Q and grad_dO: chunk 0's are the outputs themselves.
   Scratch<T> gQ_parts(std::max<int64_t>(num_chunks - 1, 0) * rows * d), gdO_parts(gQ_parts.size());
@@ -104,11 +109,12 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
     Scratch<T> dS(tile);   // P∘(dP - D)
     // grad_K, grad_V accumulators of pass 2.
     Scratch<T> gK_acc(kBlockN * d), gV_acc(kBlockN * d);
+    Scratch<T> PVt(has_Vt ? kBlockM * d : 0);  // pass 1: P·Ṽ of the query block
 
     // Recomputes, for query rows [i0, i0 + mi) of the query head starting at row `head` and key
     // rows [j0, j0 + nj) of the kv head starting at row `kh`, P always, dP and G when has_G, H
     // when has_H.
-    auto score_tiles = [&](int64_t head, int64_t kh, int64_t i0, int64_t mi, int64_t j0, int64_t nj) {
+    auto score_tiles = [&](int64_t head, int64_t kh, int64_t i0, int64_t mi, int64_t j0, int64_t nj, bool with_H) {
       const T* Qi = Q + (head + i0) * d;
       const T* dOi = dO + (head + i0) * d;
       detail::tile_abt(mi, d, s, Qi, KT.block(kh, j0), P.data(), false);  // S = s·Q·Kᵀ
@@ -123,7 +129,7 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
         if (has_Kt)  // from dK = s·dSᵀ·Q
           detail::tile_abt(mi, d, s, Qi, KtT.block(kh, j0), G.data(), !first);
       }
-      if (has_H)  // from dV = Pᵀ·dO
+      if (has_H && with_H)  // from dV = Pᵀ·dO
         detail::tile_abt(mi, d, T(1), dOi, VtT.block(kh, j0), Hs.data(), false);
     };
 
@@ -178,46 +184,51 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
           T* Ei = E + head + i0;
           T* Fi = F + head + i0;
           std::fill(Ei, Ei + mi, T(0));  // Σ_j P∘G
-          std::fill(Fi, Fi + mi, T(0));  // Σ_j P∘(dP∘G + H), completed in the epilogue
+          std::fill(Fi, Fi + mi, T(0));  // Σ_j P∘dP∘G, completed in the epilogue
+          std::fill(PVt.begin(), PVt.end(), T(0));
 
           // main loop: sweep the key blocks [j0, j0 + nj) that some row sees
           for (int64_t kb = kb_first; kb < kb_last; ++kb) {
             const int64_t j0 = kb * kBlockN;
             const int64_t nj = std::min(kBlockN, vis.nk - j0);
-            score_tiles(head, kh, i0, mi, j0, nj);
-            with_terms([&](auto g, auto h) {
-              constexpr bool kG = decltype(g)::value, kH = decltype(h)::value;
+            score_tiles(head, kh, i0, mi, j0, nj, /*with_H=*/false);  // Σ P∘H comes from P·Ṽ
+            if (has_G)  // ℒ ∋ Σ dS∘G, from dQ = s·dS·K and dK = s·dSᵀ·Q
               for (int64_t i = 0; i < mi; ++i) {
                 const int64_t o = i * kBlockN;
                 const T* __restrict Pr = P.data() + o;
                 const T* __restrict dPr = dP.data() + o;
                 const T* __restrict Gr = G.data() + o;
-                const T* __restrict Hr = Hs.data() + o;
                 T e = 0, f = 0;
                 GG_OMP(simd reduction(+ : e, f))
                 for (int64_t j = 0; j < nj; ++j) {
-                  if constexpr (kG) {  // ℒ ∋ Σ dS∘G, from dQ = s·dS·K and dK = s·dSᵀ·Q
-                    const T pg = Pr[j] * Gr[j];
-                    e += pg;           // E = Σ P∘G
-                    f += dPr[j] * pg;  // F ∋ Σ P∘dP∘G
-                  }
-                  if constexpr (kH) f += Pr[j] * Hr[j];  // F ∋ Σ P∘H = rowsum(dO∘(P·Vt)), from dV = Pᵀ·dO
+                  const T pg = Pr[j] * Gr[j];
+                  e += pg;           // E = Σ P∘G
+                  f += dPr[j] * pg;  // F ∋ Σ P∘dP∘G
                 }
                 Ei[i] += e;
                 Fi[i] += f;
               }
-            });
+            if (has_Vt)  // ℒ ∋ Σ P∘H, from dV = Pᵀ·dO: P·Ṽ, for F and as grad_dO's first term
+              detail::tile_ab_acc(mi, nj, d, P.data(), Vt + (kh + j0) * d, PVt.data());
           }
 
-          // epilogue: F = Σ P∘(dP∘G + H) - (D + D')∘E: D' = D - dL from dS, D = Σ P∘dP from P̄'s E·dP
-          for (int64_t i = 0; i < mi; ++i) Fi[i] -= (T(2) * Di[i] + (dL ? dL[head + i0 + i] : T(0))) * Ei[i];
+          // epilogue: F = Σ P∘dP∘G + Σ P∘H - (D + D')∘E: D' = D - dL from dS, D = Σ P∘dP from
+          // P̄'s E·dP, and Σ_j P∘H = rowsum(dO∘(P·Ṽ)); grad_dO starts as P·Ṽ (undoes dV = Pᵀ·dO in dO)
+          for (int64_t i = 0; i < mi; ++i) {
+            if (has_Vt) {
+              const T* pv = PVt.data() + i * d;
+              Fi[i] += detail::dot(dO + (head + i0 + i) * d, pv, d);
+              if (!row_sums) std::copy(pv, pv + d, gdO + (head + i0 + i) * d);
+            }
+            Fi[i] -= (T(2) * Di[i] + (dL ? dL[head + i0 + i] : T(0))) * Ei[i];
+          }
         }
     // (implicit barrier: pass 2 reads every row's E and F; the row-sum stage has no pass 2)
 
     GG_OMP(for schedule(static))
     for (int64_t c = 0; c < num_chunks; ++c) {
       std::fill(gQ_part(c), gQ_part(c) + rows * d, T(0));
-      std::fill(gdO_part(c), gdO_part(c) + rows * d, T(0));
+      if (c > 0 || !vt_in_pass1) std::fill(gdO_part(c), gdO_part(c) + rows * d, T(0));
     }
 
     // ---- pass 2: grad_K, grad_V and the chunks' grad_Q, grad_dO, one (kv head, chunk) per task ----
@@ -245,7 +256,7 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
               const int64_t head = heads.q_row(b, hk * heads.group + t / n_qb);
               const int64_t i0 = (qb_first + t % n_qb) * kBlockM;
               const int64_t mi = std::min(kBlockM, N - i0);
-              score_tiles(head, kh, i0, mi, j0, nj);
+              score_tiles(head, kh, i0, mi, j0, nj, /*with_H=*/true);
               known_row_coefficients(mi, nj, D.data() + head + i0, E + head + i0, F + head + i0);
               const T* Sbar = C1.data();
               const T* dPbar = PdP.data();
@@ -264,7 +275,7 @@ void attention_bwd_bwd(const AttentionShape& p, const T* Q, const T* K, const T*
                 detail::tile_atb_acc(mi, nj, d, dPbar, dOi, gVj);
                 detail::tile_ab_acc(mi, nj, d, dPbar, Vj, gdOi);
               }
-              if (has_Vt)  // undoes dV = Pᵀ·dO in dO: grad_dO += P·Vt
+              if (has_Vt && !vt_in_pass1)  // undoes dV = Pᵀ·dO in dO: grad_dO += P·Vt
                 detail::tile_ab_acc(mi, nj, d, P.data(), Vt + (kh + j0) * d, gdOi);
             }
 
