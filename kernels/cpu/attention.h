@@ -229,7 +229,7 @@ inline void axpy(T alpha, const T* x, T* y, int64_t d) {
 // depend on masks, tails, alignment or the thread count.
 //
 // Register blocking: R output rows x CW packets of columns per micro-kernel call (16 accumulators
-// with 32 vector registers, 8 with 16).
+// with 32 vector registers, 12 with 16).
 namespace ei = Eigen::internal;
 template <typename T, bool kVector = ei::packet_traits<T>::Vectorizable>
 struct Vec {  // T's packet (T itself where Eigen has none)
@@ -244,7 +244,7 @@ struct Vec<T, false> {
 #if defined(__AVX512F__)
 inline constexpr int kTileR = 4, kTileCW = 4;
 #else
-inline constexpr int kTileR = 4, kTileCW = 2;
+inline constexpr int kTileR = 6, kTileCW = 2;
 #endif
 
 // How a product meets its output: kSet  Out = alpha·Σ;  kAdd  Out += alpha·Σ;  kAccumulate  the sum
