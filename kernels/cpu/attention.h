@@ -387,8 +387,9 @@ inline void row_exp(T* x, int64_t n, T shift) {
 }
 
 // std::max(init, x_0, ..., x_{n-1}) as a left fold of std::max (a < b ? b : a), vectorised: a NaN
-// x_j is skipped, as std::max(m, NaN) = m. Each lane folds its own columns with the same rule,
-// then the lanes are folded; max is exact, so only the sign of a zero maximum can differ.
+// x_j is skipped, as std::max(m, NaN) = m. Each lane folds its own columns with the same rule
+// (init, which is never NaN, in every lane), then the lanes are reduced as a tree; max is exact,
+// so only the sign of a zero maximum can differ.
 template <typename T>
 inline T row_max(const T* x, int64_t n, T init) {
   using V = Vec<T>;
@@ -403,9 +404,7 @@ inline T row_max(const T* x, int64_t n, T init) {
         const P v = ei::ploadu<P>(x + j);
         acc = ei::pselect(ei::pcmp_lt(acc, v), v, acc);
       }
-      T lanes[Ln];
-      ei::pstoreu(lanes, acc);
-      for (int k = 0; k < Ln; ++k) m = std::max(m, lanes[k]);
+      m = ei::predux_max(acc);  // no lane is NaN (init is not), so any order gives the same maximum
     }
   }
   for (; j < n; ++j) m = std::max(m, x[j]);
