@@ -17,9 +17,11 @@
 // the data) and zero gradients. NaN and ±inf propagate as in the composite (ops.h); the forward's
 // epilogue is where they are told apart from masking (attention_fwd.cpp).
 //
-// Tiling (the same schedule the GPU kernels use): a query block is kBlockM rows of Q, a key
-// block kBlockN rows of K and V. Work is split over (b, h, block); scratch is a few
-// kBlockM x kBlockN tiles per thread plus per-row vectors of length N per head. No N x N buffer.
+// Tiling: a query block is kBlockM rows of Q, a key block kBlockN rows of K and V. Work is split
+// over (b, h, query block) or (b, kv head, run of key blocks); scratch is a few kBlockM x kBlockN
+// tiles per thread, per-row vectors of length N per head, K-shaped transposed copies of the score
+// products' key-side operands (KeyBlocksT) and, in the key sweeps that also sum over keys, a few
+// partial sums of Q's shape (KeyChunks). No N x N buffer.
 #pragma once
 #include <algorithm>
 #include <cmath>

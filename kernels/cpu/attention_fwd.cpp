@@ -17,7 +17,8 @@
 // score reaches l (through exp(S - m), or, while m is still -inf, because the max skips NaN, by
 // being copied into l), a +inf score makes l NaN (exp(inf - inf)), and a row that sees keys but
 // ends with l = 0 (every score -inf) gets NaN, softmax's 0/0: the whole row of O, and L.
-// Scratch per thread: one kBlockM x kBlockN score tile, kBlockM x d accumulator, 2·kBlockM scalars.
+// Scratch per thread: one kBlockM x kBlockN score tile, kBlockM x d accumulator, 2·kBlockM scalars;
+// per call K transposed by key block (K-shaped).
 #include <algorithm>
 #include <cmath>
 #include <limits>
