@@ -198,23 +198,45 @@ struct AttentionShape {
 // The BoB in one call (kWhole), or in the two stages a caller runs when each call sees only some of
 // a row's keys (dist::attention's ring, docs/distributed.md §5): kRowSums writes the call's part
 // of the row scalars E and F (F completed with -(2·D + dL)·E, so the parts add up) to E and F,
-// and may overwrite out0 and out3 (out1, out2 unused); kFromRowSums reads the whole row's E and
+// and may overwrite gQ and gdO (gK, gV unused); kFromRowSums reads the whole row's E and
 // F from them and writes the call's parts of the four gradients (grad_dO's -E∘O term as
 // -E∘(P·V) over the call's keys).
 // D = rowsum(dO∘O) - dL is formed from O as always, so O must be the whole row's output.
 enum class BobStage { kWhole, kRowSums, kFromRowSums };
 
-struct AttentionArgs {
+// One argument struct per level, named as the level's math names its tensors. L and the row
+// scalars are f32 for bf16/f16 inputs, else the input dtype; every other tensor has the inputs'.
+// What every level reads:
+struct AttentionInputs {
   AttentionShape shape;
   DType dtype;
-  const void *Q, *K, *V;        // inputs
-  const void *O, *L, *dO;       // saved forward output, row log-sum-exp, output cotangent
-  const void* dL;               // cotangent of L (L-shaped), nullptr = absent: bwd and BoB
-  const void *Qt, *Kt, *Vt;     // BoB: cotangents of dQ, dK, dV (nullptr = absent)
-  void *out0, *out1, *out2, *out3;  // fwd: O, L; bwd: dQ, dK, dV; BoB: gQ, gK, gV, gdO
-  void* out4;                       // BoB: gdL (L-shaped), nullptr = not wanted
-  BobStage stage = BobStage::kWhole;  // BoB: the whole of it or one of its two stages
-  void *E = nullptr, *F = nullptr;    // BoB stages: the row scalars (L-shaped, L's dtype)
+  const void *Q, *K, *V;  // (B, H, N, d), (B, Hkv, Nk, d), (B, Hkv, Nk, d)
+};
+// The forward: O = softmax(s·Q·Kᵀ)·V and L = logsumexp_j(s·Q·Kᵀ).
+struct AttentionFwdArgs : AttentionInputs {
+  void* O;  // (B, H, N, d)
+  void* L;  // (B, H, N)
+};
+// What the backward and the BoB read besides Q, K, V.
+struct AttentionSavedArgs : AttentionInputs {
+  const void *O, *L;  // the forward's outputs: (B, H, N, d), (B, H, N)
+  const void* dO;     // cotangent of O: (B, H, N, d)
+  const void* dL;     // cotangent of L: (B, H, N); nullptr = absent
+  // The fused sweeps add their parts of a gradient in a fixed order (bitwise reproducible), or
+  // atomically in any order (gg::set_attention_deterministic; docs/kernels.md §5).
+  bool deterministic = true;
+};
+// The backward: dQ, dK, dV.
+struct AttentionBwdArgs : AttentionSavedArgs {
+  void *dQ, *dK, *dV;  // shaped like Q, K, V
+};
+// The backward of the backward: the gradients of <Qt, dQ> + <Kt, dK> + <Vt, dV>.
+struct AttentionBobArgs : AttentionSavedArgs {
+  const void *Qt, *Kt, *Vt;           // cotangents of dQ, dK, dV (shaped like Q, K, V); nullptr = absent
+  void *gQ, *gK, *gV, *gdO;           // gradients of Q, K, V, dO (shaped like them)
+  void* gdL = nullptr;                // gradient of dL: (B, H, N); nullptr = not wanted
+  BobStage stage = BobStage::kWhole;  // the whole of it or one of its two stages
+  void *E = nullptr, *F = nullptr;    // the stages' row scalars: (B, H, N)
 };
 
 }  // namespace gg::kernels

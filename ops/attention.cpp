@@ -33,10 +33,6 @@
 #include "core/log.h"
 #include "ops/common.h"
 
-#ifdef GG_HAS_CUDA
-#include "kernels/cuda/kernels.h"
-#endif
-
 namespace gg {
 
 // ------------------------------------------------------- shared checks
@@ -128,8 +124,10 @@ void check_lse(const char* op, const Checked& c, const Tensor& q, const Tensor& 
            shape_str(L.shape()), " ", dtype_name(L.dtype()));
 }
 
-kernels::AttentionArgs args_for(const Checked& c) {
-  kernels::AttentionArgs a{};
+// The inputs every level's kernel reads, in the level's argument struct (its other fields zero).
+template <typename Args>
+Args args_for(const Checked& c) {
+  Args a{};
   a.shape = c.shape;
   a.dtype = c.q.dtype();
   a.Q = c.q.raw_data();
@@ -165,9 +163,9 @@ void forward_into(const char* op, const Tensor& q, const Tensor& k, const Tensor
                   const AttentionOptions& o) {
   Checked c = check_qkv(op, q, k, v, o);
   const auto& s = c.shape;
-  kernels::AttentionArgs a = args_for(c);
-  a.out0 = checked_out(op, O, "O", q.shape(), q.dtype(), q.device());
-  a.out1 = checked_out(op, L, "L", {s.B, s.H, s.N}, lse_dtype(q.dtype()), q.device());
+  auto a = args_for<kernels::AttentionFwdArgs>(c);
+  a.O = checked_out(op, O, "O", q.shape(), q.dtype(), q.device());
+  a.L = checked_out(op, L, "L", {s.B, s.H, s.N}, lse_dtype(q.dtype()), q.device());
   dispatch::attention_fwd(a, q.device());
 }
 }  // namespace
@@ -211,14 +209,15 @@ Tensor backward_into(const char* op, const Tensor& q, const Tensor& k, const Ten
   Tensor Oc = contiguous_like(op, O, q, "O"), dOc = contiguous_like(op, dO, q, "dO");
   check_lse(op, c, q, L);
   Tensor dLc = dL.defined() ? contiguous_like(op, dL, L, "dL") : Tensor();
-  kernels::AttentionArgs a = args_for(c);
+  auto a = args_for<kernels::AttentionBwdArgs>(c);
   a.O = Oc.raw_data();
   a.L = L.raw_data();
   a.dO = dOc.raw_data();
   a.dL = data_or_null(dLc);
-  a.out0 = checked_out(op, dQ, "dQ", q.shape(), q.dtype(), q.device());
-  a.out1 = checked_out(op, dK, "dK", k.shape(), q.dtype(), q.device());
-  a.out2 = checked_out(op, dV, "dV", k.shape(), q.dtype(), q.device());
+  a.deterministic = attention_deterministic();
+  a.dQ = checked_out(op, dQ, "dQ", q.shape(), q.dtype(), q.device());
+  a.dK = checked_out(op, dK, "dK", k.shape(), q.dtype(), q.device());
+  a.dV = checked_out(op, dV, "dV", k.shape(), q.dtype(), q.device());
   dispatch::attention_bwd(a, q.device());
   return Oc;
 }
@@ -256,7 +255,7 @@ TensorList attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
 namespace {
 // The BoB's kernel arguments: its checked, contiguous inputs (kept alive in `keep`) and outputs.
 struct BobCall {
-  kernels::AttentionArgs a;
+  kernels::AttentionBobArgs a;
   TensorList keep;
 };
 BobCall bob_call(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O, const Tensor& L,
@@ -264,7 +263,8 @@ BobCall bob_call(const char* op, const Tensor& q, const Tensor& k, const Tensor&
                  const Tensor& dL) {
   Checked c = check_qkv(op, q, k, v, o);
   check_lse(op, c, q, L);
-  BobCall b{args_for(c), {c.q, c.k, c.v, contiguous_like(op, O, q, "O"), contiguous_like(op, dO, q, "dO")}};
+  BobCall b{args_for<kernels::AttentionBobArgs>(c),
+            {c.q, c.k, c.v, contiguous_like(op, O, q, "O"), contiguous_like(op, dO, q, "dO")}};
   Tensor dLc = dL.defined() ? contiguous_like(op, dL, L, "dL") : Tensor();
   Tensor qtc = qt.defined() ? contiguous_like(op, qt, q, "qt") : Tensor();
   Tensor ktc = kt.defined() ? contiguous_like(op, kt, k, "kt") : Tensor();
@@ -276,22 +276,24 @@ BobCall bob_call(const char* op, const Tensor& q, const Tensor& k, const Tensor&
   b.a.Qt = data_or_null(qtc);
   b.a.Kt = data_or_null(ktc);
   b.a.Vt = data_or_null(vtc);
+  b.a.deterministic = attention_deterministic();
   for (const Tensor& t : {dLc, qtc, ktc, vtc}) b.keep.push_back(t);
   return b;
 }
 
 // Points the kernel at the caller's gQ, gK, gV, gdO and gdL (undefined: not wanted).
-void bob_into(const char* op, const Tensor& q, const Tensor& k, const Tensor& L, kernels::AttentionArgs& a,
+void bob_into(const char* op, const Tensor& q, const Tensor& k, const Tensor& L, kernels::AttentionBobArgs& a,
               const Tensor& gQ, const Tensor& gK, const Tensor& gV, const Tensor& gdO, const Tensor& gdL) {
-  a.out0 = checked_out(op, gQ, "gQ", q.shape(), q.dtype(), q.device());
-  a.out1 = checked_out(op, gK, "gK", k.shape(), q.dtype(), q.device());
-  a.out2 = checked_out(op, gV, "gV", k.shape(), q.dtype(), q.device());
-  a.out3 = checked_out(op, gdO, "gdO", q.shape(), q.dtype(), q.device());
-  a.out4 = gdL.defined() ? checked_out(op, gdL, "gdL", L.shape(), L.dtype(), q.device()) : nullptr;
+  a.gQ = checked_out(op, gQ, "gQ", q.shape(), q.dtype(), q.device());
+  a.gK = checked_out(op, gK, "gK", k.shape(), q.dtype(), q.device());
+  a.gV = checked_out(op, gV, "gV", k.shape(), q.dtype(), q.device());
+  a.gdO = checked_out(op, gdO, "gdO", q.shape(), q.dtype(), q.device());
+  a.gdL = gdL.defined() ? checked_out(op, gdL, "gdL", L.shape(), L.dtype(), q.device()) : nullptr;
 }
 
 // gQ, gK, gV, gdO, written by the kernel.
-TensorList bob_outputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& L, kernels::AttentionArgs& a) {
+TensorList bob_outputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& L,
+                       kernels::AttentionBobArgs& a) {
   TensorList outs;
   for (const Tensor* like : {&q, &k, &k, &q}) outs.push_back(empty(like->shape(), q.dtype(), q.device()));
   bob_into(op, q, k, L, a, outs[0], outs[1], outs[2], outs[3], Tensor());
@@ -320,8 +322,8 @@ TensorList attention_bob_row_sums(const Tensor& q, const Tensor& k, const Tensor
   BobCall b = bob_call("attention_bob_row_sums", q, k, v, O, L, dO, qt, kt, vt, o, Tensor());
   // the stage may write pass 1's outputs, grad_Q and grad_dO, as scratch (kernels/params.h)
   const Tensor gq = empty(q.shape(), q.dtype(), q.device()), gdO = empty(q.shape(), q.dtype(), q.device());
-  b.a.out0 = gq.raw_data();
-  b.a.out3 = gdO.raw_data();
+  b.a.gQ = gq.raw_data();
+  b.a.gdO = gdO.raw_data();
   TensorList EF = {empty(L.shape(), L.dtype(), q.device()), empty(L.shape(), L.dtype(), q.device())};
   b.a.stage = kernels::BobStage::kRowSums;
   b.a.E = EF[0].raw_data();
@@ -517,21 +519,11 @@ bool deterministic_from_env() {
   const char* env = std::getenv("GG_ATTENTION_DETERMINISTIC");
   return env == nullptr || std::strcmp(env, "0") != 0;
 }
-std::atomic<bool> g_attention_deterministic{true};
-// The CUDA kernels keep their own copy (kernels are leaves: they do not call back into ops).
-void apply_attention_deterministic(bool deterministic) {
-  g_attention_deterministic = deterministic;
-#ifdef GG_HAS_CUDA
-  kernels::cuda::set_attention_deterministic(deterministic);
-#endif
-}
-const bool g_attention_deterministic_init = [] {
-  apply_attention_deterministic(deterministic_from_env());
-  return true;
-}();
+// Read by the backward and the BoB, which pass it to the kernels (AttentionSavedArgs::deterministic).
+std::atomic<bool> g_attention_deterministic{deterministic_from_env()};
 }  // namespace
 
-void set_attention_deterministic(bool deterministic) { apply_attention_deterministic(deterministic); }
+void set_attention_deterministic(bool deterministic) { g_attention_deterministic = deterministic; }
 bool attention_deterministic() { return g_attention_deterministic; }
 
 }  // namespace gg

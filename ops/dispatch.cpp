@@ -88,39 +88,46 @@ template <typename T>
 T* out(void* p) { return static_cast<T*>(p); }
 
 template <typename T>
-void attention_cpu(int level, const kernels::AttentionArgs& a) {
-  namespace k = kernels::cpu;
-  if (level == 0)
-    k::attention_fwd<T>(a.shape, in<T>(a.Q), in<T>(a.K), in<T>(a.V), out<T>(a.out0), out<T>(a.out1));
-  else if (level == 1)
-    k::attention_bwd<T>(a.shape, in<T>(a.Q), in<T>(a.K), in<T>(a.V), in<T>(a.O), in<T>(a.L), in<T>(a.dO),
-                        in<T>(a.dL), out<T>(a.out0), out<T>(a.out1), out<T>(a.out2));
-  else
-    k::attention_bwd_bwd<T>(a.shape, in<T>(a.Q), in<T>(a.K), in<T>(a.V), in<T>(a.O), in<T>(a.L), in<T>(a.dO),
-                            in<T>(a.dL), in<T>(a.Qt), in<T>(a.Kt), in<T>(a.Vt), out<T>(a.out0), out<T>(a.out1),
-                            out<T>(a.out2), out<T>(a.out3), out<T>(a.out4), a.stage, out<T>(a.E), out<T>(a.F));
+void attention_cpu(const kernels::AttentionFwdArgs& a) {
+  kernels::cpu::attention_fwd<T>(a.shape, in<T>(a.Q), in<T>(a.K), in<T>(a.V), out<T>(a.O), out<T>(a.L));
+}
+template <typename T>
+void attention_cpu(const kernels::AttentionBwdArgs& a) {
+  kernels::cpu::attention_bwd<T>(a.shape, in<T>(a.Q), in<T>(a.K), in<T>(a.V), in<T>(a.O), in<T>(a.L), in<T>(a.dO),
+                                 in<T>(a.dL), out<T>(a.dQ), out<T>(a.dK), out<T>(a.dV));
+}
+template <typename T>
+void attention_cpu(const kernels::AttentionBobArgs& a) {
+  kernels::cpu::attention_bwd_bwd<T>(a.shape, in<T>(a.Q), in<T>(a.K), in<T>(a.V), in<T>(a.O), in<T>(a.L),
+                                     in<T>(a.dO), in<T>(a.dL), in<T>(a.Qt), in<T>(a.Kt), in<T>(a.Vt), out<T>(a.gQ),
+                                     out<T>(a.gK), out<T>(a.gV), out<T>(a.gdO), out<T>(a.gdL), a.stage, out<T>(a.E),
+                                     out<T>(a.F));
 }
 
-void attention(int level, const kernels::AttentionArgs& a, Device device) {
-#ifdef GG_HAS_CUDA
-  if (device.is_cuda()) {
-    if (level == 0) return kernels::cuda::attention_fwd(a);
-    if (level == 1) return kernels::cuda::attention_bwd(a);
-    return kernels::cuda::attention_bwd_bwd(a);
-  }
-#endif
+// One level on the CPU (the CUDA kernels pick their own template by dtype).
+template <typename Args>
+void attention_on_cpu(const Args& a, Device device) {
   if (!device.is_cpu()) no_backend("attention", device);
   switch (a.dtype) {
-    case DType::f32: return attention_cpu<float>(level, a);
-    case DType::f64: return attention_cpu<double>(level, a);
+    case DType::f32: return attention_cpu<float>(a);
+    case DType::f64: return attention_cpu<double>(a);
     default:
       throw DTypeError(std::string("gg::attention: the CPU kernels support f32 and f64, got ") + dtype_name(a.dtype));
   }
 }
 }  // namespace
 
-void attention_fwd(const kernels::AttentionArgs& a, Device device) { attention(0, a, device); }
-void attention_bwd(const kernels::AttentionArgs& a, Device device) { attention(1, a, device); }
-void attention_bwd_bwd(const kernels::AttentionArgs& a, Device device) { attention(2, a, device); }
+void attention_fwd(const kernels::AttentionFwdArgs& a, Device device) {
+  GG_IF_CUDA(kernels::cuda::attention_fwd(a))
+  attention_on_cpu(a, device);
+}
+void attention_bwd(const kernels::AttentionBwdArgs& a, Device device) {
+  GG_IF_CUDA(kernels::cuda::attention_bwd(a))
+  attention_on_cpu(a, device);
+}
+void attention_bwd_bwd(const kernels::AttentionBobArgs& a, Device device) {
+  GG_IF_CUDA(kernels::cuda::attention_bwd_bwd(a))
+  attention_on_cpu(a, device);
+}
 
 }  // namespace gg::dispatch

@@ -26,8 +26,8 @@ void index_add(const kernels::IndexParams& p, Device device);
 // Copies `nbytes` of contiguous data between devices (at least one of them a GPU).
 void copy_between_devices(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
 
-void attention_fwd(const kernels::AttentionArgs& a, Device device);
-void attention_bwd(const kernels::AttentionArgs& a, Device device);
-void attention_bwd_bwd(const kernels::AttentionArgs& a, Device device);
+void attention_fwd(const kernels::AttentionFwdArgs& a, Device device);
+void attention_bwd(const kernels::AttentionBwdArgs& a, Device device);
+void attention_bwd_bwd(const kernels::AttentionBobArgs& a, Device device);
 
 }  // namespace gg::dispatch

@@ -27,17 +27,11 @@ void index_select(const IndexParams& p);  // idx is a device pointer
 void index_add(const IndexParams& p);
 
 // Fused attention (kernels/cuda/attention/attention.cu). L is f32 for bf16/f16 inputs, else the input
-// dtype; scratch comes from the stream-ordered allocator.
-void attention_fwd(const AttentionArgs& a);
-void attention_bwd(const AttentionArgs& a);
-void attention_bwd_bwd(const AttentionArgs& a);
-
-// How the fused sweeps add their parts of dQ (grad_Q, grad_dO) and how the tail split's pieces
-// combine their rows: deterministic (the default; a fixed order, bitwise reproducible) or in any
-// order (atomic additions, as PyTorch's flash and cuDNN backwards add dQ; the cost of the order
-// is in docs/kernels.md §5). The public switch is gg::set_attention_deterministic (ops/ops.h),
-// which also sets this one.
-void set_attention_deterministic(bool deterministic);
-bool attention_deterministic();
+// dtype; scratch comes from the stream-ordered allocator. The backward and the BoB add the fused
+// sweeps' parts of dQ (grad_Q, grad_dO) and the tail split's pieces in a fixed order (bitwise
+// reproducible) or atomically in any order, as the args' `deterministic` says (docs/kernels.md §5).
+void attention_fwd(const AttentionFwdArgs& a);
+void attention_bwd(const AttentionBwdArgs& a);
+void attention_bwd_bwd(const AttentionBobArgs& a);
 
 }  // namespace gg::kernels::cuda

@@ -1,7 +1,7 @@
 // The entry points of the CUDA attention kernels (kernels/cuda/kernels.h): per level, the
 // dtype, the scratch of the row scalars, and the path (traits.cuh: choose_path) whose launcher
 // runs the kernels (fwd.cuh, bwd.cuh, bwd_bwd.cuh declare them; one file per level and path
-// defines them). Also the layer's state: the determinism switch and the tests' hooks (testing.h).
+// defines them). Also the state of the tests' hooks (testing.h).
 #include <atomic>
 
 #include "kernels/cuda/attention/bwd.cuh"
@@ -19,9 +19,8 @@ using namespace attn;
 // ------------------------------------------------------------------------ forward
 
 template <typename T>
-void fwd(const AttentionArgs& a) {
-  Params<T> p = make_params<T>(a);
-  p.L_out = static_cast<typename Elem<T>::Acc*>(a.out1);
+void fwd(const AttentionFwdArgs& a) {
+  const Params<T> p = make_params<T>(a);
   on_path<T>(
       a, Level::kFwd, [&](auto d) { launch_fwd_sm90<T, d()>(p); }, [&](auto d) { launch_fwd_sm80<T, d()>(p); },
       [&] { launch_fwd_generic<T>(p); });
@@ -30,7 +29,7 @@ void fwd(const AttentionArgs& a) {
 // ------------------------------------------------------------------------ backward
 
 template <typename T>
-void bwd(const AttentionArgs& a) {
+void bwd(const AttentionBwdArgs& a) {
   using Acc = typename Elem<T>::Acc;
   Params<T> p = make_params<T>(a);
   const int64_t rows = p.BH * p.N;
@@ -45,7 +44,7 @@ void bwd(const AttentionArgs& a) {
 // ------------------------------------------------------------------------ backward of the backward
 
 template <typename T>
-void bwd_bwd(const AttentionArgs& a) {
+void bwd_bwd(const AttentionBobArgs& a) {
   using Acc = typename Elem<T>::Acc;
   Params<T> p = make_params<T>(a);
   const int64_t rows = p.BH * p.N;
@@ -56,9 +55,9 @@ void bwd_bwd(const AttentionArgs& a) {
     }
     const size_t q_bytes = static_cast<size_t>(rows) * p.d * sizeof(T);
     const size_t k_bytes = static_cast<size_t>(p.BHkv()) * p.Nk * p.d * sizeof(T);
-    for (void* out : {a.out0, a.out3}) CUDA_CHECK(cudaMemsetAsync(out, 0, q_bytes, cuda_stream()));
-    for (void* out : {a.out1, a.out2}) CUDA_CHECK(cudaMemsetAsync(out, 0, k_bytes, cuda_stream()));
-    if (a.out4) CUDA_CHECK(cudaMemsetAsync(a.out4, 0, static_cast<size_t>(rows) * sizeof(Acc), cuda_stream()));
+    for (void* out : {a.gQ, a.gdO}) CUDA_CHECK(cudaMemsetAsync(out, 0, q_bytes, cuda_stream()));
+    for (void* out : {a.gK, a.gV}) CUDA_CHECK(cudaMemsetAsync(out, 0, k_bytes, cuda_stream()));
+    if (a.gdL) CUDA_CHECK(cudaMemsetAsync(a.gdL, 0, static_cast<size_t>(rows) * sizeof(Acc), cuda_stream()));
     return;
   }
   // D, E, F; the stages take E and F from the caller
@@ -77,26 +76,22 @@ void bwd_bwd(const AttentionArgs& a) {
       a, Level::kBob, [&](auto d) { launch_bob_sm90<T, d()>(p, a.stage); },
       [&](auto d) { launch_bob_sm80<T, d()>(p, a.stage); }, [&] { launch_bob_generic<T>(p, a.stage); });
   // grad_dL = E = Σ_j P∘G (dL enters as D - dL); E = 0 without Qt and Kt (G = 0), not formed then
-  if (!whole || a.out4 == nullptr) return;
+  if (!whole || a.gdL == nullptr) return;
   const size_t lse_bytes = static_cast<size_t>(rows) * sizeof(Acc);
   if (p.Qt || p.Kt)
-    CUDA_CHECK(cudaMemcpyAsync(a.out4, p.E, lse_bytes, cudaMemcpyDeviceToDevice, cuda_stream()));
+    CUDA_CHECK(cudaMemcpyAsync(a.gdL, p.E, lse_bytes, cudaMemcpyDeviceToDevice, cuda_stream()));
   else
-    CUDA_CHECK(cudaMemsetAsync(a.out4, 0, lse_bytes, cuda_stream()));
+    CUDA_CHECK(cudaMemsetAsync(a.gdL, 0, lse_bytes, cuda_stream()));
 }
 
 }  // namespace
 
-// ------------------------------------------------------------------------ layer state
+// ------------------------------------------------------------------------ the tests' hooks
 
 namespace {
-std::atomic<bool> g_deterministic{true};  // gg::set_attention_deterministic sets it (ops/attention.cpp)
 std::atomic<testing::AttentionPath> g_path{testing::AttentionPath::kAuto};
 std::atomic<int> g_tail_split_sms{-1};  // -1: the device's SM count
 }  // namespace
-
-void set_attention_deterministic(bool deterministic) { g_deterministic = deterministic; }
-bool attention_deterministic() { return g_deterministic; }
 
 namespace testing {
 void set_attention_path(AttentionPath path) { g_path = path; }
@@ -116,15 +111,15 @@ bool sm90_path_available() {
 }
 }  // namespace testing
 
-void attention_fwd(const AttentionArgs& a) {
+void attention_fwd(const AttentionFwdArgs& a) {
   dispatch_dtype(a.dtype, "gg::attention", [&](auto tag) { fwd<decltype(tag)>(a); });
 }
 
-void attention_bwd(const AttentionArgs& a) {
+void attention_bwd(const AttentionBwdArgs& a) {
   dispatch_dtype(a.dtype, "gg::attention_backward", [&](auto tag) { bwd<decltype(tag)>(a); });
 }
 
-void attention_bwd_bwd(const AttentionArgs& a) {
+void attention_bwd_bwd(const AttentionBobArgs& a) {
   dispatch_dtype(a.dtype, "gg::attention_backward_backward", [&](auto tag) { bwd_bwd<decltype(tag)>(a); });
 }
 

@@ -36,7 +36,7 @@
 
 namespace gg::kernels::cuda::attn {
 
-// The launchers (p.D: D - dL, formed; p.out0, out1, out2: dQ, dK, dV), each in its path's file,
+// The launchers (p.D: D - dL, formed; outputs p.dQ, p.dK, p.dV), each in its path's file,
 // instantiated for the dtypes and head dims that choose_path sends it.
 template <typename T>
 void launch_bwd_generic(const Params<T>& p);

@@ -70,7 +70,7 @@ void launch_D(const Params<T>& p) {
 
 // The launchers, each in its path's file, instantiated for the dtypes and head dims that
 // choose_path sends it. p.D is scratch for D; p.E, p.F scratch (kWhole) or the caller's (the
-// stages). stage (kernels/params.h): kWhole, every output (p.out0..out3: grad_Q, grad_K, grad_V,
+// stages). stage (kernels/params.h): kWhole, every output (p.gQ, p.gK, p.gV,
 // grad_dO); kRowSums, E and F alone (the query pass that forms them; its other outputs are
 // scratch); kFromRowSums, the outputs from the caller's E and F.
 template <typename T>

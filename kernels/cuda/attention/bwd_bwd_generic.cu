@@ -108,8 +108,8 @@ __global__ void __launch_bounds__(GenericTraits::kThreads, GenericTraits::min_bl
       gQ[k] = p.scale * (XA[k] - E * X2[k] - F * X3[k]);
       gdO[k] = Y[k] - (c < p.d && !kGiven ? E * Elem<T>::to_acc(Oi[c]) : Acc(0));
     }
-    gen_store(p.out0 + (head + i) * p.d, gQ, c0, p.d, th);
-    gen_store(p.out3 + (head + i) * p.d, gdO, c0, p.d, th);
+    gen_store(p.gQ + (head + i) * p.d, gQ, c0, p.d, th);
+    gen_store(p.gdO + (head + i) * p.d, gdO, c0, p.d, th);
     if (!kGiven && blockIdx.y == 0 && th.r == 0) {
       p.E[head + i] = E;
       p.F[head + i] = F;
@@ -195,8 +195,8 @@ __global__ void __launch_bounds__(GenericTraits::kThreads, GenericTraits::min_bl
   if (j < p.Nk) {
 #pragma unroll
     for (int k = 0; k < C::kColsPerThread; ++k) gK[k] *= p.scale;
-    gen_store(p.out1 + (b.khead + j) * p.d, gK, c0, p.d, th);
-    gen_store(p.out2 + (b.khead + j) * p.d, gV, c0, p.d, th);
+    gen_store(p.gK + (b.khead + j) * p.d, gK, c0, p.d, th);
+    gen_store(p.gV + (b.khead + j) * p.d, gV, c0, p.d, th);
   }
 }
 }  // namespace

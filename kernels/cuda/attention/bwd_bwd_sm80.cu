@@ -90,8 +90,8 @@ __device__ __forceinline__ void bob_pass1_epilogue(const Params<T>& p, const flo
         gq[u] = p.scale * (XA[j][e] - E * X2[j][e] - F * X3[j][e]);
         gdo[u] = kGiven ? Y[j][e] : Y[j][e] - E * Elem<T>::to_acc(p.O[at + c + u]);  // kGiven: E in Y
       }
-      *reinterpret_cast<uint32_t*>(p.out0 + at + c) = Elem<T>::pack(gq[0], gq[1]);
-      *reinterpret_cast<uint32_t*>(p.out3 + at + c) = Elem<T>::pack(gdo[0], gdo[1]);
+      *reinterpret_cast<uint32_t*>(p.gQ + at + c) = Elem<T>::pack(gq[0], gq[1]);
+      *reinterpret_cast<uint32_t*>(p.gdO + at + c) = Elem<T>::pack(gdo[0], gdo[1]);
     }
   }
 }
@@ -307,8 +307,8 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bob_pas
 
   // ---- epilogue: grad_K = s·(S̄ᵀ·Q + dSᵀ·Qt), grad_V
   const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
-  store_acc<T, kD>(p.out1 + (blk.head + jw) * kD, kD, gK, scale, jw, nk, lane);
-  store_acc<T, kD>(p.out2 + (blk.head + jw) * kD, kD, gV, one, jw, nk, lane);
+  store_acc<T, kD>(p.gK + (blk.head + jw) * kD, kD, gK, scale, jw, nk, lane);
+  store_acc<T, kD>(p.gV + (blk.head + jw) * kD, kD, gV, one, jw, nk, lane);
 }
 }  // namespace
 

@@ -506,7 +506,7 @@ __device__ __forceinline__ void D_of_rows(const Params<T>& p, int64_t head, int 
 }
 
 // kOutputs = false: pass 0, writes E and F of the warpgroup's query rows [i0, i0 + 64).
-// kOutputs = true: pass 1, grad_Q (out0) and grad_dO (out3) of those rows from pass 0's E and F.
+// kOutputs = true: pass 1, grad_Q and grad_dO (p.gQ, p.gdO) of those rows from pass 0's E and F.
 // kPV (all cotangents): pass 0 forms, instead of the score product H = dO·Vtᵀ, the output product
 // P·Vt and writes it to p.PV (f32 rows); F's term Σ P∘H is then rowsum(dO∘(P·Vt)), the same
 // number rounded differently (and the same count of products). Pass 1 (or the fused sweep) then
@@ -662,8 +662,8 @@ __device__ __forceinline__ void ef_rows(Sweep& sw, const Params<T>& p, int64_t h
       }
     }
     const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
-    store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, gQ, scale, iw, p.N, lane);
-    store_acc<T, kD>(p.out3 + (head + iw) * kD, kD, gdO, one, iw, p.N, lane);
+    store_acc<T, kD>(p.gQ + (head + iw) * kD, kD, gQ, scale, iw, p.N, lane);
+    store_acc<T, kD>(p.gdO + (head + iw) * kD, kD, gdO, one, iw, p.N, lane);
   } else {
     // kPV: the sums times s; f_part += dO∘(P·Vt) and D's part += dO∘O of the thread's entries;
     // P·Vt to p.PV (rows), or, in the fused BoB, into grad_dO's f32 buffer as its starting value
@@ -772,7 +772,7 @@ void launch_bob_sm90_fused(const Params<T>& p) {
   // [head][grad_Q, grad_dO][tile]: pass 0 starts grad_Q's at dS·Kt and grad_dO's at P·Vt
   // Deterministic (ordered) under a general mask: the key blocks add into `segments` copies of
   // the buffers (ordered_add_segments), the first of which pass 0 starts, the others zeroed here.
-  const bool ordered = attention_deterministic();
+  const bool ordered = p.deterministic;
   Params<T> q = p;
   const int segments = plan_add_segments(q, ordered, static_cast<int64_t>(2 * per_output), p.BH * 2 * tiles);
   Scratch acc(segments * 2 * per_output * sizeof(float));
@@ -813,9 +813,8 @@ void launch_bob_sm90_fused(const Params<T>& p) {
   CUDA_CHECK_LAUNCH();
   tail.finish(p, p.scale);
   // per head: tiles of grad_Q, then tiles of grad_dO; one block per (head, output, tile)
-  rows_from_acc_kernel<T, kBN, /*kOutputs=*/2><<<grid_x(2 * p.BH, tiles), 256, 0, cuda_stream()>>>(acc.as<float>(), p.out0, p.out3,
-                                                                                     p.N, p.scale, 1.f, segments,
-                                                                                     q.add_floats);
+  rows_from_acc_kernel<T, kBN, /*kOutputs=*/2><<<grid_x(2 * p.BH, tiles), 256, 0, cuda_stream()>>>(
+      acc.as<float>(), p.gQ, p.gdO, p.N, p.scale, 1.f, segments, q.add_floats);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -63,8 +63,8 @@ __global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_bwd_dkdv
   if (j < p.Nk) {
 #pragma unroll
     for (int k = 0; k < C::kColsPerThread; ++k) dK[k] *= p.scale;
-    gen_store(p.out1 + (b.khead + j) * p.d, dK, c0, p.d, th);
-    gen_store(p.out2 + (b.khead + j) * p.d, dV, c0, p.d, th);
+    gen_store(p.dK + (b.khead + j) * p.d, dK, c0, p.d, th);
+    gen_store(p.dV + (b.khead + j) * p.d, dV, c0, p.d, th);
   }
 }
 
@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(GenericTraits::kThreads, 1) attention_bwd_dq_g
   if (i < p.N) {
 #pragma unroll
     for (int k = 0; k < C::kColsPerThread; ++k) dQ[k] *= p.scale;
-    gen_store(p.out0 + (b.qhead + i) * p.d, dQ, c0, p.d, th);
+    gen_store(p.dQ + (b.qhead + i) * p.d, dQ, c0, p.d, th);
   }
 }
 }  // namespace

@@ -84,8 +84,8 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dkd
 
   // ---- epilogue: dK = s·Σ dSᵀ·Q, dV
   const float one[2] = {1.f, 1.f}, scale[2] = {p.scale, p.scale};
-  store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, dK, scale, jw, nk, lane);
-  store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, dV, one, jw, nk, lane);
+  store_acc<T, kD>(p.dK + (head + jw) * kD, kD, dK, scale, jw, nk, lane);
+  store_acc<T, kD>(p.dV + (head + jw) * kD, kD, dV, one, jw, nk, lane);
 }
 
 // dQ for query rows [i0, i0 + kBlockM); warp w owns queries [iw, iw + 16). kOpts: the general
@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(Sm80Traits<kD>::kThreads, 1) attention_bwd_dq_
 
   // ---- epilogue: dQ = s·Σ dS·K
   const float scale[2] = {p.scale, p.scale};
-  store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, dQ, scale, iw, p.N, lane);
+  store_acc<T, kD>(p.dQ + (head + iw) * kD, kD, dQ, scale, iw, p.N, lane);
 }
 }  // namespace
 

@@ -215,7 +215,7 @@ __device__ __forceinline__ void dq_rows_pipelined(Sweep& sw, const Params<T>& p,
       [&](int) { tile_to_a_frags<T, kBN>(dsa, dp); }, [](int) {});
 
   const float scale[2] = {p.scale, p.scale};
-  store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, dQ, scale, iw, p.N, lane);
+  store_acc<T, kD>(p.dQ + (head + iw) * kD, kD, dQ, scale, iw, p.N, lane);
 }
 
 // ---- the fused backward (d = 64): dK, dV and dQ in one key sweep, 5
@@ -428,7 +428,7 @@ template <typename T>
 void launch_bwd_sm90_fused(const Params<T>& p) {
   using Cfg = BwdSm90Traits;
   constexpr int kBN = Cfg::kBlockN;
-  const bool det = attention_deterministic();
+  const bool det = p.deterministic;
   using Sweep = HopperKeySweepWs<T, 64, kBN, Cfg::kStages>;
   const int tiles = cdiv(p.N, 64);  // of dQ, per query head
   // deterministic: dQ's additions in a fixed order (a counter per tile; general masks: in
@@ -452,7 +452,7 @@ void launch_bwd_sm90_fused(const Params<T>& p) {
   CUDA_CHECK_LAUNCH();
   tail.finish(p, p.scale);
   rows_from_acc_kernel<T, 64, /*kOutputs=*/1>
-      <<<grid_x(p.BH, tiles), 256, 0, cuda_stream()>>>(acc.as<float>(), p.out0, nullptr, p.N, p.scale, 1.f, segments,
+      <<<grid_x(p.BH, tiles), 256, 0, cuda_stream()>>>(acc.as<float>(), p.dQ, nullptr, p.N, p.scale, 1.f, segments,
                                                         q.add_floats);
   CUDA_CHECK_LAUNCH();
 }

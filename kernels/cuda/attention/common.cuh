@@ -110,7 +110,21 @@ struct Params {
   const T *Qt, *Kt, *Vt;  // BoB cotangents of dQ, dK, dV (shaped like Q, K, V); nullptr = absent
   const Acc* L;           // (BH, N) saved row log-sum-exp (natural log; -inf for a row without keys)
   Acc *D, *E, *F;         // (BH, N) row scalars, stream-ordered scratch
-  T *out0, *out1, *out2, *out3;  // fwd O; bwd dQ dK dV; BoB gQ gK gV gdO (shaped like their inputs)
+  // The outputs, named by level (a call is of one level, so each slot has one meaning per call):
+  union {
+    T* O_out;  // (BH, N, d) fwd: O
+    T* dQ;     // bwd: dQ
+    T* gQ;     // BoB: grad_Q
+  };
+  union {
+    T* dK;  // (BHkv, Nk, d) bwd: dK
+    T* gK;  // BoB: grad_K
+  };
+  union {
+    T* dV;  // (BHkv, Nk, d) bwd: dV
+    T* gV;  // BoB: grad_V
+  };
+  T* gdO;                 // (BH, N, d) BoB: grad_dO
   Acc* L_out;             // (BH, N) fwd: L
   Acc* PV;                // (BH, N, d) three-pass BoB, all cotangents: P·Vt, pass 0 to pass 1
   float* fused_acc;       // fused BoB: its f32 buffers (sweeps.cuh), which pass 0 fills
@@ -129,6 +143,7 @@ struct Params {
   int H, group;   // query heads per batch entry; query heads per key/value head
   int wl, wr;     // window (kernels/params.h; -1: unbounded); with causal, wr is -1 and causal rules
   bool opts;      // grouped heads, Nk != N or a window: the kernels' general mask (kOpts) applies
+  bool deterministic;  // the fused sweeps' additions in a fixed order (launchers: add_order, tail split)
   const Acc* dL;  // (BH, N) cotangent of L or nullptr: D holds D - dL (docs/attention.md)
 
   // The mask (attention/mask.h MaskBand, AttentionShape::first_key / last_key on 32-bit
@@ -154,7 +169,7 @@ struct Params {
 };
 
 template <typename T>
-Params<T> make_params(const AttentionArgs& a) {
+Params<T> make_params(const AttentionInputs& a) {
   using Acc = typename Elem<T>::Acc;
   const AttentionShape& s = a.shape;
   GG_CHECK(s.N + s.keys() < (int64_t{1} << 31) && s.N * s.d < (int64_t{1} << 31) &&
@@ -165,17 +180,6 @@ Params<T> make_params(const AttentionArgs& a) {
   p.Q = static_cast<const T*>(a.Q);
   p.K = static_cast<const T*>(a.K);
   p.V = static_cast<const T*>(a.V);
-  p.O = static_cast<const T*>(a.O);
-  p.dO = static_cast<const T*>(a.dO);
-  p.Qt = static_cast<const T*>(a.Qt);
-  p.Kt = static_cast<const T*>(a.Kt);
-  p.Vt = static_cast<const T*>(a.Vt);
-  p.L = static_cast<const Acc*>(a.L);
-  p.dL = static_cast<const Acc*>(a.dL);
-  p.out0 = static_cast<T*>(a.out0);
-  p.out1 = static_cast<T*>(a.out1);
-  p.out2 = static_cast<T*>(a.out2);
-  p.out3 = static_cast<T*>(a.out3);
   p.BH = s.B * s.H;
   p.N = static_cast<int>(s.N);
   p.d = static_cast<int>(s.d);
@@ -187,6 +191,44 @@ Params<T> make_params(const AttentionArgs& a) {
   p.wl = static_cast<int>(s.window_left);    // below Nk after resolve_mask (ops/attention.cpp)
   p.wr = static_cast<int>(s.window_right);   // below Nq
   p.opts = p.group != 1 || p.Nk != p.N || p.wl >= 0 || p.wr >= 0;
+  return p;
+}
+template <typename T>
+Params<T> make_params(const AttentionFwdArgs& a) {
+  Params<T> p = make_params<T>(static_cast<const AttentionInputs&>(a));
+  p.O_out = static_cast<T*>(a.O);
+  p.L_out = static_cast<typename Elem<T>::Acc*>(a.L);
+  return p;
+}
+template <typename T>
+Params<T> make_params(const AttentionSavedArgs& a) {
+  using Acc = typename Elem<T>::Acc;
+  Params<T> p = make_params<T>(static_cast<const AttentionInputs&>(a));
+  p.O = static_cast<const T*>(a.O);
+  p.dO = static_cast<const T*>(a.dO);
+  p.L = static_cast<const Acc*>(a.L);
+  p.dL = static_cast<const Acc*>(a.dL);
+  p.deterministic = a.deterministic;
+  return p;
+}
+template <typename T>
+Params<T> make_params(const AttentionBwdArgs& a) {
+  Params<T> p = make_params<T>(static_cast<const AttentionSavedArgs&>(a));
+  p.dQ = static_cast<T*>(a.dQ);
+  p.dK = static_cast<T*>(a.dK);
+  p.dV = static_cast<T*>(a.dV);
+  return p;
+}
+template <typename T>
+Params<T> make_params(const AttentionBobArgs& a) {
+  Params<T> p = make_params<T>(static_cast<const AttentionSavedArgs&>(a));
+  p.Qt = static_cast<const T*>(a.Qt);
+  p.Kt = static_cast<const T*>(a.Kt);
+  p.Vt = static_cast<const T*>(a.Vt);
+  p.gQ = static_cast<T*>(a.gQ);
+  p.gK = static_cast<T*>(a.gK);
+  p.gV = static_cast<T*>(a.gV);
+  p.gdO = static_cast<T*>(a.gdO);
   return p;
 }
 
@@ -522,8 +564,8 @@ decltype(auto) static_switch(F&& f, bool flag, Flags... flags) {
 // bf16/f16 only generic() is compiled.
 template <int kD>
 using HeadDim = std::integral_constant<int, kD>;
-template <typename T, typename Sm90, typename Sm80, typename Generic>
-void on_path(const AttentionArgs& a, Level level, Sm90&& sm90, Sm80&& sm80, Generic&& generic) {
+template <typename T, typename Args, typename Sm90, typename Sm80, typename Generic>
+void on_path(const Args& a, Level level, Sm90&& sm90, Sm80&& sm80, Generic&& generic) {
   if constexpr (is_half_type<T>()) {
     switch (choose_path(a, level)) {
       case Path::kSm90: return a.shape.d == 64 ? sm90(HeadDim<64>{}) : sm90(HeadDim<128>{});

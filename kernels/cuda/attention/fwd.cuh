@@ -50,10 +50,10 @@ __device__ __forceinline__ void fwd_epilogue(const Params<T>& p, float (&acc)[kD
     if (lane % 4 == 0 && row < p.N)
       p.L_out[head + row] = no_keys ? -INFINITY : l_row > 0.f ? (m[h] + log2f(l_row)) * kLn2 : NAN;
   }
-  store_acc<T, kD>(p.out0 + (head + iw) * kD, kD, acc, inv_l, iw, p.N, lane);
+  store_acc<T, kD>(p.O_out + (head + iw) * kD, kD, acc, inv_l, iw, p.N, lane);
 }
 
-// The launchers (p.out0: O, p.L_out: L), each in its path's file, instantiated for the dtypes and
+// The launchers (p.O_out: O, p.L_out: L), each in its path's file, instantiated for the dtypes and
 // head dims that choose_path sends it.
 template <typename T>
 void launch_fwd_generic(const Params<T>& p);

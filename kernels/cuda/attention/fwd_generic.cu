@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(GenericTraits::kThreads, GenericTraits::min_bl
     const Acc inv_l = Acc(1) / l;  // l = 0: acc = 0, and 0·inf = NaN
 #pragma unroll
     for (int k = 0; k < C::kColsPerThread; ++k) acc[k] = no_keys ? Acc(0) : acc[k] * inv_l;
-    gen_store(p.out0 + (b.qhead + i) * p.d, acc, c0, p.d, th);
+    gen_store(p.O_out + (b.qhead + i) * p.d, acc, c0, p.d, th);
     if (blockIdx.y == 0 && th.r == 0)
       p.L_out[b.qhead + i] = no_keys ? neg_inf<Acc>() : l > Acc(0) ? m + acc_log(l) : static_cast<Acc>(NAN);
   }

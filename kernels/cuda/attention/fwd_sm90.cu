@@ -174,7 +174,7 @@ __global__ void __launch_bounds__(256) fwd_merge_kernel(const Params<T> p, const
   const int64_t out = (uc.bh * p.N + row) * kD;
 #pragma unroll
   for (int q = 0; q < kPairs; ++q)
-    *reinterpret_cast<uint32_t*>(p.out0 + out + 2 * (q * 16 + t)) = Elem<T>::pack(o[q][0] / lsum, o[q][1] / lsum);
+    *reinterpret_cast<uint32_t*>(p.O_out + out + 2 * (q * 16 + t)) = Elem<T>::pack(o[q][0] / lsum, o[q][1] / lsum);
   if (t == 0) p.L_out[uc.bh * p.N + row] = (M + log2f(lsum)) * kLn2;
 }
 

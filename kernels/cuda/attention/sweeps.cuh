@@ -862,10 +862,10 @@ __device__ __forceinline__ void put_key_rows(float* rows, const float (&acc)[kCo
   }
 }
 
-// A consumer's two key-row outputs (its warp's rows from jw): out1 = alpha1·a and out2 = b stored,
-// or, in a piece of a split unit (blocks from ts.whole on), a and b unscaled into the unit's scratch
-// rows (row jw % 128 of the unit: units start at multiples of 128 keys), added into its one slot
-// or stored into the piece's own (ts.slots).
+// A consumer's two key-row outputs (its warp's rows from jw): dK = alpha1·a and dV = b (the BoB's
+// grad_K and grad_V) stored, or, in a piece of a split unit (blocks from ts.whole on), a and b
+// unscaled into the unit's scratch rows (row jw % 128 of the unit: units start at multiples of 128
+// keys), added into its one slot or stored into the piece's own (ts.slots).
 // kN8: d / 8 (the accumulators' first extent, deduced). kOpts: a general mask's key count Nk.
 template <bool kOpts, typename T, int kN8>
 __device__ __forceinline__ void key_rows_out(const Params<T>& p, const TailSplit& ts, int64_t head, int jw,
@@ -892,8 +892,8 @@ __device__ __forceinline__ void key_rows_out(const Params<T>& p, const TailSplit
   }
   const float one[2] = {1.f, 1.f}, scale[2] = {alpha1, alpha1};
   const int nk = kOpts ? p.Nk : p.N;
-  store_acc<T, kD>(p.out1 + (head + jw) * kD, kD, a, scale, jw, nk, lane);
-  store_acc<T, kD>(p.out2 + (head + jw) * kD, kD, b, one, jw, nk, lane);
+  store_acc<T, kD>(p.dK + (head + jw) * kD, kD, a, scale, jw, nk, lane);  // or the BoB's grad_K (one slot)
+  store_acc<T, kD>(p.dV + (head + jw) * kD, kD, b, one, jw, nk, lane);    // or grad_V
 }
 
 // The split units' outputs from the scratch (the sum of their slots, in order k = 0, 1, ...):
@@ -997,7 +997,7 @@ class TailSplitRun {
   void finish(const Params<T>& p, float scale1) const {
     if (ts_.split_units == 0) return;
     auto kernel = d_ == 128 ? rows_from_scratch_kernel<T, 128> : rows_from_scratch_kernel<T, 64>;
-    kernel<<<kScratchBlocks * ts_.split_units, 256, 0, cuda_stream()>>>(ts_.scratch, p.out1, p.out2, p.Nk, ts_.whole,
+    kernel<<<kScratchBlocks * ts_.split_units, 256, 0, cuda_stream()>>>(ts_.scratch, p.dK, p.dV, p.Nk, ts_.whole,
                                                                          ts_.slots, scale1, p.opts && p.right() >= 0);
     CUDA_CHECK_LAUNCH();
   }

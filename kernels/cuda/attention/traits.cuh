@@ -22,6 +22,7 @@
 //
 // Tests may force kSm80 or kGeneric (attention/testing.h, testing::ScopedAttentionPath).
 #pragma once
+#include <array>
 #include <cstdint>
 
 #include "kernels/cuda/attention/testing.h"
@@ -34,15 +35,23 @@ namespace gg::kernels::cuda::attn {
 enum class Path { kGeneric, kSm80, kSm90 };
 enum class Level { kFwd, kBwd, kBob };
 
+// The tensors of a call whose rows the tensor-core kernels read or write, per level.
+inline std::array<const void*, 5> row_tensors(const AttentionFwdArgs& a) { return {a.Q, a.K, a.V, a.O, a.L}; }
+inline std::array<const void*, 8> row_tensors(const AttentionBwdArgs& a) {
+  return {a.Q, a.K, a.V, a.O, a.dO, a.dQ, a.dK, a.dV};
+}
+inline std::array<const void*, 12> row_tensors(const AttentionBobArgs& a) {
+  return {a.Q, a.K, a.V, a.O, a.dO, a.Qt, a.Kt, a.Vt, a.gQ, a.gK, a.gV, a.gdO};
+}
+
 // Whether the tensor-core kernels apply: bf16/f16, d in {32, 64, 128}, every row 16-byte aligned.
 inline bool tc_aligned(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-inline bool tc_supported(const AttentionArgs& a) {
+template <typename Args>
+bool tc_supported(const Args& a) {
   const int64_t d = a.shape.d;
   if (!(a.dtype == DType::bf16 || a.dtype == DType::f16)) return false;
   if (d != 32 && d != 64 && d != 128) return false;
-  for (const void* p : {a.Q, a.K, a.V, a.O, a.dO, a.Qt, a.Kt, a.Vt, static_cast<const void*>(a.out0),
-                        static_cast<const void*>(a.out1), static_cast<const void*>(a.out2),
-                        static_cast<const void*>(a.out3)})
+  for (const void* p : row_tensors(a))
     if (!tc_aligned(p)) return false;
   return true;
 }
@@ -50,7 +59,8 @@ inline bool tc_supported(const AttentionArgs& a) {
 // Every family takes grouped heads, Nq != Nk and windows (Params::opts selects the kernels' kOpts
 // instances); the choice depends on dtype, head dim, alignment and the device only. Empty shapes
 // run generic.
-inline Path choose_path(const AttentionArgs& a, Level level) {
+template <typename Args>
+Path choose_path(const Args& a, Level level) {
   using testing::AttentionPath;
   const AttentionPath forced = testing::attention_path();
   const bool empty = a.shape.N < 1 || a.shape.keys() < 1 || a.shape.B * a.shape.H < 1;
