@@ -9,6 +9,7 @@
 #pragma once
 
 #include "autograd/engine.h"
+#include "autograd/forward_ad.h"
 #include "autograd/functional.h"
 #include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"

@@ -4,6 +4,7 @@
 #include "autograd/functional.h"
 
 #include "autograd/engine.h"
+#include "autograd/forward_ad.h"
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "ops/ops.h"
@@ -29,17 +30,26 @@ TensorList inner_inputs(const char* what, const TensorList& xs, bool outer) {
     const Tensor& x = xs[i];
     GG_CHECK(x.defined(), ValueError, "gg::func::", what, ": input ", i, " is undefined");
     Tensor alias = x.detach();
-    if (outer && x.requires_grad())
-      record("func_input", {x}, {alias}, {}, [](const BackwardArgs& g) -> TensorList { return {g.grads[0]}; });
-    else
+    if (outer && x.requires_grad()) {
+      record("func_input", {x}, {alias}, {}, [](const BackwardArgs& g) -> TensorList { return {g.grads[0]}; },
+             [](const JvpArgs& j) -> TensorList { return {j.tangents[0]}; });
+    } else {
       alias.requires_grad_(true);
+      detail::copy_tangents(x, alias);  // a dual input stays dual (a transform inside forward mode)
+    }
     in.push_back(alias);
   }
   return in;
 }
 
-// A result handed back to the caller: on the outer tape as computed, otherwise without history.
-Tensor result(const Tensor& t, bool outer) { return outer || !t.defined() ? t : t.detach(); }
+// A result handed back to the caller: on the outer tape as computed, otherwise without history
+// (but with its tangents, when the transform runs inside forward mode).
+Tensor result(const Tensor& t, bool outer) {
+  if (outer || !t.defined()) return t;
+  Tensor r = t.detach();
+  detail::copy_tangents(t, r);
+  return r;
+}
 TensorList results(const TensorList& ts, bool outer) {
   TensorList out;
   out.reserve(ts.size());
@@ -154,44 +164,32 @@ void check_names(const char* what, const NamedTensors& vs, const NamedTensors& p
              vs[i].first, "' but parameter ", i, " is '", params[i].first, "'");
 }
 
-// The double-VJP trick, for jvp and jacfwd until gradgrad has a forward mode: with dummy
-// cotangents us that require grad, Jᵀu is recorded (create_graph) and is linear in u, so its
-// gradient with respect to u along v is J·v. One JvpTape serves any number of tangents.
-struct JvpTape {
-  TensorList us;    // one dummy cotangent per output on the tape
-  TensorList jt_u;  // Jᵀu, one per input (only those on the tape)
-  std::vector<size_t> out_index;  // us[k] belongs to output out_index[k]
-  std::vector<size_t> in_index;   // jt_u[k] belongs to input in_index[k]
-
-  JvpTape(const TensorList& ys, const TensorList& in) {
-    TensorList outs;
-    for (size_t i = 0; i < ys.size(); ++i)
-      if (ys[i].requires_grad()) {
-        outs.push_back(ys[i]);
-        us.push_back(zeros_like(ys[i]).requires_grad_(true));  // any value: Jᵀu is linear in u
-        out_index.push_back(i);
-      }
-    if (outs.empty()) return;
-    TensorList g = gg::grad(outs, in, us, /*retain_graph=*/true, /*create_graph=*/true, /*allow_unused=*/true);
-    for (size_t j = 0; j < g.size(); ++j)
-      if (g[j].defined() && g[j].requires_grad()) {
-        jt_u.push_back(g[j]);
-        in_index.push_back(j);
-      }
-  }
-
-  // J·v, one per output (zeros where J is zero).
-  TensorList apply(const TensorList& ys, const TensorList& vs, bool create) const {
-    TensorList jv(ys.size());
-    if (!jt_u.empty()) {
-      TensorList ws;
-      for (size_t j : in_index) ws.push_back(vs[j]);
-      TensorList d = gg::grad(jt_u, us, ws, /*retain_graph=*/true, create, /*allow_unused=*/true);
-      for (size_t k = 0; k < d.size(); ++k) jv[out_index[k]] = d[k];
-    }
-    return zeros_where_unused(jv, ys);
-  }
+// One forward-mode pass (autograd/forward_ad.h): f at xs carrying tangents vs at a fresh dual
+// level; returns f's outputs and their tangents J·v (zeros where an output has none). The inputs
+// enter through inner_inputs when the caller's tape tracks them (so the outputs and tangents stay
+// functions of xs and vs), as they are otherwise.
+struct ForwardPass {
+  TensorList outputs, tangents;
 };
+ForwardPass forward_pass(const ListFn& f, const TensorList& xs, const TensorList& vs, bool outer) {
+  fwd::DualLevel level;
+  TensorList duals;
+  if (outer) {
+    const TensorList in = inner_inputs("jvp", xs, true);
+    for (size_t i = 0; i < xs.size(); ++i) duals.push_back(fwd::make_dual(in[i], vs[i], level));
+  } else {
+    for (size_t i = 0; i < xs.size(); ++i) duals.push_back(fwd::make_dual(xs[i], vs[i], level));
+  }
+  const TensorList ys = f(duals);
+  ForwardPass r;
+  for (const Tensor& y : ys) {
+    GG_CHECK(y.defined(), ValueError, "gg::func::jvp: f returned an undefined tensor");
+    fwd::Dual d = fwd::unpack_dual(y, level);
+    r.outputs.push_back(result(d.primal, outer));
+    r.tangents.push_back(result(d.tangent.defined() ? d.tangent : zeros_like(y), outer));
+  }
+  return r;  // closing the level erases the level's tangents from everything f made
+}
 
 }  // namespace
 
@@ -234,25 +232,36 @@ VjpResult vjp(const ListFn& f, const TensorList& xs) {
   return {results(ys, outer), fn};
 }
 
+// True forward mode: one pass of f carrying the tangents (no graph kept unless the caller's tape
+// tracks xs or vs, when f runs in grad mode so that the results are differentiable again).
 JvpResult jvp(const ListFn& f, const TensorList& xs, const TensorList& vs) {
   check_like("jvp", "v", vs, "x", xs);
   const bool outer = on_outer_tape(xs) || on_outer_tape(vs);
   EnableGradGuard enable;
-  const TensorList in = inner_inputs("jvp", xs, outer);
-  const TensorList ys = f(in);
-  const JvpTape tape(ys, in);
-  return {results(ys, outer), results(tape.apply(ys, vs, outer), outer)};
+  ForwardPass p = forward_pass(f, xs, vs, outer);
+  return {p.outputs, p.tangents};
 }
 
+// Forward over reverse: the gradient of f is computed from inputs carrying the tangents vs, so
+// each op of the backward carries its tangent too and the gradient arrives with tangent H·v: one
+// backward, with a tangent beside it (about the cost of two gradients, no second graph).
 TensorList hvp(const ListScalarFn& f, const TensorList& xs, const TensorList& vs) {
   check_like("hvp", "v", vs, "x", xs);
   const bool outer = on_outer_tape(xs) || on_outer_tape(vs);
   EnableGradGuard enable;
+  fwd::DualLevel level;
   const TensorList in = inner_inputs("hvp", xs, outer);
-  const Tensor y = f(in);
+  TensorList duals;
+  for (size_t i = 0; i < in.size(); ++i) duals.push_back(fwd::make_dual(in[i], vs[i], level));
+  const Tensor y = f(duals);
   check_scalar("hvp", y);
-  const TensorList g = contract_grad({y}, {ones_like(y)}, in, /*retain=*/true, /*create=*/true);
-  return results(contract_grad(g, vs, in, /*retain=*/false, /*create=*/outer), outer);  // ∇⟨∇f, v⟩ = H·v
+  const TensorList g = contract_grad({y}, {ones_like(y)}, duals, /*retain=*/false, /*create=*/outer);
+  TensorList hv;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const Tensor t = fwd::unpack_dual(g[i], level).tangent;
+    hv.push_back(result(t.defined() ? t : zeros_like(xs[i]), outer));  // H·v
+  }
+  return hv;
 }
 
 Tensor hvp(const ScalarFn& f, const Tensor& x, const Tensor& v) { return hvp(scalar_on_list(f), TensorList{x}, {v})[0]; }
@@ -293,22 +302,28 @@ std::vector<TensorList> jacrev(const ListFn& f, const TensorList& xs) {
   return jac;
 }
 
+// One forward-mode pass (jvp) per input element, each giving a column of every block: n passes
+// of f for n input elements, against jacrev's one backward per output element.
 std::vector<TensorList> jacfwd(const ListFn& f, const TensorList& xs) {
+  for (size_t j = 0; j < xs.size(); ++j) GG_CHECK(xs[j].defined(), ValueError, "gg::func::jacfwd: input ", j, " is undefined");
   const bool outer = on_outer_tape(xs);
   EnableGradGuard enable;
-  const TensorList in = inner_inputs("jacfwd", xs, outer);
-  const TensorList ys = f(in);
-  const JvpTape tape(ys, in);
-  std::vector<TensorList> jac(ys.size(), TensorList(xs.size()));
-  for (size_t j = 0; j < xs.size(); ++j) {
-    std::vector<TensorList> cols(ys.size());  // cols[i][k] = ∂ys[i]/∂xs[j][k]
+  TensorList ys;  // f's outputs, for the shapes of the blocks (from a plain evaluation if no column runs)
+  std::vector<std::vector<TensorList>> cols(xs.size());  // cols[j][i][k] = ∂ys[i]/∂xs[j][k]
+  for (size_t j = 0; j < xs.size(); ++j)
     for (int64_t k = 0; k < xs[j].numel(); ++k) {
       TensorList vs = all_zeros(xs);
       vs[j] = basis(xs[j], k);
-      const TensorList jv = tape.apply(ys, vs, outer);
-      for (size_t i = 0; i < ys.size(); ++i) cols[i].push_back(jv[i]);
+      ForwardPass p = forward_pass(f, xs, vs, outer);
+      if (ys.empty()) ys = p.outputs;
+      cols[j].resize(p.tangents.size());
+      for (size_t i = 0; i < p.tangents.size(); ++i) cols[j][i].push_back(p.tangents[i]);
     }
-    for (size_t i = 0; i < ys.size(); ++i) jac[i][j] = result(columns_to_block(cols[i], ys[i], xs[j]), outer);
+  if (ys.empty()) ys = f(xs);
+  std::vector<TensorList> jac(ys.size(), TensorList(xs.size()));
+  for (size_t j = 0; j < xs.size(); ++j) {
+    cols[j].resize(ys.size());
+    for (size_t i = 0; i < ys.size(); ++i) jac[i][j] = result(columns_to_block(cols[j][i], ys[i], xs[j]), outer);
   }
   return jac;
 }

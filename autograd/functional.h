@@ -70,7 +70,8 @@ struct NamedVjpResult {
 };
 NamedVjpResult vjp(const NamedTensorFn& f, const NamedTensors& params);
 
-// f(xs) and J·v (one tangent per input, shaped like it; one result per output).
+// f(xs) and J·v (one tangent per input, shaped like it; one result per output), by forward mode:
+// one pass of f with xs carrying the tangents (autograd/forward_ad.h), about the cost of f.
 struct JvpResult {
   TensorList outputs;
   TensorList tangents;  // J·v
@@ -79,8 +80,9 @@ JvpResult jvp(const ListFn& f, const TensorList& xs, const TensorList& vs);
 // By name: f(params) and Σ_p ∂f/∂p · v_p, with vs named like params.
 std::pair<Tensor, Tensor> jvp(const NamedTensorFn& f, const NamedTensors& params, const NamedTensors& vs);
 
-// H·v for a scalar f: one product per input, Σ_j ∂²f/∂x_i∂x_j · v_j. H is symmetric, so this is
-// ∇ ⟨∇f, v⟩, about the cost of two gradients.
+// H·v for a scalar f: one product per input, Σ_j ∂²f/∂x_i∂x_j · v_j, by forward over reverse:
+// ∇f computed from xs carrying the tangents v arrives with the tangent H·v (one forward and one
+// backward, each with its tangent beside it).
 TensorList hvp(const ListScalarFn& f, const TensorList& xs, const TensorList& vs);
 Tensor hvp(const ScalarFn& f, const Tensor& x, const Tensor& v);
 NamedTensors hvp(const NamedScalarFn& f, const NamedTensors& params, const NamedTensors& vs);
@@ -109,8 +111,7 @@ NamedHessian hessian(const NamedScalarFn& f, const NamedTensors& params);
 // The single-tensor transforms in their first spelling (Note [transforms compose] applies).
 // H(x)·v of a scalar function.
 Tensor hvp(const ScalarFn& f, const Tensor& x, const Tensor& v);
-// J(x)·v. Until gradgrad has a forward mode this is the double-VJP trick: u ↦ Jᵀu is linear in
-// u, so differentiating ⟨Jᵀu, v⟩ with respect to u gives J·v.
+// J(x)·v, by forward mode (func::jvp).
 Tensor jvp(const TensorFn& f, const Tensor& x, const Tensor& v);
 // The Hessian of a scalar function flattened to (numel(x), numel(x)).
 Tensor hessian(const ScalarFn& f, const Tensor& x);

@@ -88,6 +88,7 @@ Tensor SavedVariable::unpack(const std::shared_ptr<Node>& owner, const char* nod
   Tensor t = make_view(data_, data_.shape(), data_.strides(), data_.offset());
   t.impl().grad_fn = owner;
   t.impl().output_nr = output_nr_;
+  if (!data_.impl().tangents.empty()) detail::copy_tangents(data_, t);  // forward mode
   return t;
 }
 
@@ -157,12 +158,27 @@ std::shared_ptr<FunctionNode> record_node(const char* name, TensorSpan inputs, T
 
 }  // namespace detail
 
+namespace {
+std::shared_ptr<FunctionNode> record_list(const char* name, const TensorList& inputs, const TensorList& outputs,
+                                          const TensorList& to_save, BackwardFn backward, const JvpFn* jvp,
+                                          const RecordOptions& options) {
+  const detail::TensorSpan in{inputs.data(), inputs.size()}, out{outputs.data(), outputs.size()};
+  std::shared_ptr<FunctionNode> node;
+  if (detail::should_record(in))
+    node = detail::record_node(name, in, out, {to_save.data(), to_save.size()}, std::move(backward), options);
+  if (detail::forward_ad_active()) detail::forward_jvp(name, in, out, jvp, node.get());
+  return node;
+}
+}  // namespace
+
 std::shared_ptr<FunctionNode> record(const char* name, const TensorList& inputs, const TensorList& outputs,
             const TensorList& to_save, BackwardFn backward, const RecordOptions& options) {
-  const detail::TensorSpan in{inputs.data(), inputs.size()};
-  if (!detail::should_record(in)) return nullptr;
-  return detail::record_node(name, in, {outputs.data(), outputs.size()}, {to_save.data(), to_save.size()},
-                             std::move(backward), options);
+  return record_list(name, inputs, outputs, to_save, std::move(backward), nullptr, options);
+}
+
+std::shared_ptr<FunctionNode> record(const char* name, const TensorList& inputs, const TensorList& outputs,
+            const TensorList& to_save, BackwardFn backward, const JvpFn& jvp, const RecordOptions& options) {
+  return record_list(name, inputs, outputs, to_save, std::move(backward), &jvp, options);
 }
 
 }  // namespace gg

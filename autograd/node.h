@@ -3,11 +3,13 @@
 // when the engine runs it with grad mode on (create_graph) the backward itself is recorded
 // as new nodes, which can be differentiated again.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../core/tensor.h"
@@ -75,6 +77,11 @@ class SavedVariable {
   void reset() { data_ = Tensor(); }
   // If this saved tensor is the last handle on its data, gives up its grad_fn (teardown).
   std::shared_ptr<Node> take_grad_fn();
+  // Forward mode: a saved output is stored detached, so the tangents its op gave it after saving
+  // are copied in here (autograd/forward_ad.cpp), and come back with it on unpack.
+  bool is_output() const { return is_output_; }
+  uint32_t output_nr() const { return output_nr_; }
+  void set_tangents(const Tensor& output);
 
  private:
   Tensor data_;
@@ -90,6 +97,18 @@ struct BackwardArgs {
   const std::vector<bool>& needs;  // needs[i]: input i wants a gradient
 };
 using BackwardFn = std::function<TensorList(const BackwardArgs&)>;
+
+// What a forward-mode (JVP) rule gets, at one dual level (autograd/forward_ad.h): the tangent of
+// each input (zeros for an input that has none at this level, undefined for an undefined input),
+// and the op's inputs and outputs (primals, on the tape as the op recorded them). It returns one
+// tangent per output (undefined: zero), written in gg ops like a backward, so that tangents carry
+// tangents of outer levels and can be differentiated in reverse mode.
+struct JvpArgs {
+  const TensorList& tangents;
+  const TensorList& inputs;
+  const TensorList& outputs;
+};
+using JvpFn = std::function<TensorList(const JvpArgs&)>;
 
 // The node every op records: a name, saved tensors, and a backward closure in gg ops.
 class FunctionNode final : public Node {
@@ -138,25 +157,65 @@ struct TensorSpan {
 bool should_record(TensorSpan inputs);  // grad mode on and some input requires grad
 std::shared_ptr<FunctionNode> record_node(const char* name, TensorSpan inputs, TensorSpan outputs,
                                           TensorSpan to_save, BackwardFn backward, const RecordOptions& options);
+// How many dual levels are open, over all threads (autograd/forward_ad.cpp). The one check every
+// op pays for forward mode: while it is 0, record() does nothing more than before.
+extern std::atomic<int> g_open_dual_levels;
+inline bool forward_ad_active() { return g_open_dual_levels.load(std::memory_order_relaxed) != 0; }
+// Gives the outputs their tangents at each visible dual level where some input has one, by `jvp`
+// (null: the op has no JVP rule, an AutogradError naming it if a tangent arrives).
+void forward_jvp(const char* name, TensorSpan inputs, TensorSpan outputs, const JvpFn* jvp, FunctionNode* node);
+// Gives `to` every tangent `from` has at an open level (a detached copy that keeps them).
+void copy_tangents(const Tensor& from, const Tensor& to);
+// Whether `t` carries a tangent at a level open on this thread.
+bool has_open_tangent(const Tensor& t);
+template <typename J>
+constexpr bool is_jvp_rule = std::is_invocable_r_v<TensorList, const std::decay_t<J>&, const JvpArgs&>;
 }  // namespace detail
 
 // Records one op: if grad mode is on and some input requires grad, makes a FunctionNode (set up
 // by `options`) with edges to the inputs, saves `to_save`, and makes it the grad_fn of each
 // output. Returns the node, or null when nothing was recorded.
+//
+// Forward mode: the form with a `jvp` rule (after the backward) also gives the outputs their
+// tangents when some input carries one at an open dual level (autograd/forward_ad.h), whether
+// or not anything is recorded; the rule runs during this call only, so it may capture locals by
+// reference. Without a rule, a tangent arriving at the op is an AutogradError naming it.
 std::shared_ptr<FunctionNode> record(const char* name, const TensorList& inputs, const TensorList& outputs,
             const TensorList& to_save, BackwardFn backward, const RecordOptions& options = {});
+std::shared_ptr<FunctionNode> record(const char* name, const TensorList& inputs, const TensorList& outputs,
+            const TensorList& to_save, BackwardFn backward, const JvpFn& jvp, const RecordOptions& options = {});
 
-// The same for braced lists, the form every op uses ({a, b}, {y}, {a, b}, lambda): no vector is
-// built, and when nothing is recorded (grad mode off, no input requiring grad) neither is the
-// std::function around the backward.
+// The same for braced lists, the form every op uses ({a, b}, {y}, {a, b}, backward, jvp): no
+// vector is built, and when nothing is recorded (grad mode off, no input requiring grad) neither
+// is the std::function around the backward. With no dual level open anywhere, forward mode costs
+// one relaxed load.
 template <typename F>
 std::shared_ptr<FunctionNode> record(const char* name, std::initializer_list<Tensor> inputs,
                                      std::initializer_list<Tensor> outputs, std::initializer_list<Tensor> to_save,
                                      F&& backward, const RecordOptions& options = {}) {
-  const detail::TensorSpan in{inputs.begin(), inputs.size()};
-  if (!detail::should_record(in)) return nullptr;
-  return detail::record_node(name, in, {outputs.begin(), outputs.size()}, {to_save.begin(), to_save.size()},
-                             BackwardFn(std::forward<F>(backward)), options);
+  const detail::TensorSpan in{inputs.begin(), inputs.size()}, out{outputs.begin(), outputs.size()};
+  std::shared_ptr<FunctionNode> node;
+  if (detail::should_record(in))
+    node = detail::record_node(name, in, out, {to_save.begin(), to_save.size()}, BackwardFn(std::forward<F>(backward)),
+                               options);
+  if (detail::forward_ad_active()) detail::forward_jvp(name, in, out, nullptr, node.get());
+  return node;
+}
+
+template <typename F, typename J, std::enable_if_t<detail::is_jvp_rule<J>, int> = 0>
+std::shared_ptr<FunctionNode> record(const char* name, std::initializer_list<Tensor> inputs,
+                                     std::initializer_list<Tensor> outputs, std::initializer_list<Tensor> to_save,
+                                     F&& backward, J&& jvp, const RecordOptions& options = {}) {
+  const detail::TensorSpan in{inputs.begin(), inputs.size()}, out{outputs.begin(), outputs.size()};
+  std::shared_ptr<FunctionNode> node;
+  if (detail::should_record(in))
+    node = detail::record_node(name, in, out, {to_save.begin(), to_save.size()}, BackwardFn(std::forward<F>(backward)),
+                               options);
+  if (detail::forward_ad_active()) {
+    const JvpFn rule = std::cref(jvp);
+    detail::forward_jvp(name, in, out, &rule, node.get());
+  }
+  return node;
 }
 
 namespace detail {

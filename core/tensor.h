@@ -28,6 +28,16 @@ namespace indexing {
 class TensorIndex;  // core/indexing.h
 }
 
+struct TensorImpl;
+
+// A forward-mode tangent of a tensor at one dual level (autograd/forward_ad.h): `level` is the
+// level's id, unique over the program's life, so a tangent of a level that has closed never
+// matches a later one.
+struct LevelTangent {
+  uint64_t level;
+  std::shared_ptr<TensorImpl> tangent;
+};
+
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
   int64_t offset = 0;  // in elements
@@ -42,6 +52,10 @@ struct TensorImpl {
   uint32_t output_nr = 0;                 // which output of grad_fn this is
   std::shared_ptr<TensorImpl> grad;       // filled by Tensor::backward() on leaves
   std::weak_ptr<Node> grad_accumulator;   // the leaf's AccumulateGrad node, while alive
+
+  // Forward mode: the tangent carried beside this primal at each open dual level (usually none;
+  // a level's entries are erased when it closes).
+  std::vector<LevelTangent> tangents;
 };
 
 class Tensor {

@@ -26,6 +26,8 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <tuple>
+#include <vector>
 
 // The one upward call from ops/ into autograd/: bob_composite_vjp (the order-3 fallback) runs
 // gg::grad, the engine, from inside a backward. Every other op only records nodes for it.
@@ -194,6 +196,11 @@ AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tenso
         const Tensor dO = g.grads[0].defined() ? g.grads[0] : zeros_like(sv[3]);
         return attention_backward(sv[0], sv[1], sv[2], sv[3].detach(), sv[4].detach(), dO, o, g.grads[1]);
       },
+      [&o](const JvpArgs& j) -> TensorList {  // forward mode: Ȯ and L̇ (attention_forward_jvp, section 5)
+        const AttentionForward t =
+            attention_forward_jvp(j.inputs[0], j.inputs[1], j.inputs[2], j.tangents[0], j.tangents[1], j.tangents[2], o);
+        return {t.O, t.L};
+      },
       RecordOptions{/*materialize_grads=*/false});
   return {O, L};
 }
@@ -245,6 +252,16 @@ TensorList attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
         const TensorList& sv = g.saved;  // Q, K, V, dO, O, L, dL; grads are the cotangents Q̃, K̃, Ṽ (maybe undefined)
         return attention_backward_backward(sv[0], sv[1], sv[2], sv[4], sv[5], sv[3], g.grads[0], g.grads[1],
                                            g.grads[2], o, sv[6]);
+      },
+      [&](const JvpArgs& j) -> TensorList {
+        // Forward mode (forward over reverse), fused: (dQ, dK, dV) = ∇_{q,k,v} φ with φ = ⟨dO, O⟩ + ⟨dL, L⟩.
+        // Along q̇, k̇, v̇ it moves by H_φ·(q̇, k̇, v̇), which (H_φ symmetric) is the BoB's gQ, gK, gV
+        // with cotangents q̇, k̇, v̇; along dȮ, dL̇ (φ is linear in them) by the backward of dȮ, dL̇.
+        const TensorList& in = j.inputs;
+        const TensorList& t = j.tangents;
+        const TensorList h = attention_backward_backward(in[0], in[1], in[2], O, L, in[3], t[0], t[1], t[2], o, in[4]);
+        const TensorList lin = attention_backward(in[0], in[1], in[2], O, L, t[3], o, t[4]);
+        return {h[0] + lin[0], h[1] + lin[1], h[2] + lin[2]};
       },
       RecordOptions{/*materialize_grads=*/false});
   return grads;
@@ -303,6 +320,8 @@ TensorList bob_outputs(const char* op, const Tensor& q, const Tensor& k, const T
 // The rule attention_backward_backward records, defined in the next section with the composite
 // it differentiates; declared here because the level that records it comes first in the chain.
 TensorList bob_composite_vjp(const TensorList& inputs, const TensorList& cots, const AttentionOptions& o);
+TensorList bob_composite_jvp(const TensorList& inputs, const TensorList& tangents, const TensorList& outputs,
+                             const AttentionOptions& o);
 }  // namespace
 
 void attention_backward_backward_out(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& O,
@@ -361,7 +380,7 @@ TensorList attention_backward_backward(const Tensor& q, const Tensor& k, const T
                    "gg::attention: third and higher derivatives fall back to differentiating attention_composite "
                    "(exact, but O(N^2) memory)");
     return bob_composite_vjp(g.saved, g.grads, o);
-  });
+  }, [&o](const JvpArgs& j) -> TensorList { return bob_composite_jvp(j.inputs, j.tangents, j.outputs, o); });
   return outs;
 }
 
@@ -499,6 +518,26 @@ TensorList bob_composite_vjp(const TensorList& inputs, const TensorList& cots, c
   for (size_t j = 0; j < r.size(); ++j) result[wrt_index[j]] = r[j];
   return result;
 }
+
+// Forward mode of the BoB (order 3): its Jacobian-vector product as the double-VJP of
+// bob_composite_vjp. u ↦ (BoB's VJP of u) is linear, so ∂/∂u ⟨VJP(u), ẋ⟩ = J·ẋ, one tangent per
+// BoB output (undefined: zero). Exact, O(N²), like the VJP it differentiates.
+TensorList bob_composite_jvp(const TensorList& inputs, const TensorList& tangents, const TensorList& outputs,
+                             const AttentionOptions& o) {
+  const bool record_result = GradMode::is_enabled();
+  EnableGradGuard eg;
+  TensorList u;
+  for (const Tensor& out : outputs) u.push_back(zeros_like(out).requires_grad_(true));  // any value: linear in u
+  const TensorList r = bob_composite_vjp(inputs, u, o);
+  Tensor inner;
+  for (size_t i = 0; i < r.size(); ++i)
+    if (r[i].defined() && tangents[i].defined()) {
+      const Tensor term = sum(r[i] * tangents[i]);
+      inner = inner.defined() ? inner + term : term;
+    }
+  if (!inner.defined() || !inner.requires_grad()) return TensorList(outputs.size());
+  return grad({inner}, u, {}, std::nullopt, /*create_graph=*/record_result, /*allow_unused=*/true);
+}
 }  // namespace
 
 Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
@@ -508,6 +547,69 @@ Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, co
 AttentionForward attention_composite_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                              const AttentionOptions& o) {
   return composite_forward(q, k, v, o, true);
+}
+
+// ------------------------------------------------------- 5. forward mode: the JVP of the forward
+
+// Ṡ = scale·(Q̇Kᵀ + QK̇ᵀ) (zero where the mask hides a key), P = softmax(S), L̇ = rowsum(P ∘ Ṡ),
+// Ṗ = P ∘ (Ṡ − L̇), Ȯ = ṖV + PV̇, all in differentiable ops (so the tangents have tangents and
+// gradients of their own), from the composite's mask. Stores Nq×Nk matrices: the composite
+// formula, which a fused kernel (one pass beside the forward, no N×N buffer) can replace here.
+AttentionForward attention_forward_jvp(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qt,
+                                       const Tensor& kt, const Tensor& vt, const AttentionOptions& o) {
+  const char* op = "attention_forward_jvp";
+  const Checked c = check_qkv(op, q, k, v, o);
+  for (const auto& [t, like, name] : {std::tuple<const Tensor&, const Tensor&, const char*>{qt, q, "qt"},
+                                      {kt, k, "kt"}, {vt, v, "vt"}}) {
+    detail::check_defined(op, t, name);
+    GG_CHECK(t.shape() == like.shape(), ShapeError, "gg::", op, ": ", name, " has shape ", shape_str(t.shape()),
+             ", expected ", shape_str(like.shape()));
+    detail::check_same_dtype(op, like, t);
+    detail::check_same_device(op, like, t);
+  }
+  const int64_t nq = q.size(2), nk = k.size(2), group = q.size(1) / k.size(1);
+  auto widen = [&](const Tensor& t) {  // grouped heads: one key/value head per query head
+    if (group == 1) return t;
+    const Shape grouped = {t.size(0), t.size(1), group, t.size(2), t.size(3)};
+    return reshape(expand(unsqueeze(t, 2), grouped), {t.size(0), q.size(1), t.size(2), t.size(3)});
+  };
+  const Tensor kk = widen(k), vv = widen(v), kkt = widen(kt), vvt = widen(vt);
+  const double scale = c.shape.scale;
+  Tensor s = matmul(q, transpose(kk, -1, -2)) * scale;
+  Tensor st = (matmul(qt, transpose(kk, -1, -2)) + matmul(q, transpose(kkt, -1, -2))) * scale;
+  // The composite's mask (section 4): hidden keys get -inf scores, a row that sees no key scores
+  // 0 and is zeroed after the softmax.
+  kernels::AttentionShape m{1, 1, nq, q.size(-1), scale, false};
+  m.Nk = nk;
+  resolve_mask(op, nq, nk, o, m);
+  std::vector<double> seen(static_cast<size_t>(nq * nk), 0.0), fill(static_cast<size_t>(nq * nk), 0.0),
+      keep(static_cast<size_t>(nq), 1.0);
+  bool any_masked = false, any_empty = false;
+  for (int64_t i = 0; i < nq; ++i) {
+    const int64_t lo = m.first_key(i), hi = m.last_key(i);
+    any_masked = any_masked || lo > 0 || hi < nk - 1;
+    if (hi < lo) {
+      keep[static_cast<size_t>(i)] = 0.0;
+      any_empty = true;
+      continue;
+    }
+    std::fill(seen.begin() + i * nk + lo, seen.begin() + i * nk + hi + 1, 1.0);
+    std::fill(fill.begin() + i * nk, fill.begin() + (i + 1) * nk, -std::numeric_limits<double>::infinity());
+  }
+  const Tensor zero = zeros({}, q.dtype(), q.device());
+  if (any_masked) {
+    const Tensor visible = from_vector(seen, {nq, nk}, DType::b8, q.device());
+    s = where(visible, s, from_vector(fill, {nq, nk}, q.dtype(), q.device()));
+    st = where(visible, st, zero);
+  }
+  Tensor p = softmax(s, -1);
+  if (any_empty) p = where(from_vector(keep, {nq, 1}, DType::b8, q.device()), p, zero);
+  const Tensor pst = p * st;
+  const Tensor lt = sum(pst, {-1}, true);  // L̇ = rowsum(P ∘ Ṡ)
+  const Tensor pt = pst - p * lt;          // Ṗ = P ∘ (Ṡ − L̇)
+  const Tensor ot = matmul(pt, vv) + matmul(p, vvt);
+  const Tensor l = squeeze(lt, -1);
+  return {ot, l.dtype() == lse_dtype(q.dtype()) ? l : to(l, lse_dtype(q.dtype()))};
 }
 
 // ------------------------------------------------------- determinism switch

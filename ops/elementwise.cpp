@@ -184,7 +184,7 @@ Tensor add_same(const Tensor& a, const Tensor& b) {
   Tensor y = binary_fwd(BinaryOp::add, a, b, "add");
   record("add", {a, b}, {y}, {}, [sa = a.shape(), sb = b.shape()](const BackwardArgs& g) -> TensorList {
     return {g.needs[0] ? sum_to(g.grads[0], sa) : Tensor(), g.needs[1] ? sum_to(g.grads[0], sb) : Tensor()};
-  });
+  }, [](const JvpArgs& j) -> TensorList { return {j.tangents[0] + j.tangents[1]}; });
   return y;
 }
 
@@ -192,7 +192,7 @@ Tensor sub_same(const Tensor& a, const Tensor& b) {
   Tensor y = binary_fwd(BinaryOp::sub, a, b, "sub");
   record("sub", {a, b}, {y}, {}, [sa = a.shape(), sb = b.shape()](const BackwardArgs& g) -> TensorList {
     return {g.needs[0] ? sum_to(g.grads[0], sa) : Tensor(), g.needs[1] ? sum_to(neg(g.grads[0]), sb) : Tensor()};
-  });
+  }, [](const JvpArgs& j) -> TensorList { return {j.tangents[0] - j.tangents[1]}; });
   return y;
 }
 
@@ -201,6 +201,8 @@ Tensor mul_same(const Tensor& a, const Tensor& b) {
   record("mul", {a, b}, {y}, {a, b}, [sa = a.shape(), sb = b.shape()](const BackwardArgs& g) -> TensorList {
     const Tensor &gy = g.grads[0], &a = g.saved[0], &b = g.saved[1];
     return {g.needs[0] ? sum_to(gy * b, sa) : Tensor(), g.needs[1] ? sum_to(gy * a, sb) : Tensor()};
+  }, [](const JvpArgs& j) -> TensorList {  // (a b)˙ = ȧ b + a ḃ
+    return {j.tangents[0] * j.inputs[1] + j.inputs[0] * j.tangents[1]};
   });
   return y;
 }
@@ -223,6 +225,8 @@ Tensor div_same(const Tensor& a, const Tensor& b) {
     const Tensor &gy = g.grads[0], &a = g.saved[0], &b = g.saved[1];
     return {g.needs[0] ? sum_to(gy / b, sa) : Tensor(),          // d(a/b)/da = 1/b
             g.needs[1] ? sum_to(neg(gy * a / (b * b)), sb) : Tensor()};  // d(a/b)/db = -a/b²
+  }, [](const JvpArgs& j) -> TensorList {  // (a/b)˙ = (ȧ − (a/b) ḃ) / b
+    return {(j.tangents[0] - j.outputs[0] * j.tangents[1]) / j.inputs[1]};
   });
   return y;
 }
@@ -237,6 +241,10 @@ Tensor extremum_same(const Tensor& a, const Tensor& b, bool is_max) {
     Tensor share_a = to(is_max ? gt(a, b) : lt(a, b), a.dtype()) + to(eq(a, b), a.dtype()) * 0.5;
     return {g.needs[0] ? sum_to(g.grads[0] * share_a, sa) : Tensor(),
             g.needs[1] ? sum_to(g.grads[0] * (1.0 - share_a), sb) : Tensor()};
+  }, [is_max](const JvpArgs& j) -> TensorList {  // the chosen operand's tangent, the mean of both on ties
+    const Tensor &a = j.inputs[0], &b = j.inputs[1];
+    Tensor share_a = to(is_max ? gt(a, b) : lt(a, b), a.dtype()) + to(eq(a, b), a.dtype()) * 0.5;
+    return {j.tangents[0] * share_a + j.tangents[1] * (1.0 - share_a)};
   });
   return y;
 }
@@ -262,6 +270,12 @@ Tensor pow_same(const Tensor& a, const Tensor& b) {
     if (g.needs[1])  // d a^b / db = a^b log a, 0 where a = 0 and b >= 0
       gb = sum_to(where(eq(a, zero), where(ge(b, zero), zero, gy * pow(a, b) * log(a)), gy * pow(a, b) * log(a)), sb);
     return {ga, gb};
+  }, [](const JvpArgs& j) -> TensorList {  // ȧ b a^(b−1) + ḃ a^b log a, with the backward's zeros
+    const Tensor &a = j.inputs[0], &b = j.inputs[1], &y = j.outputs[0];
+    Tensor zero = zeros({}, y.dtype(), y.device());
+    Tensor ta = where(eq(b, zero), zero, j.tangents[0] * b * pow(a, b - 1.0));
+    Tensor tb = where(eq(a, zero), where(ge(b, zero), zero, j.tangents[1] * y * log(a)), j.tangents[1] * y * log(a));
+    return {ta + tb};
   });
   return y;
 }
@@ -347,7 +361,7 @@ Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
     Tensor zero = zeros({}, g.grads[0].dtype(), g.grads[0].device());
     return {g.needs[0] ? sum_to(where(cond, g.grads[0], zero), sa) : Tensor(),
             g.needs[1] ? sum_to(where(cond, zero, g.grads[0]), sb) : Tensor()};
-  });
+  }, [&cond](const JvpArgs& j) -> TensorList { return {where(cond, j.tangents[0], j.tangents[1])}; });
   return finish(y, o.result);
 }
 
@@ -365,19 +379,22 @@ Tensor where(const Tensor& cond, const Scalar& a, const Tensor& b) {
 
 Tensor neg(const Tensor& x) {
   Tensor y = unary_fwd(UnaryOp::neg, x, "neg");
-  record("neg", {x}, {y}, {}, [](const BackwardArgs& g) -> TensorList { return {neg(g.grads[0])}; });
+  record("neg", {x}, {y}, {}, [](const BackwardArgs& g) -> TensorList { return {neg(g.grads[0])}; },
+         [](const JvpArgs& j) -> TensorList { return {neg(j.tangents[0])}; });
   return y;
 }
 
 Tensor add_scalar(const Tensor& x, double s) {
   Tensor y = unary_fwd(UnaryOp::add_scalar, x, "add_scalar", s);
-  record("add_scalar", {x}, {y}, {}, [](const BackwardArgs& g) -> TensorList { return {g.grads[0]}; });
+  record("add_scalar", {x}, {y}, {}, [](const BackwardArgs& g) -> TensorList { return {g.grads[0]}; },
+         [](const JvpArgs& j) -> TensorList { return {j.tangents[0]}; });
   return y;
 }
 
 Tensor mul_scalar(const Tensor& x, double s) {
   Tensor y = unary_fwd(UnaryOp::mul_scalar, x, "mul_scalar", s);
-  record("mul_scalar", {x}, {y}, {}, [s](const BackwardArgs& g) -> TensorList { return {mul_scalar(g.grads[0], s)}; });
+  record("mul_scalar", {x}, {y}, {}, [s](const BackwardArgs& g) -> TensorList { return {mul_scalar(g.grads[0], s)}; },
+         [s](const JvpArgs& j) -> TensorList { return {mul_scalar(j.tangents[0], s)}; });
   return y;
 }
 
@@ -392,19 +409,24 @@ Tensor pow(const Tensor& x_in, const Scalar& p_in) {
   record("pow", {x}, {y}, {x}, [p](const BackwardArgs& g) -> TensorList {
     if (p == 0.0) return {zeros_like(g.grads[0])};
     return {g.grads[0] * mul_scalar(pow(g.saved[0], p - 1.0), p)};  // d x^p = p x^(p-1)
+  }, [p](const JvpArgs& j) -> TensorList {
+    if (p == 0.0) return {zeros_like(j.tangents[0])};
+    return {j.tangents[0] * mul_scalar(pow(j.inputs[0], p - 1.0), p)};
   });
   return y;
 }
 
 Tensor exp(const Tensor& x) {
   Tensor y = unary_fwd(UnaryOp::exp, x, "exp");
-  record("exp", {x}, {y}, {y}, [](const BackwardArgs& g) -> TensorList { return {g.grads[0] * g.saved[0]}; });
+  record("exp", {x}, {y}, {y}, [](const BackwardArgs& g) -> TensorList { return {g.grads[0] * g.saved[0]}; },
+         [](const JvpArgs& j) -> TensorList { return {j.tangents[0] * j.outputs[0]}; });
   return y;
 }
 
 Tensor log(const Tensor& x) {
   Tensor y = unary_fwd(UnaryOp::log, x, "log");
-  record("log", {x}, {y}, {x}, [](const BackwardArgs& g) -> TensorList { return {g.grads[0] / g.saved[0]}; });
+  record("log", {x}, {y}, {x}, [](const BackwardArgs& g) -> TensorList { return {g.grads[0] / g.saved[0]}; },
+         [](const JvpArgs& j) -> TensorList { return {j.tangents[0] / j.inputs[0]}; });
   return y;
 }
 
@@ -412,6 +434,8 @@ Tensor sqrt(const Tensor& x) {
   Tensor y = unary_fwd(UnaryOp::sqrt, x, "sqrt");
   record("sqrt", {x}, {y}, {y}, [](const BackwardArgs& g) -> TensorList {
     return {g.grads[0] / (g.saved[0] * 2.0)};  // d sqrt(x) = 1 / (2 sqrt(x))
+  }, [](const JvpArgs& j) -> TensorList {
+    return {j.tangents[0] / (j.outputs[0] * 2.0)};
   });
   return y;
 }
@@ -421,6 +445,9 @@ Tensor tanh(const Tensor& x) {
   record("tanh", {x}, {y}, {y}, [](const BackwardArgs& g) -> TensorList {
     const Tensor& y = g.saved[0];
     return {g.grads[0] * (1.0 - y * y)};  // d tanh = 1 - tanh²
+  }, [](const JvpArgs& j) -> TensorList {
+    const Tensor& y = j.outputs[0];
+    return {j.tangents[0] * (1.0 - y * y)};
   });
   return y;
 }
@@ -430,6 +457,9 @@ Tensor sigmoid(const Tensor& x) {
   record("sigmoid", {x}, {y}, {y}, [](const BackwardArgs& g) -> TensorList {
     const Tensor& y = g.saved[0];
     return {g.grads[0] * y * (1.0 - y)};  // d σ = σ (1 - σ)
+  }, [](const JvpArgs& j) -> TensorList {
+    const Tensor& y = j.outputs[0];
+    return {j.tangents[0] * y * (1.0 - y)};
   });
   return y;
 }
@@ -438,6 +468,8 @@ Tensor relu(const Tensor& x) {
   Tensor y = unary_fwd(UnaryOp::relu, x, "relu");
   record("relu", {x}, {y}, {x}, [](const BackwardArgs& g) -> TensorList {
     return {g.grads[0] * unary_fwd(UnaryOp::step, g.saved[0], "relu")};  // 1[x > 0], a constant
+  }, [](const JvpArgs& j) -> TensorList {
+    return {j.tangents[0] * unary_fwd(UnaryOp::step, j.inputs[0], "relu")};
   });
   return y;
 }
@@ -447,6 +479,9 @@ Tensor erf(const Tensor& x) {
   record("erf", {x}, {y}, {x}, [](const BackwardArgs& g) -> TensorList {
     const Tensor& x = g.saved[0];
     return {g.grads[0] * exp(neg(x * x)) * 1.1283791670955126};  // 2/√π e^(-x²)
+  }, [](const JvpArgs& j) -> TensorList {
+    const Tensor& x = j.inputs[0];
+    return {j.tangents[0] * exp(neg(x * x)) * 1.1283791670955126};
   });
   return y;
 }
@@ -458,25 +493,33 @@ Tensor gelu(const Tensor& x) {
     Tensor cdf = (erf(x * 0.7071067811865476) + 1.0) * 0.5;    // Φ(x)
     Tensor pdf = exp(x * x * -0.5) * 0.3989422804014327;        // φ(x) = e^(-x²/2)/√(2π)
     return {g.grads[0] * (cdf + x * pdf)};                      // d (x Φ(x)) = Φ + x φ
+  }, [](const JvpArgs& j) -> TensorList {
+    const Tensor& x = j.inputs[0];
+    Tensor cdf = (erf(x * 0.7071067811865476) + 1.0) * 0.5;
+    Tensor pdf = exp(x * x * -0.5) * 0.3989422804014327;
+    return {j.tangents[0] * (cdf + x * pdf)};
   });
   return y;
 }
 
 Tensor sin(const Tensor& x) {
   Tensor y = unary_fwd(UnaryOp::sin, x, "sin");
-  record("sin", {x}, {y}, {x}, [](const BackwardArgs& g) -> TensorList { return {g.grads[0] * cos(g.saved[0])}; });
+  record("sin", {x}, {y}, {x}, [](const BackwardArgs& g) -> TensorList { return {g.grads[0] * cos(g.saved[0])}; },
+         [](const JvpArgs& j) -> TensorList { return {j.tangents[0] * cos(j.inputs[0])}; });
   return y;
 }
 
 Tensor cos(const Tensor& x) {
   Tensor y = unary_fwd(UnaryOp::cos, x, "cos");
-  record("cos", {x}, {y}, {x}, [](const BackwardArgs& g) -> TensorList { return {neg(g.grads[0] * sin(g.saved[0]))}; });
+  record("cos", {x}, {y}, {x}, [](const BackwardArgs& g) -> TensorList { return {neg(g.grads[0] * sin(g.saved[0]))}; },
+         [](const JvpArgs& j) -> TensorList { return {neg(j.tangents[0] * sin(j.inputs[0]))}; });
   return y;
 }
 
 Tensor abs(const Tensor& x) {
   Tensor y = unary_fwd(UnaryOp::abs, x, "abs");
-  record("abs", {x}, {y}, {x}, [](const BackwardArgs& g) -> TensorList { return {g.grads[0] * sign(g.saved[0])}; });
+  record("abs", {x}, {y}, {x}, [](const BackwardArgs& g) -> TensorList { return {g.grads[0] * sign(g.saved[0])}; },
+         [](const JvpArgs& j) -> TensorList { return {j.tangents[0] * sign(j.inputs[0])}; });
   return y;
 }
 
@@ -484,7 +527,8 @@ Tensor sign(const Tensor& x) { return unary_fwd(UnaryOp::sign, x, "sign"); }
 
 Tensor log1p(const Tensor& x) {
   Tensor y = unary_fwd(UnaryOp::log1p, x, "log1p");
-  record("log1p", {x}, {y}, {x}, [](const BackwardArgs& g) -> TensorList { return {g.grads[0] / (g.saved[0] + 1.0)}; });
+  record("log1p", {x}, {y}, {x}, [](const BackwardArgs& g) -> TensorList { return {g.grads[0] / (g.saved[0] + 1.0)}; },
+         [](const JvpArgs& j) -> TensorList { return {j.tangents[0] / (j.inputs[0] + 1.0)}; });
   return y;
 }
 
@@ -492,6 +536,8 @@ Tensor expm1(const Tensor& x) {
   Tensor y = unary_fwd(UnaryOp::expm1, x, "expm1");
   record("expm1", {x}, {y}, {y}, [](const BackwardArgs& g) -> TensorList {
     return {g.grads[0] * (g.saved[0] + 1.0)};  // d (e^x - 1) = e^x = y + 1
+  }, [](const JvpArgs& j) -> TensorList {
+    return {j.tangents[0] * (j.outputs[0] + 1.0)};
   });
   return y;
 }
@@ -503,7 +549,8 @@ Tensor rounding(UnaryOp op, const Tensor& x, const char* name) {
   detail::check_defined(name, x, "input");
   if (x.dtype() == DType::i64) return clone(x);
   Tensor y = unary_fwd(op, x, name);
-  record(name, {x}, {y}, {}, [](const BackwardArgs& g) -> TensorList { return {zeros_like(g.grads[0])}; });
+  record(name, {x}, {y}, {}, [](const BackwardArgs& g) -> TensorList { return {zeros_like(g.grads[0])}; },
+         [](const JvpArgs& j) -> TensorList { return {zeros_like(j.tangents[0])}; });
   return y;
 }
 }  // namespace
@@ -535,6 +582,12 @@ Tensor clamp(const Tensor& x_in, const std::optional<Scalar>& lo, const std::opt
     if (lo) inside = inside * to(gt(x, *lo), x.dtype());
     if (hi) inside = inside * to(lt(x, *hi), x.dtype());
     return {g.grads[0] * inside};
+  }, [&lo, &hi](const JvpArgs& j) -> TensorList {
+    const Tensor& x = j.inputs[0];
+    Tensor inside = ones_like(x);
+    if (lo) inside = inside * to(gt(x, *lo), x.dtype());
+    if (hi) inside = inside * to(lt(x, *hi), x.dtype());
+    return {j.tangents[0] * inside};
   });
   return y;
 }

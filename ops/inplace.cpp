@@ -19,6 +19,10 @@ namespace {
 
 void check_inplace(const char* op, const Tensor& self, const Tensor& other = Tensor()) {
   detail::check_defined(op, self, "self");
+  if (detail::forward_ad_active())  // forward mode has no in-place rules: the tangent would go stale
+    GG_CHECK(!detail::has_open_tangent(self) && !detail::has_open_tangent(other), AutogradError, "gg::", op,
+             ": in-place update of a dual tensor (", detail::has_open_tangent(self) ? "the destination" : "the source",
+             " carries a forward-mode tangent, shape ", shape_str(self.shape()), "); work out of place");
   if (!GradMode::is_enabled()) return;
   GG_CHECK(!self.requires_grad(), AutogradError, "gg::", op, ": in-place update of a tensor that requires grad (shape ",
            shape_str(self.shape()), ") is not supported while grad mode is on; do it under gg::NoGradGuard "

@@ -104,6 +104,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
       db = is_transposed_matrix(b) ? transpose(matmul(transpose(gy, -1, -2), a), -1, -2)  // (dYᵀ·A)ᵀ
                                    : matmul(transpose(a, -1, -2), gy);                   // dB = Aᵀ·dY
     return {g.needs[0] ? sum_to(da, sa) : Tensor(), g.needs[1] ? sum_to(db, sb) : Tensor()};
+  }, [](const JvpArgs& j) -> TensorList {  // (A B)˙ = Ȧ B + A Ḃ
+    return {matmul(j.tangents[0], j.inputs[1]) + matmul(j.inputs[0], j.tangents[1])};
   });
   return y;
 }

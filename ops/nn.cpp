@@ -32,6 +32,9 @@ Tensor softmax(const Tensor& x, int64_t dim) {
   record("softmax", {x}, {y}, {y}, [d](const BackwardArgs& g) -> TensorList {
     const Tensor &gy = g.grads[0], &y = g.saved[0];
     return {y * (gy - sum(gy * y, {d}, true))};  // dx = y ∘ (dy − Σ dy∘y)
+  }, [d](const JvpArgs& j) -> TensorList {  // ẏ = y ∘ (ẋ − Σ y∘ẋ): the same map (J is symmetric)
+    const Tensor &tx = j.tangents[0], &y = j.outputs[0];
+    return {y * (tx - sum(tx * y, {d}, true))};
   });
   return y;
 }
@@ -43,6 +46,9 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
   record("log_softmax", {x}, {y}, {y}, [d](const BackwardArgs& g) -> TensorList {
     const Tensor &gy = g.grads[0], &y = g.saved[0];
     return {gy - exp(y) * sum(gy, {d}, true)};  // dx = dy − softmax(x) Σ dy
+  }, [d](const JvpArgs& j) -> TensorList {  // ẏ = ẋ − Σ softmax(x) ∘ ẋ
+    const Tensor& tx = j.tangents[0];
+    return {tx - sum(exp(j.outputs[0]) * tx, {d}, true)};
   });
   return y;
 }

@@ -476,6 +476,12 @@ TensorList attention_bob_from_row_sums(const Tensor& q, const Tensor& k, const T
                                        const Tensor& L, const Tensor& dO, const Tensor& qt, const Tensor& kt,
                                        const Tensor& vt, const Tensor& E, const Tensor& F,
                                        const AttentionOptions& options = {});
+// Forward mode of attention_forward: the tangents {Ȯ, L̇} of O and L along tangents qt, kt, vt of
+// q, k, v (shaped like them): Ṡ = scale·(q̇Kᵀ + qK̇ᵀ) under the mask, Ṗ = P ∘ (Ṡ − rowsum(P ∘ Ṡ)),
+// Ȯ = ṖV + PV̇, L̇ = rowsum(P ∘ Ṡ), with the options of gg::attention. Written in differentiable
+// ops (Nq×Nk buffers, exact): the JVP rule gg::attention runs under gg::fwd (autograd/forward_ad.h).
+AttentionForward attention_forward_jvp(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qt,
+                                       const Tensor& kt, const Tensor& vt, const AttentionOptions& options = {});
 // attention_composite's O and L (the same L as attention_forward's, in q's dtype): the ground
 // truth for L and its derivatives.
 AttentionForward attention_composite_forward(const Tensor& q, const Tensor& k, const Tensor& v,

@@ -91,7 +91,7 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
   Tensor y = reduce_fwd(kernels::ReduceOp::sum, x, dims, keepdim, "sum");
   record("sum", {x}, {y}, {}, [xs = x.shape(), k = keepdim_shape(x.shape(), dims)](const BackwardArgs& g) -> TensorList {
     return {expand(reshape(g.grads[0], k), xs)};  // every summed element gets the same gradient
-  });
+  }, [&](const JvpArgs& j) -> TensorList { return {sum(j.tangents[0], dims, keepdim)}; });
   return y;
 }
 
@@ -117,6 +117,10 @@ Tensor max(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
     Tensor mask = to(eq(x, reshape(y, k).detach()), x.dtype());
     Tensor share = mask / sum(mask, dims, true);
     return {reshape(g.grads[0], k) * share};
+  }, [&](const JvpArgs& j) -> TensorList {  // the mean tangent of the maximal elements
+    const Tensor& x = j.inputs[0];
+    Tensor mask = to(eq(x, reshape(j.outputs[0], keepdim_shape(x.shape(), dims)).detach()), x.dtype());
+    return {sum(j.tangents[0] * mask, dims, keepdim) / sum(mask, dims, keepdim)};
   });
   return y;
 }
@@ -259,6 +263,10 @@ Tensor std(const Tensor& x, const std::vector<int64_t>& dims_in, double correcti
     // d std = d var / (2 std), and 0 where std = 0 (PyTorch's choice); d var = 2 (x - mean) / (N - c)
     const Tensor g_var = where(eq(y, 0.0), 0.0, g.grads[0] / (y * 2.0));
     return {reshape(g_var, k) * (x - mean(x, dims, true)) * (2.0 * scale)};
+  }, [&](const JvpArgs& j) -> TensorList {  // std˙ = Σ (x − mean) ẋ / ((N − c) std), 0 where std = 0
+    const Tensor &x = j.inputs[0], &y = j.outputs[0];
+    const Tensor dvar = sum((x - mean(x, dims, true)) * j.tangents[0], dims, keepdim) * scale;
+    return {where(eq(y, 0.0), 0.0, dvar / y)};
   });
   return y;
 }
@@ -284,6 +292,9 @@ Tensor norm(const Tensor& x, double p, const std::vector<int64_t>& dims_in, bool
     const Tensor &x = g.saved[0], &y = g.saved[1];
     // d ‖x‖ = x / ‖x‖, and 0 where ‖x‖ = 0 (PyTorch's subgradient)
     return {x * reshape(where(eq(y, 0.0), 0.0, g.grads[0] / y), k)};
+  }, [&](const JvpArgs& j) -> TensorList {  // ‖x‖˙ = Σ x ẋ / ‖x‖, 0 where ‖x‖ = 0
+    const Tensor &x = j.inputs[0], &y = j.outputs[0];
+    return {where(eq(y, 0.0), 0.0, sum(x * j.tangents[0], dims, keepdim) / y)};
   });
   return y;
 }

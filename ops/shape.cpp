@@ -11,14 +11,16 @@ Tensor clone(const Tensor& x) {
   detail::check_defined("clone", x, "input");
   Tensor y = detail::empty_like(x);
   detail::copy_into(y, x);
-  record("clone", {x}, {y}, {}, [](const BackwardArgs& g) -> TensorList { return {g.grads[0]}; });
+  record("clone", {x}, {y}, {}, [](const BackwardArgs& g) -> TensorList { return {g.grads[0]}; },
+         [](const JvpArgs& j) -> TensorList { return {j.tangents[0]}; });
   return y;
 }
 
 namespace detail {
 Tensor alias(const Tensor& x) {
   Tensor y = make_view(x, x.shape(), x.strides(), x.offset());
-  record("alias", {x}, {y}, {}, [](const BackwardArgs& g) -> TensorList { return {g.grads[0]}; });
+  record("alias", {x}, {y}, {}, [](const BackwardArgs& g) -> TensorList { return {g.grads[0]}; },
+         [](const JvpArgs& j) -> TensorList { return {j.tangents[0]}; });
   return y;
 }
 }  // namespace detail
@@ -35,7 +37,8 @@ Tensor to(const Tensor& x, DType dtype) {
   Tensor y = empty(x.shape(), dtype, x.device());
   detail::copy_into(y, x);
   if (is_floating(dtype) && is_floating(x.dtype()))
-    record("to", {x}, {y}, {}, [from = x.dtype()](const BackwardArgs& g) -> TensorList { return {to(g.grads[0], from)}; });
+    record("to", {x}, {y}, {}, [from = x.dtype()](const BackwardArgs& g) -> TensorList { return {to(g.grads[0], from)}; },
+           [dtype](const JvpArgs& j) -> TensorList { return {to(j.tangents[0], dtype)}; });
   return y;
 }
 
@@ -59,7 +62,7 @@ Tensor to(const Tensor& x, Device device) {
                                  static_cast<size_t>(x.numel()) * dtype_size(x.dtype()));
   record("to_device", {x}, {y}, {}, [from = x.device()](const BackwardArgs& g) -> TensorList {
     return {to(g.grads[0], from)};
-  });
+  }, [device](const JvpArgs& j) -> TensorList { return {to(j.tangents[0], device)}; });
   return y;
 }
 
@@ -95,7 +98,7 @@ Tensor reshape(const Tensor& x, const Shape& shape_in) {
   Tensor y = make_view(src, shape, contiguous_strides(shape), src.offset());
   record("reshape", {src}, {y}, {}, [s = src.shape()](const BackwardArgs& g) -> TensorList {
     return {reshape(g.grads[0], s)};
-  });
+  }, [&shape](const JvpArgs& j) -> TensorList { return {reshape(j.tangents[0], shape)}; });
   return y;
 }
 
@@ -120,7 +123,8 @@ Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
   for (size_t i = 0; i < d.size(); ++i) identity = identity && d[i] == static_cast<int64_t>(i);
   if (identity) return x;
   Tensor y = make_view(x, shape, strides, x.offset());
-  record("permute", {x}, {y}, {}, [inverse](const BackwardArgs& g) -> TensorList { return {permute(g.grads[0], inverse)}; });
+  record("permute", {x}, {y}, {}, [inverse](const BackwardArgs& g) -> TensorList { return {permute(g.grads[0], inverse)}; },
+         [&d](const JvpArgs& j) -> TensorList { return {permute(j.tangents[0], d)}; });
   return y;
 }
 
@@ -160,7 +164,8 @@ Tensor expand(const Tensor& x, const Shape& shape_in) {
   }
   if (shape == x.shape()) return x;
   Tensor y = make_view(x, shape, strides, x.offset());
-  record("expand", {x}, {y}, {}, [s = x.shape()](const BackwardArgs& g) -> TensorList { return {sum_to(g.grads[0], s)}; });
+  record("expand", {x}, {y}, {}, [s = x.shape()](const BackwardArgs& g) -> TensorList { return {sum_to(g.grads[0], s)}; },
+         [&shape](const JvpArgs& j) -> TensorList { return {expand(j.tangents[0], shape)}; });
   return y;
 }
 
@@ -172,7 +177,8 @@ Tensor squeeze(const Tensor& x, int64_t dim) {
   shape.erase(shape.begin() + d);
   strides.erase(strides.begin() + d);
   Tensor y = make_view(x, shape, strides, x.offset());
-  record("squeeze", {x}, {y}, {}, [d](const BackwardArgs& g) -> TensorList { return {unsqueeze(g.grads[0], d)}; });
+  record("squeeze", {x}, {y}, {}, [d](const BackwardArgs& g) -> TensorList { return {unsqueeze(g.grads[0], d)}; },
+         [d](const JvpArgs& j) -> TensorList { return {squeeze(j.tangents[0], d)}; });
   return y;
 }
 
@@ -185,7 +191,8 @@ Tensor unsqueeze(const Tensor& x, int64_t dim) {
   strides.insert(strides.begin() + d, stride);
   detail::check_max_dims("unsqueeze", shape);
   Tensor y = make_view(x, shape, strides, x.offset());
-  record("unsqueeze", {x}, {y}, {}, [d](const BackwardArgs& g) -> TensorList { return {squeeze(g.grads[0], d)}; });
+  record("unsqueeze", {x}, {y}, {}, [d](const BackwardArgs& g) -> TensorList { return {squeeze(g.grads[0], d)}; },
+         [d](const JvpArgs& j) -> TensorList { return {unsqueeze(j.tangents[0], d)}; });
   return y;
 }
 
@@ -199,7 +206,7 @@ Tensor slice_backward(const Tensor& g, const Shape& shape, int64_t dim, int64_t 
   }
   record("slice_backward", {g}, {y}, {}, [dim, start, end, step](const BackwardArgs& a) -> TensorList {
     return {slice(a.grads[0], dim, start, end, step)};
-  });
+  }, [&](const JvpArgs& j) -> TensorList { return {slice_backward(j.tangents[0], shape, dim, start, end, step)}; });
   return y;
 }
 }  // namespace
@@ -222,7 +229,7 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
   Tensor y = make_view(x, shape, strides, x.offset() + start * x.strides()[static_cast<size_t>(d)]);
   record("slice", {x}, {y}, {}, [s = x.shape(), d, start, end, step](const BackwardArgs& g) -> TensorList {
     return {slice_backward(g.grads[0], s, d, start, end, step)};
-  });
+  }, [&](const JvpArgs& j) -> TensorList { return {slice(j.tangents[0], d, start, end, step)}; });
   return y;
 }
 
@@ -274,7 +281,7 @@ Tensor cat(const TensorList& xs, int64_t dim) {
       out.push_back(gi.dtype() == dtypes[i] ? gi : to(gi, dtypes[i]));  // each input's own dtype
     }
     return out;
-  });
+  }, [d](const JvpArgs& j) -> TensorList { return {cat(j.tangents, d)}; });
   return y;
 }
 
@@ -316,7 +323,7 @@ Tensor detail::index_add_zeros(const Tensor& g, int64_t d, const Tensor& index, 
                       g.device());
   record("index_add", {g}, {y}, {}, [d, index](const BackwardArgs& a) -> TensorList {
     return {index_select(a.grads[0], d, index)};
-  });
+  }, [&](const JvpArgs& j) -> TensorList { return {detail::index_add_zeros(j.tangents[0], d, index, shape)}; });
   return y;
 }
 
@@ -344,7 +351,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
                          x.device());
   record("index_select", {x}, {y}, {}, [d, ic, s = x.shape()](const BackwardArgs& g) -> TensorList {
     return {detail::index_add_zeros(g.grads[0], d, ic, s)};
-  });
+  }, [&](const JvpArgs& j) -> TensorList { return {index_select(j.tangents[0], d, ic)}; });
   return y;
 }
 

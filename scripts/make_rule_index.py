@@ -3,9 +3,10 @@
 
 Every backward rule of the library is registered by one call
 
-    record("name", {inputs}, {outputs}, {saved}, [...](const BackwardArgs& g) -> TensorList { ... });
+    record("name", {inputs}, {outputs}, {saved}, [...](const BackwardArgs& g) -> TensorList { ... },
+           [...](const JvpArgs& j) -> TensorList { ... });
 
-(autograd/node.h). This script finds those calls in the library's C++ sources (LIBRARY_DIRS below;
+(autograd/node.h), the second lambda, the forward-mode (JVP) rule, being optional. This script finds those calls in the library's C++ sources (LIBRARY_DIRS below;
 comments are skipped) and reads from each the op name, its inputs, outputs and saved tensors, and
 the file and function it sits in. Where the name is a variable rather than a string literal, it
 is resolved to the literals that variable takes: `const char* name = is_max ? "maximum" :
@@ -257,9 +258,10 @@ def scan(root=ROOT):
                 first = text[spans[0][0]:spans[0][1]].strip()
                 if re.match(r"const\s+char\s*\*", first):
                     continue  # the declaration and definition of record itself
-                if len(spans) not in (5, 6):  # the sixth, when present, is the RecordOptions
+                # after the backward: the JVP rule (a lambda, or a JvpFn variable), the RecordOptions, or both
+                if len(spans) not in (5, 6, 7):
                     raise IndexError_(f"{rel}:{text.count(chr(10), 0, m.start()) + 1}: record(...) with "
-                                      f"{len(spans)} arguments, expected 5 or 6")
+                                      f"{len(spans)} arguments, expected 5 to 7")
                 funcs = funcs if funcs is not None else functions(code)
                 func = enclosing(funcs, m.start())
                 line = text.count("\n", 0, m.start()) + 1
@@ -273,10 +275,11 @@ def scan(root=ROOT):
                 else:
                     raise IndexError_(f"{rel}:{line}: cannot read the op name of record({first}, ...)")
                 args = [text[a:b] for a, b in spans]
+                has_jvp = len(args) == 7 or (len(args) == 6 and "RecordOptions" not in args[5])
                 for name in names:
                     sites.append({"seq": len(sites), "name": name, "file": rel, "line": line, "function": func[3],
                                   "inputs": tensor_list(args[1]), "outputs": tensor_list(args[2]),
-                                  "saves": tensor_list(args[3])})
+                                  "saves": tensor_list(args[3]), "jvp": has_jvp})
     return sites
 
 
@@ -353,14 +356,17 @@ def file_rank(path):
 
 
 def table(sites, rules):
-    out = ["| op | inputs → outputs | saves | backward: gradient of each input | recorded in |",
-           "|---|---|---|---|---|"]
+    out = ["| op | inputs → outputs | saves | backward: gradient of each input | JVP | recorded in |",
+           "|---|---|---|---|---|---|"]
     for s in sorted(sites, key=lambda s: (file_rank(s["file"]), s["file"], s["line"], s["seq"])):
         where = f"[`{s['file']}`](../{s['file']}) `{s['function']}`"
         io = f"`{s['inputs']}` → `{s['outputs']}`"
         saves = "—" if s["saves"] == "—" else f"`{s['saves']}`"
-        out.append(f"| `{s['name']}` | {cell(io)} | {cell(saves)} | {cell(rules[s['key']])} | {where} |")
-    out += ["", f"{len(sites)} recorded ops in {len({s['file'] for s in sites})} files."]
+        jvp = "yes" if s["jvp"] else "**none**"
+        out.append(f"| `{s['name']}` | {cell(io)} | {cell(saves)} | {cell(rules[s['key']])} | {jvp} | {where} |")
+    with_jvp = sum(1 for s in sites if s["jvp"])
+    out += ["", f"{len(sites)} recorded ops in {len({s['file'] for s in sites})} files; "
+                f"{with_jvp} with a forward-mode (JVP) rule."]
     return out
 
 
