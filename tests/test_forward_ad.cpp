@@ -276,6 +276,20 @@ TEST_P(AttentionJvp, ForwardOverReverseRunsTheFusedBackwardAndMatchesEveryOtherW
   EXPECT_NEAR(forward_over_forward(fo, xs, w, vs, v2s), contracted, 1e-10 * (1 + std::abs(contracted)));
 }
 
+// A loss nonlinear in O and L: the cotangents dO, dL reaching the fused backward carry tangents
+// themselves, so its rule's second half (the backward of dȮ, dL̇) is exercised.
+TEST_P(AttentionJvp, ForwardOverReverseWithCotangentsThatDependOnTheInputs) {
+  const TensorList xs = inputs(11), vs = inputs(12);
+  const Fn f = fused(), c = composite();
+  const Fn fused_sq = [f](const TensorList& x) { const Tensor y = f(x); return y * y; };
+  const Fn composite_sq = [c](const TensorList& x) { const Tensor y = c(x); return y * y; };
+  manual_seed(13);
+  const Tensor w = randn(f(xs).shape(), DType::f64);
+  const Values want = flat(reverse_over_reverse(composite_sq, xs, w, vs));
+  expect_close(flat(forward_over_reverse(fused_sq, xs, w, vs)), want, 1e-11, 1e-11, "fused forward over reverse");
+  expect_close(flat(reverse_over_reverse(fused_sq, xs, w, vs)), want, 1e-11, 1e-11, "fused reverse over reverse");
+}
+
 // Order 3 through the fused chain: the tangent of the BoB's outputs (its rule differentiates the
 // composite BoB) against reverse mode all the way through the composite.
 TEST_P(AttentionJvp, ThirdOrderForwardOverReverseOverReverse) {
