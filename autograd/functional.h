@@ -1,4 +1,4 @@
-// Function transforms built on gg::grad: torch.func's vocabulary (grad, vjp, jvp, jacrev,
+// Function transforms built on gg::grad and forward mode (autograd/forward_ad.h): torch.func's vocabulary (grad, vjp, jvp, jacrev,
 // jacfwd, hessian, hvp) over one tensor, a list of tensors, or named tensors (a module's
 // named_parameters(); f then takes the named tensors), in namespace gg::func. The single-tensor gg::hvp, gg::jvp and
 // gg::hessian at the bottom are the same transforms in their older spelling.

@@ -180,6 +180,9 @@ Tensor& index_put_(Tensor& self, const std::vector<TensorIndex>& indices, const 
            ") is not supported while grad mode is on; do it under gg::NoGradGuard or work out of place");
   GG_CHECK(!value.requires_grad() || !GradMode::is_enabled(), AutogradError,
            "gg::index_put_: the value requires grad, which an in-place update cannot record; work out of place");
+  GG_CHECK(!detail::forward_ad_active() || (!detail::has_open_tangent(self) && !detail::has_open_tangent(value)),
+           AutogradError, "gg::index_put_: in-place update of a dual tensor (a forward-mode tangent on ",
+           detail::has_open_tangent(self) ? "self" : "the value", "); work out of place");
   const std::vector<TensorIndex> list = expand_ellipsis("index_put_", self, indices);
   NoGradGuard ng;
   // Everything before a tensor index is basic: a view of self to write into.
