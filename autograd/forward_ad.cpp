@@ -202,8 +202,6 @@ void forward_jvp(const char* name, TensorSpan inputs, TensorSpan outputs, const 
     GG_CHECK(jvp != nullptr, AutogradError, "gg::", name, ": this op has no forward-mode (JVP) rule, but its input ",
              first, " (shape ", shape_str(inputs.first[first].shape()), ") carries a tangent at dual level ", k,
              "; differentiate it in reverse mode (gg::grad) instead");
-    for (size_t i = 0; i < inputs.size(); ++i)
-      if (inputs.first[i].defined() && !tangents[i].defined()) tangents[i] = zeros_like(inputs.first[i]);
     if (ins.empty()) {
       ins.assign(inputs.begin(), inputs.end());
       outs.assign(outputs.begin(), outputs.end());

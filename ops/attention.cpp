@@ -257,11 +257,19 @@ TensorList attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
         // Forward mode (forward over reverse), fused: (dQ, dK, dV) = ∇_{q,k,v} φ with φ = ⟨dO, O⟩ + ⟨dL, L⟩.
         // Along q̇, k̇, v̇ it moves by H_φ·(q̇, k̇, v̇), which (H_φ symmetric) is the BoB's gQ, gK, gV
         // with cotangents q̇, k̇, v̇; along dȮ, dL̇ (φ is linear in them) by the backward of dȮ, dL̇.
+        // Undefined tangents are zero: their terms are skipped.
         const TensorList& in = j.inputs;
         const TensorList& t = j.tangents;
-        const TensorList h = attention_backward_backward(in[0], in[1], in[2], O, L, in[3], t[0], t[1], t[2], o, in[4]);
-        const TensorList lin = attention_backward(in[0], in[1], in[2], O, L, t[3], o, t[4]);
-        return {h[0] + lin[0], h[1] + lin[1], h[2] + lin[2]};
+        TensorList out(3);
+        if (t[0].defined() || t[1].defined() || t[2].defined())
+          out = attention_backward_backward(in[0], in[1], in[2], O, L, in[3], t[0], t[1], t[2], o, in[4]);
+        if (t[3].defined() || t[4].defined()) {
+          const TensorList lin =
+              attention_backward(in[0], in[1], in[2], O, L, t[3].defined() ? t[3] : zeros_like(in[3]), o, t[4]);
+          for (size_t i = 0; i < 3; ++i) out[i] = out[i].defined() ? out[i] + lin[i] : lin[i];
+        }
+        out.resize(3);
+        return out;
       },
       RecordOptions{/*materialize_grads=*/false});
   return grads;
@@ -561,7 +569,7 @@ AttentionForward attention_forward_jvp(const Tensor& q, const Tensor& k, const T
   const Checked c = check_qkv(op, q, k, v, o);
   for (const auto& [t, like, name] : {std::tuple<const Tensor&, const Tensor&, const char*>{qt, q, "qt"},
                                       {kt, k, "kt"}, {vt, v, "vt"}}) {
-    detail::check_defined(op, t, name);
+    if (!t.defined()) continue;  // a zero tangent
     GG_CHECK(t.shape() == like.shape(), ShapeError, "gg::", op, ": ", name, " has shape ", shape_str(t.shape()),
              ", expected ", shape_str(like.shape()));
     detail::check_same_dtype(op, like, t);
@@ -573,10 +581,16 @@ AttentionForward attention_forward_jvp(const Tensor& q, const Tensor& k, const T
     const Shape grouped = {t.size(0), t.size(1), group, t.size(2), t.size(3)};
     return reshape(expand(unsqueeze(t, 2), grouped), {t.size(0), q.size(1), t.size(2), t.size(3)});
   };
-  const Tensor kk = widen(k), vv = widen(v), kkt = widen(kt), vvt = widen(vt);
+  const Tensor kk = widen(k), vv = widen(v);
   const double scale = c.shape.scale;
   Tensor s = matmul(q, transpose(kk, -1, -2)) * scale;
-  Tensor st = (matmul(qt, transpose(kk, -1, -2)) + matmul(q, transpose(kkt, -1, -2))) * scale;
+  Tensor st;  // Ṡ / scale, from the defined tangents
+  if (qt.defined()) st = matmul(qt, transpose(kk, -1, -2));
+  if (kt.defined()) {
+    const Tensor term = matmul(q, transpose(widen(kt), -1, -2));
+    st = st.defined() ? st + term : term;
+  }
+  if (st.defined()) st = st * scale;
   // The composite's mask (section 4): hidden keys get -inf scores, a row that sees no key scores
   // 0 and is zeroed after the softmax.
   kernels::AttentionShape m{1, 1, nq, q.size(-1), scale, false};
@@ -600,15 +614,21 @@ AttentionForward attention_forward_jvp(const Tensor& q, const Tensor& k, const T
   if (any_masked) {
     const Tensor visible = from_vector(seen, {nq, nk}, DType::b8, q.device());
     s = where(visible, s, from_vector(fill, {nq, nk}, q.dtype(), q.device()));
-    st = where(visible, st, zero);
+    if (st.defined()) st = where(visible, st, zero);
   }
   Tensor p = softmax(s, -1);
   if (any_empty) p = where(from_vector(keep, {nq, 1}, DType::b8, q.device()), p, zero);
-  const Tensor pst = p * st;
-  const Tensor lt = sum(pst, {-1}, true);  // L̇ = rowsum(P ∘ Ṡ)
-  const Tensor pt = pst - p * lt;          // Ṗ = P ∘ (Ṡ − L̇)
-  const Tensor ot = matmul(pt, vv) + matmul(p, vvt);
-  const Tensor l = squeeze(lt, -1);
+  Tensor ot, l;
+  if (st.defined()) {
+    const Tensor pst = p * st;
+    const Tensor lt = sum(pst, {-1}, true);  // L̇ = rowsum(P ∘ Ṡ)
+    ot = matmul(pst - p * lt, vv);           // Ṗ V with Ṗ = P ∘ (Ṡ − L̇)
+    l = squeeze(lt, -1);
+  } else {
+    l = zeros({q.size(0), q.size(1), nq}, q.dtype(), q.device());
+  }
+  if (vt.defined()) ot = ot.defined() ? ot + matmul(p, widen(vt)) : matmul(p, widen(vt));  // + P V̇
+  if (!ot.defined()) ot = zeros_like(q);
   return {ot, l.dtype() == lse_dtype(q.dtype()) ? l : to(l, lse_dtype(q.dtype()))};
 }
 

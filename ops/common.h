@@ -53,6 +53,14 @@ Tensor alias(const Tensor& x);
 // the adjoint of index_select, recorded (its backward is index_select). ops/shape.cpp.
 Tensor index_add_zeros(const Tensor& g, int64_t d, const Tensor& index, const Shape& shape);
 
+// Forward mode: a + b for two tangent terms of an output of `shape`, either undefined (a zero
+// term: JVP rules get undefined tangents for inputs without one); a lone term broadcast to shape.
+inline Tensor tangent_sum(const Tensor& a, const Tensor& b, const Shape& shape) {
+  if (a.defined() && b.defined()) return a + b;
+  const Tensor& t = a.defined() ? a : b;
+  return t.defined() ? expand(t, shape) : t;
+}
+
 // An uninitialised contiguous tensor like `t`.
 inline Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype(), t.device()); }
 

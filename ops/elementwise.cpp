@@ -184,7 +184,9 @@ Tensor add_same(const Tensor& a, const Tensor& b) {
   Tensor y = binary_fwd(BinaryOp::add, a, b, "add");
   record("add", {a, b}, {y}, {}, [sa = a.shape(), sb = b.shape()](const BackwardArgs& g) -> TensorList {
     return {g.needs[0] ? sum_to(g.grads[0], sa) : Tensor(), g.needs[1] ? sum_to(g.grads[0], sb) : Tensor()};
-  }, [](const JvpArgs& j) -> TensorList { return {j.tangents[0] + j.tangents[1]}; });
+  }, [](const JvpArgs& j) -> TensorList {
+    return {detail::tangent_sum(j.tangents[0], j.tangents[1], j.outputs[0].shape())};
+  });
   return y;
 }
 
@@ -192,7 +194,10 @@ Tensor sub_same(const Tensor& a, const Tensor& b) {
   Tensor y = binary_fwd(BinaryOp::sub, a, b, "sub");
   record("sub", {a, b}, {y}, {}, [sa = a.shape(), sb = b.shape()](const BackwardArgs& g) -> TensorList {
     return {g.needs[0] ? sum_to(g.grads[0], sa) : Tensor(), g.needs[1] ? sum_to(neg(g.grads[0]), sb) : Tensor()};
-  }, [](const JvpArgs& j) -> TensorList { return {j.tangents[0] - j.tangents[1]}; });
+  }, [](const JvpArgs& j) -> TensorList {
+    const Tensor& tb = j.tangents[1];
+    return {detail::tangent_sum(j.tangents[0], tb.defined() ? neg(tb) : tb, j.outputs[0].shape())};
+  });
   return y;
 }
 
@@ -202,7 +207,9 @@ Tensor mul_same(const Tensor& a, const Tensor& b) {
     const Tensor &gy = g.grads[0], &a = g.saved[0], &b = g.saved[1];
     return {g.needs[0] ? sum_to(gy * b, sa) : Tensor(), g.needs[1] ? sum_to(gy * a, sb) : Tensor()};
   }, [](const JvpArgs& j) -> TensorList {  // (a b)˙ = ȧ b + a ḃ
-    return {j.tangents[0] * j.inputs[1] + j.inputs[0] * j.tangents[1]};
+    const Tensor &ta = j.tangents[0], &tb = j.tangents[1];
+    return {detail::tangent_sum(ta.defined() ? ta * j.inputs[1] : ta, tb.defined() ? j.inputs[0] * tb : tb,
+                                j.outputs[0].shape())};
   });
   return y;
 }
@@ -226,7 +233,9 @@ Tensor div_same(const Tensor& a, const Tensor& b) {
     return {g.needs[0] ? sum_to(gy / b, sa) : Tensor(),          // d(a/b)/da = 1/b
             g.needs[1] ? sum_to(neg(gy * a / (b * b)), sb) : Tensor()};  // d(a/b)/db = -a/b²
   }, [](const JvpArgs& j) -> TensorList {  // (a/b)˙ = (ȧ − (a/b) ḃ) / b
-    return {(j.tangents[0] - j.outputs[0] * j.tangents[1]) / j.inputs[1]};
+    const Tensor &ta = j.tangents[0], &tb = j.tangents[1], &y = j.outputs[0], &b = j.inputs[1];
+    if (!tb.defined()) return {ta / b};
+    return {(ta.defined() ? ta - y * tb : neg(y * tb)) / b};
   });
   return y;
 }
@@ -244,7 +253,9 @@ Tensor extremum_same(const Tensor& a, const Tensor& b, bool is_max) {
   }, [is_max](const JvpArgs& j) -> TensorList {  // the chosen operand's tangent, the mean of both on ties
     const Tensor &a = j.inputs[0], &b = j.inputs[1];
     Tensor share_a = to(is_max ? gt(a, b) : lt(a, b), a.dtype()) + to(eq(a, b), a.dtype()) * 0.5;
-    return {j.tangents[0] * share_a + j.tangents[1] * (1.0 - share_a)};
+    const Tensor &ta = j.tangents[0], &tb = j.tangents[1];
+    return {detail::tangent_sum(ta.defined() ? ta * share_a : ta, tb.defined() ? tb * (1.0 - share_a) : tb,
+                                j.outputs[0].shape())};
   });
   return y;
 }
@@ -273,9 +284,11 @@ Tensor pow_same(const Tensor& a, const Tensor& b) {
   }, [](const JvpArgs& j) -> TensorList {  // ȧ b a^(b−1) + ḃ a^b log a, with the backward's zeros
     const Tensor &a = j.inputs[0], &b = j.inputs[1], &y = j.outputs[0];
     Tensor zero = zeros({}, y.dtype(), y.device());
-    Tensor ta = where(eq(b, zero), zero, j.tangents[0] * b * pow(a, b - 1.0));
-    Tensor tb = where(eq(a, zero), where(ge(b, zero), zero, j.tangents[1] * y * log(a)), j.tangents[1] * y * log(a));
-    return {ta + tb};
+    Tensor ta, tb;
+    if (j.tangents[0].defined()) ta = where(eq(b, zero), zero, j.tangents[0] * b * pow(a, b - 1.0));
+    if (j.tangents[1].defined())
+      tb = where(eq(a, zero), where(ge(b, zero), zero, j.tangents[1] * y * log(a)), j.tangents[1] * y * log(a));
+    return {detail::tangent_sum(ta, tb, y.shape())};
   });
   return y;
 }
@@ -361,7 +374,12 @@ Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
     Tensor zero = zeros({}, g.grads[0].dtype(), g.grads[0].device());
     return {g.needs[0] ? sum_to(where(cond, g.grads[0], zero), sa) : Tensor(),
             g.needs[1] ? sum_to(where(cond, zero, g.grads[0]), sb) : Tensor()};
-  }, [&cond](const JvpArgs& j) -> TensorList { return {where(cond, j.tangents[0], j.tangents[1])}; });
+  }, [&cond](const JvpArgs& j) -> TensorList {
+    const Tensor& y = j.outputs[0];
+    const Tensor zero = zeros({}, y.dtype(), y.device());
+    const Tensor &ta = j.tangents[0], &tb = j.tangents[1];
+    return {expand(where(cond, ta.defined() ? ta : zero, tb.defined() ? tb : zero), y.shape())};
+  });
   return finish(y, o.result);
 }
 

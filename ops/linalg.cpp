@@ -105,7 +105,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
                                    : matmul(transpose(a, -1, -2), gy);                   // dB = Aᵀ·dY
     return {g.needs[0] ? sum_to(da, sa) : Tensor(), g.needs[1] ? sum_to(db, sb) : Tensor()};
   }, [](const JvpArgs& j) -> TensorList {  // (A B)˙ = Ȧ B + A Ḃ
-    return {matmul(j.tangents[0], j.inputs[1]) + matmul(j.inputs[0], j.tangents[1])};
+    const Tensor &ta = j.tangents[0], &tb = j.tangents[1];
+    return {detail::tangent_sum(ta.defined() ? matmul(ta, j.inputs[1]) : ta, tb.defined() ? matmul(j.inputs[0], tb) : tb,
+                                j.outputs[0].shape())};
   });
   return y;
 }

@@ -477,7 +477,7 @@ TensorList attention_bob_from_row_sums(const Tensor& q, const Tensor& k, const T
                                        const Tensor& vt, const Tensor& E, const Tensor& F,
                                        const AttentionOptions& options = {});
 // Forward mode of attention_forward: the tangents {Ȯ, L̇} of O and L along tangents qt, kt, vt of
-// q, k, v (shaped like them): Ṡ = scale·(q̇Kᵀ + qK̇ᵀ) under the mask, Ṗ = P ∘ (Ṡ − rowsum(P ∘ Ṡ)),
+// q, k, v (shaped like them; undefined: zero): Ṡ = scale·(q̇Kᵀ + qK̇ᵀ) under the mask, Ṗ = P ∘ (Ṡ − rowsum(P ∘ Ṡ)),
 // Ȯ = ṖV + PV̇, L̇ = rowsum(P ∘ Ṡ), with the options of gg::attention. Written in differentiable
 // ops (Nq×Nk buffers, exact): the JVP rule gg::attention runs under gg::fwd (autograd/forward_ad.h).
 AttentionForward attention_forward_jvp(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qt,

@@ -281,7 +281,12 @@ Tensor cat(const TensorList& xs, int64_t dim) {
       out.push_back(gi.dtype() == dtypes[i] ? gi : to(gi, dtypes[i]));  // each input's own dtype
     }
     return out;
-  }, [d](const JvpArgs& j) -> TensorList { return {cat(j.tangents, d)}; });
+  }, [d](const JvpArgs& j) -> TensorList {
+    TensorList ts = j.tangents;
+    for (size_t i = 0; i < ts.size(); ++i)
+      if (!ts[i].defined()) ts[i] = zeros_like(j.inputs[i]);
+    return {cat(ts, d)};
+  });
   return y;
 }
 

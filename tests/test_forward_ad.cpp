@@ -166,6 +166,28 @@ TEST_P(OpTableJvp, MatchesDoubleVjpAndFiniteDifferences) {
   expect_close(vals(jv), fd_jvp(c.fn, xs, vs), 1e-6, 1e-7, c.name + ": jvp vs finite differences");
 }
 
+// Only input i dual: the rule gets undefined tangents for the others and skips their terms.
+Tensor forward_jvp_only(const Fn& fn, const TensorList& xs, const TensorList& vs, size_t i) {
+  fwd::DualLevel level;
+  TensorList in = xs;
+  in[i] = fwd::make_dual(xs[i], vs[i]);
+  const Tensor y = fn(in);
+  return or_zeros(fwd::unpack_dual(y).tangent, y);
+}
+
+TEST_P(OpTableJvp, OneDualInputAtATime) {
+  const OpCase& c = GetParam();
+  const TensorList xs = table_inputs(c), vs = random_like(xs, 15);
+  if (xs.size() < 2) GTEST_SKIP() << "one input";
+  for (size_t i = 0; i < xs.size(); ++i) {
+    TensorList only = vs;
+    for (size_t j = 0; j < xs.size(); ++j)
+      if (j != i) only[j] = zeros_like(vs[j]);
+    expect_close(vals(forward_jvp_only(c.fn, xs, vs, i)), vals(double_vjp_jvp(c.fn, xs, only)), 1e-12, 1e-12,
+                 c.name + ": only input " + std::to_string(i) + " dual");
+  }
+}
+
 TEST_P(OpTableJvp, SecondOrderEveryWay) {
   const OpCase& c = GetParam();
   const TensorList xs = table_inputs(c), vs = random_like(xs, 12), v2s = random_like(xs, 13);
@@ -252,6 +274,13 @@ TEST_P(AttentionJvp, ForwardRuleMatchesCompositeDoubleVjpAndDifferences) {
   expect_close(vals(jv), vals(forward_jvp(composite(), xs, vs)), 1e-12, 1e-12, "fused vs composite forward mode");
   expect_close(vals(jv), vals(double_vjp_jvp(fused(), xs, vs)), 1e-12, 1e-12, "fused: jvp vs double vjp");
   expect_close(vals(jv), fd_jvp(fused(), xs, vs), 1e-6, 1e-7, "fused: jvp vs finite differences");
+  for (size_t i = 0; i < 3; ++i) {  // one of q, k, v dual at a time
+    TensorList only = vs;
+    for (size_t j = 0; j < 3; ++j)
+      if (j != i) only[j] = zeros_like(vs[j]);
+    expect_close(vals(forward_jvp_only(fused(), xs, vs, i)), vals(double_vjp_jvp(fused(), xs, only)), 1e-12, 1e-12,
+                 "fused: only input " + std::to_string(i) + " dual");
+  }
   // The public function is the rule itself.
   const AttentionForward t = attention_forward_jvp(xs[0], xs[1], xs[2], vs[0], vs[1], vs[2], GetParam().o);
   const Tensor direct = cat({reshape(t.O, {-1}), reshape(t.L, {-1})}, 0);
