@@ -63,11 +63,18 @@ void erase_tangent(TensorImpl& impl, uint64_t id) {
   v.erase(std::remove_if(v.begin(), v.end(), [id](const LevelTangent& e) { return e.level == id; }), v.end());
 }
 
-// Only levels 0 .. k-1 visible while a rule of level k runs.
+// Only levels 0 .. k-1 visible while a rule of level k runs (and what it records is marked as a
+// tangent's computation).
 class VisibleLevels {
  public:
-  explicit VisibleLevels(size_t k) : saved_(t_state.visible) { t_state.visible = k; }
-  ~VisibleLevels() { t_state.visible = saved_; }
+  explicit VisibleLevels(size_t k) : saved_(t_state.visible) {
+    t_state.visible = k;
+    gg::detail::set_jvp_rule_depth(gg::detail::jvp_rule_depth() + 1);
+  }
+  ~VisibleLevels() {
+    t_state.visible = saved_;
+    gg::detail::set_jvp_rule_depth(gg::detail::jvp_rule_depth() - 1);
+  }
   VisibleLevels(const VisibleLevels&) = delete;
   VisibleLevels& operator=(const VisibleLevels&) = delete;
 

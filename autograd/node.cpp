@@ -9,6 +9,7 @@ namespace {
 std::atomic<uint64_t> g_next_sequence_nr{0};
 thread_local bool t_grad_enabled = true;
 thread_local int t_backward_level = 0;
+thread_local int t_jvp_rule_depth = 0;
 }  // namespace
 
 bool GradMode::is_enabled() { return t_grad_enabled; }
@@ -17,9 +18,11 @@ void GradMode::set_enabled(bool enabled) { t_grad_enabled = enabled; }
 namespace detail {
 int current_backward_level() { return t_backward_level; }
 void set_backward_level(int level) { t_backward_level = level; }
+int jvp_rule_depth() { return t_jvp_rule_depth; }
+void set_jvp_rule_depth(int depth) { t_jvp_rule_depth = depth; }
 }  // namespace detail
 
-Node::Node() : sequence_nr(g_next_sequence_nr++), level(t_backward_level) {}
+Node::Node() : sequence_nr(g_next_sequence_nr++), level(t_backward_level), tangent(t_jvp_rule_depth > 0) {}
 
 void Node::take_children(std::vector<std::shared_ptr<Node>>& out) {
   for (Edge& e : next_edges)

@@ -57,6 +57,7 @@ class Node : public std::enable_shared_from_this<Node> {
   bool materialize_grads = true;    // false: missing output gradients reach apply() undefined
   int level;                        // 0: recorded in the forward; k: recorded by a backward
                                     // pass over nodes of level k-1 at most (create_graph)
+  bool tangent;                     // recorded by a forward-mode (JVP) rule: a tangent's computation
   // Outputs whose tensors asked to keep their gradient (Tensor::retain_grad): Tensor::backward
   // adds the gradient arriving at output `nr` into that tensor's grad(), as for a leaf.
   struct RetainedGrad {
@@ -221,6 +222,10 @@ std::shared_ptr<FunctionNode> record(const char* name, std::initializer_list<Ten
 namespace detail {
 int current_backward_level();
 void set_backward_level(int level);
+// How many JVP rules are running on this thread (autograd/forward_ad.cpp): nodes recorded while
+// one runs are tangent computations (Node::tangent, drawn apart by gg::to_dot).
+int jvp_rule_depth();
+void set_jvp_rule_depth(int depth);
 }  // namespace detail
 
 }  // namespace gg

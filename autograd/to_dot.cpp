@@ -26,6 +26,7 @@ constexpr Colors kForward{"#dbeafe", "#3b73b9", "#173a63", "#f5f9ff"};         /
 constexpr Colors kBackward{"#fde7c8", "#d4811f", "#6b3d06", "#fffaf2"};        // amber
 constexpr Colors kDoubleBackward{"#eadcf8", "#8451c2", "#3f1f66", "#fbf8ff"};  // violet
 constexpr Colors kLeaf{"#dcf2e3", "#3f9a62", "#17452a", "#ffffff"};            // green
+constexpr Colors kTangent{"#d3f2ee", "#16877a", "#0b463f", "#ffffff"};         // teal: JVP rules' ops
 constexpr const char* kRootBorder = "#c2334d";                                 // crimson
 constexpr const char* kFont = "Helvetica,Arial,sans-serif";
 constexpr const char* kMuted = "#5f6b7a";  // shapes and captions
@@ -35,6 +36,8 @@ const Colors& colors_of_level(int level) {
   if (level == 1) return kBackward;
   return kDoubleBackward;
 }
+
+const Colors& colors_of(const Node& node) { return node.tangent ? kTangent : colors_of_level(node.level); }
 
 // Colour category of a level: 0, 1, or 2 for every level >= 2.
 int category_of_level(int level) { return std::min(std::max(level, 0), 2); }
@@ -187,7 +190,7 @@ class DotWriter {
       s << id_of(i) << " [shape=ellipse, style=filled, margin=\"0.06,0.04\"";
       klass = "leaf";
     } else {
-      c = &colors_of_level(node.level);
+      c = &colors_of(node);
       label = "<b>" + html_escape(node.name()) + "</b><br/>" + small(shapes_text(node, options_.show_dtype), kMuted);
       std::string names;
       for (uint32_t k = 0; k < node.outputs.size(); ++k) {
@@ -195,10 +198,10 @@ class DotWriter {
         if (it != output_names_.end()) append(names, it->second);
       }
       if (!names.empty()) label = small("<i>" + html_escape(names) + "</i>", c->border, 11) + "<br/>" + label;
-      tooltip = std::string(node.name()) + ": " + level_title(node.level) + " (level " +
-                std::to_string(node.level) + ")";
+      tooltip = std::string(node.name()) + ": " + (node.tangent ? "tangent, " : "") + level_title(node.level) +
+                " (level " + std::to_string(node.level) + ")";
       s << id_of(i) << " [shape=box, style=\"rounded,filled\"";
-      klass = "level" + std::to_string(category_of_level(node.level));
+      klass = "level" + std::to_string(category_of_level(node.level)) + (node.tangent ? " tangent" : "");
     }
     if (root) {
       label += "<br/>" + small("<b>output</b>", kRootBorder, 9);
@@ -235,7 +238,7 @@ class DotWriter {
         if (!e.valid()) continue;
         const size_t from = tape_.ids.at(e.node.get());
         const Node& producer = *e.node;
-        const Colors& c = is_leaf(from) ? kLeaf : colors_of_level(producer.level);
+        const Colors& c = is_leaf(from) ? kLeaf : colors_of(producer);
         out_ << "  " << id_of(from) << " -> " << id_of(i) << " [color=\"" << c.border << "\"";
         if (producer.outputs.size() > 1)
           out_ << ", taillabel=<" << small(std::to_string(e.input_nr), kMuted, 9) << ">";
@@ -250,9 +253,10 @@ class DotWriter {
     if (!options_.title.empty())
       rows += "<tr><td>" + small("<b>" + html_escape(options_.title) + "</b>", "#1f2933", 14) + "</td></tr>";
     if (options_.legend && !tape_.nodes.empty()) {
-      bool has[3] = {false, false, false}, has_leaf = false, has_root = !roots_.empty();
+      bool has[3] = {false, false, false}, has_leaf = false, has_root = !roots_.empty(), has_tangent = false;
       for (size_t i = 0; i < tape_.nodes.size(); ++i) {
         if (is_leaf(i)) has_leaf = true;
+        else if (tape_.nodes[i]->tangent) has_tangent = true;
         else has[category_of_level(tape_.nodes[i]->level)] = true;
       }
       std::string cells;
@@ -265,6 +269,7 @@ class DotWriter {
       if (has[0]) key(kForward.fill, kForward.border, "forward (level 0)");
       if (has[1]) key(kBackward.fill, kBackward.border, "backward (level 1)");
       if (has[2]) key(kDoubleBackward.fill, kDoubleBackward.border, "backward of backward (level &#8805; 2)");
+      if (has_tangent) key(kTangent.fill, kTangent.border, "tangent (JVP rule)");
       if (has_root) key("#ffffff", kRootBorder, "output (root)");
       rows += "<tr><td><table border=\"0\" cellborder=\"0\" cellspacing=\"3\" cellpadding=\"2\"><tr>" + cells +
               "</tr></table></td></tr>";

@@ -8,6 +8,9 @@
 //   level 0   forward                 blue
 //   level 1   backward                amber
 //   level ≥ 2 backward of a backward  violet   (only a tape that records its own backward has these)
+//   tangent   a JVP rule's ops        teal     (forward mode, autograd/forward_ad.h: the tangent's
+//                                              computation, recorded when its inputs require grad;
+//                                              in its level's cluster, tooltip and class say both)
 //
 // Render with:  dot -Tsvg graph.dot -o graph.svg   (or -Tpng). See examples/graph/main.cpp.
 #pragma once

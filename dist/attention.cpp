@@ -470,6 +470,12 @@ Tensor attention(Group& group, const Tensor& q, const Tensor& k, const Tensor& v
            ": causal = true means window_right = 0, got window_right = ", options.window_right.value_or(0));
   GG_CHECK(schedule == Schedule::all_gather || schedule == Schedule::ring, ValueError, "gg::", op,
            ": unknown schedule ", static_cast<int>(schedule));
+  // The ring and the collectives have no forward-mode rules: refuse a dual input here rather than
+  // drop its tangent where the ring's forward runs off the tape.
+  GG_CHECK(!detail::forward_ad_active() ||
+               (!detail::has_open_tangent(q) && !detail::has_open_tangent(k) && !detail::has_open_tangent(v)),
+           AutogradError, "gg::", op, ": no forward-mode (JVP) rule: q, k or v carries a tangent at an open dual "
+           "level; differentiate it in reverse mode (gg::grad) instead");
 
   // Every rank's shapes and dtype, so that all ranks agree on the cut (and on the block shape
   // the ring shifts) or all raise the same error.

@@ -410,6 +410,28 @@ TEST(ForwardAD, ClosingALevelErasesItsTangents) {
   EXPECT_FALSE(fwd::unpack_dual(y).tangent.defined());
 }
 
+// exp's rule multiplies by its output y, so a tangent recorded on the tape (x requires grad) holds
+// y through its history while y holds the tangent: a cycle, through y and through the copy of y
+// that exp's node saves. Closing the level erases the tangents and so frees all of it.
+TEST(ForwardAD, ClosingALevelFreesTangentsThatHoldTheirPrimal) {
+  std::weak_ptr<TensorImpl> y_impl, t_impl;
+  std::weak_ptr<Node> y_node;
+  const Tensor x = leaf(vec({0.2, 0.9}));
+  {
+    fwd::DualLevel level;
+    const Tensor y = exp(fwd::make_dual(x, vec({1.0, -1.0})));
+    const Tensor t = fwd::unpack_dual(y).tangent;
+    ASSERT_TRUE(t.requires_grad());
+    y_impl = y.impl_ptr();
+    t_impl = t.impl_ptr();
+    y_node = y.grad_fn();
+    EXPECT_FALSE(y_node.expired());
+  }
+  EXPECT_TRUE(y_impl.expired());
+  EXPECT_TRUE(t_impl.expired());
+  EXPECT_TRUE(y_node.expired());
+}
+
 TEST(ForwardAD, NestedLevelsGiveMixedSecondDerivatives) {
   // f(x) = x³: the inner tangent 3x²·v carries the outer tangent 6x·u·v.
   const Tensor x = vec({0.7, -1.3}), u = vec({1.0, 2.0}), v = vec({0.5, -1.0});

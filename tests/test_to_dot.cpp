@@ -153,6 +153,30 @@ TEST(ToDot, GradOfGradHasNodesOfAllThreeLevels) {
   }
 }
 
+// Reverse over forward: the tangent of tanh is computed by its JVP rule's ops (mul, sub, ...),
+// recorded because x requires grad; they are drawn as tangent nodes with their own key.
+TEST(ToDot, TangentComputationsHaveTheirOwnColour) {
+  const Tensor x = from_vector({0.5, -1.0}, {2}, DType::f64).requires_grad_();
+  Tensor t;
+  {
+    fwd::DualLevel level;
+    t = fwd::unpack_dual(tanh(fwd::make_dual(x, from_vector({1.0, 2.0}, {2}, DType::f64)))).tangent;
+  }
+  const std::string text = to_dot({t});
+  const Dot dot = read_dot(text);
+  int tangents = 0, drawn = 0;
+  for (const Node* n : tape_nodes({t}))
+    if (!dynamic_cast<const AccumulateGrad*>(n)) tangents += n->tangent;
+  for (const auto& [id, decl] : dot.nodes) {  // class="levelK tangent" (and " root" on the output)
+    const size_t at = decl.find("class=\"") + 7;
+    drawn += decl.substr(at, decl.find('"', at) - at).find("tangent") != std::string::npos;
+  }
+  EXPECT_GT(tangents, 0);
+  EXPECT_EQ(drawn, tangents);
+  EXPECT_NE(text.find("tangent (JVP rule)"), std::string::npos);
+  EXPECT_NE(text.find("<b>tanh</b>"), std::string::npos);  // the primal's op, blue, feeds the tangent
+}
+
 TEST(ToDot, IsAWellFormedDigraph) {
   const GradOfGrad c = grad_of_grad();
   const std::string text = to_dot(c.roots());

@@ -176,6 +176,18 @@ TEST(Zigzag, BalancesCausalWork) {
   EXPECT_GT(blocks.back(), 6 * blocks.front());
 }
 
+// No forward mode through the ring or the all-gather: a dual input is refused on every rank
+// before any collective, not given a zero tangent.
+TEST(DistAttention, ADualInputIsRefused) {
+  EXPECT_THROW(dist::run_threads(2,
+                                 [](Group& g) {
+                                   fwd::DualLevel level;
+                                   const Tensor t = zeros({1, 1, 3, 2}, DType::f64);
+                                   dist::attention(g, fwd::make_dual(t, ones_like(t)), t, t);
+                                 }),
+               AutogradError);
+}
+
 TEST(DistAttention, BadShardsAreTypedErrors) {
   // A rank with no rows.
   EXPECT_THROW(dist::run_threads(2,
