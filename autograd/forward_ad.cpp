@@ -104,7 +104,8 @@ Tensor dual_view(const Tensor& x, const char* name) {
 
 }  // namespace
 
-DualLevel::DualLevel() : id_(g_next_level_id++), depth_(static_cast<int>(t_state.stack.size())), prev_visible_(t_state.visible) {
+DualLevel::DualLevel()
+    : id_(g_next_level_id++), depth_(static_cast<int>(t_state.stack.size())), prev_visible_(t_state.visible) {
   t_state.stack.push_back(std::make_unique<Level>(Level{id_, {}}));
   t_state.visible = t_state.stack.size();
   ++detail::g_open_dual_levels;
@@ -164,7 +165,9 @@ Tensor make_dual(const Tensor& primal, const Tensor& tangent, const DualLevel& l
   return make_dual_at(open_level("make_dual", &level), primal, tangent);
 }
 Dual unpack_dual(const Tensor& t) { return unpack_dual_at(open_level("unpack_dual", nullptr), t); }
-Dual unpack_dual(const Tensor& t, const DualLevel& level) { return unpack_dual_at(open_level("unpack_dual", &level), t); }
+Dual unpack_dual(const Tensor& t, const DualLevel& level) {
+  return unpack_dual_at(open_level("unpack_dual", &level), t);
+}
 
 }  // namespace fwd
 

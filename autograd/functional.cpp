@@ -305,7 +305,8 @@ std::vector<TensorList> jacrev(const ListFn& f, const TensorList& xs) {
 // One forward-mode pass (jvp) per input element, each giving a column of every block: n passes
 // of f for n input elements, against jacrev's one backward per output element.
 std::vector<TensorList> jacfwd(const ListFn& f, const TensorList& xs) {
-  for (size_t j = 0; j < xs.size(); ++j) GG_CHECK(xs[j].defined(), ValueError, "gg::func::jacfwd: input ", j, " is undefined");
+  for (size_t j = 0; j < xs.size(); ++j)
+    GG_CHECK(xs[j].defined(), ValueError, "gg::func::jacfwd: input ", j, " is undefined");
   const bool outer = on_outer_tape(xs);
   EnableGradGuard enable;
   TensorList ys;  // f's outputs, for the shapes of the blocks (from a plain evaluation if no column runs)

@@ -101,9 +101,10 @@ using BackwardFn = std::function<TensorList(const BackwardArgs&)>;
 
 // What a forward-mode (JVP) rule gets, at one dual level (autograd/forward_ad.h): the tangent of
 // each input (undefined for an input without one at this level: a zero tangent, whose terms the
-// rule skips; at least one is defined), and the op's inputs and outputs (primals, on the tape as the op recorded them). It returns one
-// tangent per output (undefined: zero), written in gg ops like a backward, so that tangents carry
-// tangents of outer levels and can be differentiated in reverse mode.
+// rule skips; at least one is defined), and the op's inputs and outputs (primals, on the tape as
+// the op recorded them). It returns one tangent per output (undefined: zero), written in gg ops
+// like a backward, so that tangents carry tangents of outer levels and can be differentiated in
+// reverse mode.
 struct JvpArgs {
   const TensorList& tangents;
   const TensorList& inputs;

@@ -520,6 +520,9 @@ TEST(ForwardAD, InPlaceOnADualTensorIsRefused) {
   Tensor plain = vec({1.0, 2.0});
   expect_error<AutogradError>([&] { plain.add_(d); }, "gg::add_: in-place update of a dual tensor (the source");
   plain.add_(vec({1.0, 1.0}));  // no tangent anywhere: fine
+  expect_error<AutogradError>([&] { d.index_put_({0}, 5.0); }, "gg::index_put_: in-place update of a dual tensor");
+  expect_error<AutogradError>([&] { plain.index_put_({0}, d[1]); },
+                              "gg::index_put_: in-place update of a dual tensor (a forward-mode tangent on the value");
 }
 
 TEST(ForwardAD, UnpackingWithNoLevelOpenIsAnError) {
