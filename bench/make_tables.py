@@ -4,8 +4,8 @@ the results files in bench/results/.
 
 scripts/bench-gpu.sh writes one file per benchmark (cuda.jsonl, attention.jsonl, long.jsonl,
 options.jsonl, dist.jsonl, python.jsonl), and scripts/bench-cpu.sh writes attention_cpu.jsonl: a first line {"bench": "meta", ...} with the card, the date, the commit and the
-command, then one JSON object per measurement. Where options.jsonl or dist.jsonl does not exist
-(not measured yet), its block says so. Each table of docs/benchmarks.md sits between two markers,
+command, then one JSON object per measurement (scripts/bench-forward.sh writes forward_mode.jsonl
+alike). Where options.jsonl or dist.jsonl does not exist (not measured yet), its block says so. Each table of docs/benchmarks.md sits between two markers,
 
   <!-- make_tables: NAME -->
   ...
@@ -752,9 +752,59 @@ def python_block(meta, rows):
     return out
 
 
+def forward_mode_block(meta, rows):
+    """scripts/bench-forward.sh: gg::func::jvp beside the double-VJP JVP, and jacfwd beside jacrev on
+    a grid of input and output sizes."""
+    def mem(b):
+        return f"{b / 2**20:.3g} MiB" if b >= 2**20 else f"{b / 2**10:.3g} KiB"
+
+    dtype = next((r.get("dtype") for r in rows if r.get("dtype")), "?")
+    lines = [f"Machine: {meta.get('machine', '?')}; {meta.get('threads', '?')} threads (`OMP_NUM_THREADS`), "
+             f"{dtype}, median of {meta.get('repeats', '?')} runs after a warm-up, {meta.get('date', '?')}, "
+             f"commit {meta.get('commit', '?')}. Command:", "", "```sh", meta.get("command", "?"), "```", "",
+             "J·v by forward mode (`func::jvp`) and by the double-VJP trick, beside f alone (ms; peak tensor "
+             "memory above the inputs; the last column is the relative difference of the two J·v):", ""]
+    body = []
+    jvps = [r for r in rows if r.get("bench") == "jvp"]
+    for r in sorted(jvps, key=lambda r: (r["fn"] != "mlp", r.get("width", r.get("N")))):
+        what = (f"MLP, width {r['width']:,}, batch {r['batch']}" if r["fn"] == "mlp"
+                else f"attention, N {r['N']:,}, d {r['d']}")
+        body.append([what, ms(r["fwd_ms"]), ms(r["jvp_ms"]), ratio(r["jvp_ms"], r["fwd_ms"]), ms(r["dvjp_ms"]),
+                     ratio(r["dvjp_ms"], r["jvp_ms"]), mem(r["jvp_peak_bytes"]), mem(r["dvjp_peak_bytes"]),
+                     f"{r['rel_diff']:.1e}"])
+    lines += table(["f", "f ms", "jvp ms", "jvp / f", "double-VJP ms", "double-VJP / jvp", "jvp peak",
+                    "double-VJP peak", "difference"], body, "lrrrrrrrr")
+    jac = {(r["n"], r["m"]): r for r in rows if r.get("bench") == "jac"}
+    if jac:
+        ns, msz = sorted({n for n, _ in jac}), sorted({m for _, m in jac})
+        hidden = next(iter(jac.values()))["hidden"]
+        lines += ["", f"The Jacobian of f: Rⁿ → Rᵐ, f(z) = W₂ tanh(W₁z + b₁) with a hidden layer of {hidden}: "
+                      "`func::jacfwd` ms / `func::jacrev` ms, the faster in bold (rows n inputs, columns m "
+                      "outputs):", ""]
+        grid = []
+        for n in ns:
+            row = [n]
+            for m in msz:
+                r = jac.get((n, m))
+                if r is None:
+                    row.append("—")
+                    continue
+                f, b = ms(r["jacfwd_ms"]), ms(r["jacrev_ms"])
+                row.append(f"**{f}** / {b}" if r["jacfwd_ms"] < r["jacrev_ms"] else f"{f} / **{b}**")
+            grid.append(row)
+        lines += table(["n \\ m"] + [str(m) for m in msz], grid, "r" * (len(msz) + 1))
+        cross = []
+        for n in ns:
+            wins = [m for m in msz if (n, m) in jac and jac[(n, m)]["jacfwd_ms"] < jac[(n, m)]["jacrev_ms"]]
+            cross.append(f"n = {n}: " + (f"m ≥ {min(wins)}" if wins and all(m in wins for m in msz if m >= min(wins))
+                                         else ", ".join(f"m = {m}" for m in wins) if wins else "never"))
+        lines += ["", "Where jacfwd is faster: " + "; ".join(cross) + "."]
+    return lines
+
+
 BLOCKS = {"cuda": cuda_block, "attention": attention_block, "long": long_block, "options": options_block,
           "dist": dist_block, "attention_cpu": attention_cpu_block, "attention_cpu_memory": attention_cpu_memory_block,
-          "python": python_block}
+          "python": python_block, "forward_mode": forward_mode_block}
 # Blocks read from another block's results file (by default a block reads bench/results/NAME.jsonl).
 RESULTS_OF = {"attention_cpu_memory": "attention_cpu"}
 # Blocks whose results file may not exist yet: the page then says so instead of a table.
@@ -762,6 +812,7 @@ OPTIONAL = {"options": "Not measured yet: `scripts/bench-gpu.sh options` writes 
             "attention_cpu": "Not measured yet: `scripts/bench-cpu.sh` writes `bench/results/attention_cpu.jsonl`.",
             "attention_cpu_memory": "Not measured yet: `scripts/bench-cpu.sh` writes `bench/results/attention_cpu.jsonl`.",
             "python": "Not measured yet: `scripts/bench-gpu.sh python` writes `bench/results/python.jsonl`.",
+            "forward_mode": "Not measured yet: `scripts/bench-forward.sh` writes `bench/results/forward_mode.jsonl`.",
             "dist": "Not measured yet (one GPU so far): `scripts/bench-gpu.sh dist` on a machine with several GPUs "
                     "writes `bench/results/dist.jsonl`."}
 
