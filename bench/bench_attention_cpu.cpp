@@ -17,11 +17,18 @@
 // --max-seconds is skipped; one whose warm-up run passes it is reported from that single run.
 //
 // Run: ./build-attn/bench/bench_attention_cpu [--sizes 256,1024,4096] [--mask both] [--json out.jsonl]
+//
+// --jvp: instead of the above, the kernels alone (kernels/cpu/attention.h, raw f32 buffers, no
+// tape): attention_fwd (O, L) against attention_jvp (O, L and their tangents for tangents of q,
+// k and v), run alternately, median of --repeats pairs each and the median of the pairs' ratios
+// JVP/forward (the JVP does three times the forward's matrix work).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <string>
@@ -29,6 +36,7 @@
 
 #include "bench/median.h"
 #include "gradgrad.h"
+#include "kernels/cpu/attention.h"
 
 namespace {
 
@@ -50,6 +58,7 @@ struct Config {
   double max_seconds = 60;     // composite stages predicted or measured slower are skipped
   std::string mask = "both";  // full, causal or both
   std::string json_path;
+  bool jvp = false;
 };
 
 enum class Stage { forward, backward, bob, chain };
@@ -206,6 +215,45 @@ void write_json_line(std::ofstream& out, const char* impl, int64_t N, int64_t d,
   out << "}\n";
 }
 
+// --jvp: attention_fwd against attention_jvp on the same inputs, alternating, f32, (1, 1, N, d).
+int run_jvp_mode(const Config& cfg, const std::vector<bool>& masks) {
+  namespace kc = gg::kernels::cpu;
+  std::printf("| N | mask | forward ms | JVP ms | JVP/forward (median of pair ratios) | runs |\n");
+  std::printf("|---:|---|---:|---:|---:|---:|\n");
+  for (int64_t N : cfg.sizes)
+    for (bool causal : masks) {
+      const gg::Shape s = {1, 1, N, cfg.d};
+      std::vector<std::vector<float>> in;
+      for (int i = 0; i < 6; ++i) in.push_back(gg::randn(s).to_vector<float>());  // q, k, v and tangents
+      std::vector<float> O(in[0].size()), L(static_cast<size_t>(N)), Od(O.size()), Ld(L.size());
+      const gg::kernels::AttentionShape p{1, 1, N, cfg.d, 1.0 / std::sqrt(static_cast<double>(cfg.d)), causal};
+      auto fwd = [&] { kc::attention_fwd<float>(p, in[0].data(), in[1].data(), in[2].data(), O.data(), L.data()); };
+      auto jvp = [&] {
+        kc::attention_jvp<float>(p, in[0].data(), in[1].data(), in[2].data(), in[3].data(), in[4].data(), in[5].data(),
+                                 O.data(), L.data(), Od.data(), Ld.data());
+      };
+      auto timed = [](auto& f) {
+        const auto t0 = Clock::now();
+        f();
+        return std::chrono::duration<double>(Clock::now() - t0).count();
+      };
+      fwd();  // warm-up
+      jvp();
+      std::vector<double> tf, tj, ratio;
+      for (int r = 0; r < std::max(cfg.repeats, 3); ++r) {
+        tf.push_back(timed(fwd));
+        tj.push_back(timed(jvp));
+        ratio.push_back(tj.back() / tf.back());
+      }
+      std::printf("| %lld | %s | %s | %s | %.2f | %zu |\n", static_cast<long long>(N), causal ? "causal" : "full",
+                  fmt_ms(bench::median(tf)).c_str(), fmt_ms(bench::median(tj)).c_str(), bench::median(ratio),
+                  tf.size());
+      std::fflush(stdout);
+    }
+  std::printf("load average at end: %s\n", load_average().c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -218,8 +266,18 @@ int main(int argc, char** argv) {
   app.add_option("--max-seconds", cfg.max_seconds, "skip composite stages predicted slower than this (N^2 scaling)");
   app.add_option("--mask", cfg.mask, "full, causal or both")->check(CLI::IsMember({"full", "causal", "both"}));
   app.add_option("--json", cfg.json_path, "write one JSON line per (impl, N, causal, stage) to this file");
+  app.add_flag("--jvp", cfg.jvp, "time the forward and JVP kernels alone (f32), not the op levels");
   CLI11_PARSE(app, argc, argv);
 
+  if (cfg.jvp) {
+    const char* threads = std::getenv("OMP_NUM_THREADS");
+    std::printf("load average at start: %s; OMP_NUM_THREADS=%s\n", load_average().c_str(), threads ? threads : "(unset)");
+    gg::manual_seed(0);
+    std::vector<bool> jvp_masks;
+    if (cfg.mask != "causal") jvp_masks.push_back(false);
+    if (cfg.mask != "full") jvp_masks.push_back(true);
+    return run_jvp_mode(cfg, jvp_masks);
+  }
   std::ofstream json;
   if (!cfg.json_path.empty()) {
     json.open(cfg.json_path);

@@ -1,12 +1,13 @@
-// CPU kernels for fused softmax attention: forward, backward, and backward-over-backward (BoB).
+// CPU kernels for fused softmax attention: forward, backward, backward-over-backward (BoB), and
+// the forward-mode derivative (JVP).
 //
 // The math is in docs/attention.md; each .cpp restates its part in its header.
 // Kernels see raw pointers and an AttentionShape, never tensors: the op layer (ops/) checks
 // shapes, dtypes and contiguity and resolves the scale before calling in.
 //
-// Layout: every tensor is contiguous row-major. Q, O, dO and the gradients of Q and dO are
-// (B, H, N, d) (N = Nq, the query length); K, V and their gradients are (B, Hkv, Nk, d); L and
-// the internal row scalars D, E, F are (B, H, N). Query head h reads key/value head h / (H / Hkv)
+// Layout: every tensor is contiguous row-major. Q, O, dO, the gradients of Q and dO and the
+// tangents of Q and O are (B, H, N, d) (N = Nq, the query length); K, V, their gradients and
+// tangents are (B, Hkv, Nk, d); L, its tangent and the internal row scalars D, E, F are (B, H, N). Query head h reads key/value head h / (H / Hkv)
 // (grouped-query attention); the gradients of K and V sum over the query heads of their group
 // inside the kernels, one task per (b, kv head, key block), so no expanded copy of K or V exists.
 //
@@ -36,7 +37,7 @@
 
 namespace gg::kernels::cpu {
 
-// Tile sizes, shared by all three kernels.
+// Tile sizes, shared by all the kernels.
 inline constexpr int64_t kBlockM = 64;  // query rows per block
 inline constexpr int64_t kBlockN = 64;  // key rows per block
 
@@ -100,8 +101,26 @@ void attention_bwd_bwd(const AttentionShape& p,
                        T* E = nullptr,   // (B, H, N)    the stages' row scalars
                        T* F = nullptr);
 
+// JVP (forward mode): given tangents Qd, Kd, Vd of Q, K, V (each may be nullptr = a zero tangent:
+// its terms are skipped, not multiplied by zeros), write O and L (attention_fwd's, bit for bit)
+// and their tangents Od = Ȯ and Ld = L̇ (all four always written, fully overwritten), in one
+// sweep over the key blocks per query block: Ṡ = s·(Q̇·Kᵀ + Q·K̇ᵀ), L̇ = rowsum(P∘Ṡ),
+// Ȯ = (P∘(Ṡ − L̇))·V + P·V̇ (attention_jvp.cpp). A row that sees no key gets Ȯ = 0 and L̇ = 0.
+template <typename T>
+void attention_jvp(const AttentionShape& p,
+                   const T* Q,   // (B, H, N, d)
+                   const T* K,   // K-shaped
+                   const T* V,   // K-shaped
+                   const T* Qd,  // (B, H, N, d) tangent of Q, or nullptr
+                   const T* Kd,  // K-shaped tangent of K, or nullptr
+                   const T* Vd,  // K-shaped tangent of V, or nullptr
+                   T* O,         // (B, H, N, d) out
+                   T* L,         // (B, H, N)    out
+                   T* Od,        // (B, H, N, d) out: tangent of O
+                   T* Ld);       // (B, H, N)    out: tangent of L
+
 // ---------------------------------------------------------------------------------------------
-// Internal: tile helpers shared by the three attention .cpp files. Not part of the interface.
+// Internal: tile helpers shared by the attention .cpp files. Not part of the interface.
 //
 // A tile is a row-major kBlockM x kBlockN array; entry (i, j) (local query row i, local key
 // row j) lives at [i * kBlockN + j]. "Rows" are d-long rows of a (N, d) matrix, row stride d.
