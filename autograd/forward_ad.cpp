@@ -191,6 +191,13 @@ bool has_open_tangent(const Tensor& t) {
   return false;
 }
 
+bool has_visible_tangent(const Tensor& t) {
+  if (!t.defined()) return false;
+  for (size_t k = 0; k < fwd::t_state.visible; ++k)
+    if (fwd::find_tangent(t.impl(), fwd::t_state.stack[k]->id)) return true;
+  return false;
+}
+
 void forward_jvp(const char* name, TensorSpan inputs, TensorSpan outputs, const JvpFn* jvp, FunctionNode* node) {
   fwd::State& s = fwd::t_state;
   bool any_tangent = false;

@@ -170,6 +170,9 @@ void forward_jvp(const char* name, TensorSpan inputs, TensorSpan outputs, const 
 void copy_tangents(const Tensor& from, const Tensor& to);
 // Whether `t` carries a tangent at a level open on this thread.
 bool has_open_tangent(const Tensor& t);
+// Whether `t` carries a tangent at a level whose tangents propagate now (inside a level's rule:
+// the levels outside it).
+bool has_visible_tangent(const Tensor& t);
 template <typename J>
 constexpr bool is_jvp_rule = std::is_invocable_r_v<TensorList, const std::decay_t<J>&, const JvpArgs&>;
 }  // namespace detail

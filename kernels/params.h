@@ -239,4 +239,11 @@ struct AttentionBobArgs : AttentionSavedArgs {
   void *E = nullptr, *F = nullptr;    // the stages' row scalars: (B, H, N)
 };
 
+// The forward's JVP (CPU only): O, L and their tangents for tangents of Q, K, V.
+struct AttentionJvpArgs : AttentionInputs {
+  const void *Qt, *Kt, *Vt;  // tangents of Q, K, V (shaped like them); nullptr = zero
+  void *O, *L;               // as the forward's: (B, H, N, d), (B, H, N)
+  void *Ot, *Lt;             // their tangents, shaped like O and L
+};
+
 }  // namespace gg::kernels

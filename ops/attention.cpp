@@ -561,8 +561,23 @@ AttentionForward attention_composite_forward(const Tensor& q, const Tensor& k, c
 
 // Ṡ = scale·(Q̇Kᵀ + QK̇ᵀ) (zero where the mask hides a key), P = softmax(S), L̇ = rowsum(P ∘ Ṡ),
 // Ṗ = P ∘ (Ṡ − L̇), Ȯ = ṖV + PV̇, all in differentiable ops (so the tangents have tangents and
-// gradients of their own), from the composite's mask. Stores Nq×Nk matrices: the composite
-// formula, which a fused kernel (one pass beside the forward, no N×N buffer) can replace here.
+// gradients of their own), from the composite's mask. Stores Nq×Nk matrices; where the tangents
+// need no derivatives the CPU runs the fused kernel instead (fused_jvp_serves).
+namespace {
+// The fused kernel (kernels/cpu/attention_jvp.cpp: one sweep beside the forward, no Nq×Nk buffer)
+// gives plain tensors with no rule of their own, so it serves only where the tangents need no
+// derivatives: nothing would be recorded (grad mode off, or nothing requires grad) and no input
+// or tangent carries a tangent of an outer dual level. Elsewhere the composite formula below.
+bool fused_jvp_serves(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qt, const Tensor& kt,
+                      const Tensor& vt) {
+  if (!q.device().is_cpu() || (q.dtype() != DType::f32 && q.dtype() != DType::f64)) return false;
+  for (const Tensor* t : {&q, &k, &v, &qt, &kt, &vt})
+    if (t->defined() && ((GradMode::is_enabled() && t->requires_grad()) || detail::has_visible_tangent(*t)))
+      return false;
+  return true;
+}
+}  // namespace
+
 AttentionForward attention_forward_jvp(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qt,
                                        const Tensor& kt, const Tensor& vt, const AttentionOptions& o) {
   const char* op = "attention_forward_jvp";
@@ -574,6 +589,24 @@ AttentionForward attention_forward_jvp(const Tensor& q, const Tensor& k, const T
              ", expected ", shape_str(like.shape()));
     detail::check_same_dtype(op, like, t);
     detail::check_same_device(op, like, t);
+  }
+  if (fused_jvp_serves(q, k, v, qt, kt, vt)) {
+    NoGradGuard ng;
+    auto dense = [](const Tensor& t) { return t.defined() ? contiguous(t) : Tensor(); };  // undefined: zero
+    const Tensor qtc = dense(qt), ktc = dense(kt), vtc = dense(vt);
+    const Shape lse = {q.size(0), q.size(1), q.size(2)};
+    const Tensor O = empty(q.shape(), q.dtype(), q.device()), L = empty(lse, q.dtype(), q.device());
+    AttentionForward t{empty(q.shape(), q.dtype(), q.device()), empty(lse, q.dtype(), q.device())};
+    auto a = args_for<kernels::AttentionJvpArgs>(c);
+    a.Qt = data_or_null(qtc);
+    a.Kt = data_or_null(ktc);
+    a.Vt = data_or_null(vtc);
+    a.O = O.raw_data();
+    a.L = L.raw_data();
+    a.Ot = t.O.raw_data();
+    a.Lt = t.L.raw_data();
+    dispatch::attention_jvp(a, q.device());
+    return t;
   }
   const int64_t nq = q.size(2), nk = k.size(2), group = q.size(1) / k.size(1);
   auto widen = [&](const Tensor& t) {  // grouped heads: one key/value head per query head

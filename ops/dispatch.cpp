@@ -104,6 +104,12 @@ void attention_cpu(const kernels::AttentionBobArgs& a) {
                                      out<T>(a.F));
 }
 
+template <typename T>
+void attention_cpu(const kernels::AttentionJvpArgs& a) {
+  kernels::cpu::attention_jvp<T>(a.shape, in<T>(a.Q), in<T>(a.K), in<T>(a.V), in<T>(a.Qt), in<T>(a.Kt), in<T>(a.Vt),
+                                 out<T>(a.O), out<T>(a.L), out<T>(a.Ot), out<T>(a.Lt));
+}
+
 // One level on the CPU (the CUDA kernels pick their own template by dtype).
 template <typename Args>
 void attention_on_cpu(const Args& a, Device device) {
@@ -129,5 +135,6 @@ void attention_bwd_bwd(const kernels::AttentionBobArgs& a, Device device) {
   GG_IF_CUDA(kernels::cuda::attention_bwd_bwd(a))
   attention_on_cpu(a, device);
 }
+void attention_jvp(const kernels::AttentionJvpArgs& a, Device device) { attention_on_cpu(a, device); }
 
 }  // namespace gg::dispatch

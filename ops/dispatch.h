@@ -29,5 +29,8 @@ void copy_between_devices(void* dst, Device dst_device, const void* src, Device 
 void attention_fwd(const kernels::AttentionFwdArgs& a, Device device);
 void attention_bwd(const kernels::AttentionBwdArgs& a, Device device);
 void attention_bwd_bwd(const kernels::AttentionBobArgs& a, Device device);
+// The forward's JVP: O, L and their tangents (CPU only: ops/attention.cpp uses the composite
+// formula elsewhere).
+void attention_jvp(const kernels::AttentionJvpArgs& a, Device device);
 
 }  // namespace gg::dispatch

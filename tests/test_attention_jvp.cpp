@@ -1,5 +1,6 @@
-// The fused attention JVP kernel (kernels/cpu/attention_jvp.cpp), called directly: not yet wired
-// into the ops or the tape. Its O, L, Ȯ, L̇ against
+// The fused attention JVP kernel (kernels/cpu/attention_jvp.cpp), called directly, and through
+// the forward-mode rule of gg::attention, which runs it where nothing is recorded. Its O, L, Ȯ,
+// L̇ against
 //   - an explicit f64 reference written in gg ops: S, P, Ṡ, Ṗ = P∘(Ṡ − rowsum(P∘Ṡ)), Ȯ = Ṗ·V + P·V̇,
 //     L̇ = rowsum(P∘Ṡ), to 1e-12 relative to each output's scale;
 //   - central differences of attention_composite in f64 along the tangent direction;
@@ -251,6 +252,31 @@ TEST_P(JvpKernel, MatchesFiniteDifferencesOfComposite) {
 
 INSTANTIATE_TEST_SUITE_P(Attention, JvpKernel, ::testing::Range<size_t>(0, jvp_cases().size()),
                          [](const auto& info) { return std::string(jvp_cases()[info.param].name); });
+
+// Forward mode through gg::attention: with nothing to record and no outer dual level, the op's
+// rule runs this kernel; with inputs that require grad it keeps the composite formula (whose
+// tangents can be differentiated). Both give the same Ȯ and L̇ in f64, every option case.
+TEST(AttentionJvp, OpRuleUsesTheKernelWhereNothingIsRecorded) {
+  for (const OptCase& c : jvp_cases()) {
+    const JvpInputs in = jvp_inputs(c, 2, 900);
+    const AttentionOptions o = options_of(c);
+    auto tangents = [&](bool record) {
+      fwd::DualLevel level;
+      TensorList x(3);
+      for (size_t i = 0; i < 3; ++i) {
+        Tensor p = in.x[i].detach();
+        if (record) p.requires_grad_(true);
+        x[i] = fwd::make_dual(p, in.t[i]);
+      }
+      const AttentionForward f = attention_forward(x[0], x[1], x[2], o);
+      return std::pair<Values, Values>{fwd::unpack_dual(f.O).tangent.to_vector<double>(),
+                                       fwd::unpack_dual(f.L).tangent.to_vector<double>()};
+    };
+    const auto fused = tangents(false), composite = tangents(true);
+    EXPECT_LE(rel_err(fused.first, composite.first), 1e-12) << describe(c) << " Od";
+    EXPECT_LE(rel_err(fused.second, composite.second), 1e-12) << describe(c) << " Ld";
+  }
+}
 
 // Each tangent alone, against central differences in that input alone (the terms do not leak
 // into one another).

@@ -101,6 +101,28 @@ TEST(AttentionMemory, GroupedHeadsAllocateNoExpandedKeys) {
             << bob << "; one (N, d) tensor is " << nd << "\n";
 }
 
+// Forward mode through the op: a JVP of gg::attention (tangents of q, k and v, nothing recorded)
+// runs the fused kernel, so it too stays linear in N.
+TEST(AttentionMemory, ForwardModeIsLinearInN) {
+  const int64_t N = 4096, d = 64;
+  const Shape s = {1, 1, N, d};
+  const int64_t nd = N * d * 4, nn = N * N * 4;
+  manual_seed(4);
+  Tensor q = randn(s), k = randn(s), v = randn(s), qt = randn(s), kt = randn(s), vt = randn(s);
+  Tensor Od;
+  const int64_t jvp = peak_bytes_of([&] {
+    fwd::DualLevel level;
+    const Tensor O = attention(fwd::make_dual(q, qt), fwd::make_dual(k, kt), fwd::make_dual(v, vt),
+                               {std::nullopt, true});
+    Od = fwd::unpack_dual(O).tangent;
+  });
+  ASSERT_TRUE(Od.defined());
+  // Outputs O, L, Ȯ, L̇ plus the kernel's scratch O and L: a few (N, d) tensors.
+  EXPECT_LE(jvp, 8 * nd) << "forward mode";
+  EXPECT_LT(jvp, nn / 4) << "forward mode must be far below one N×N matrix";
+  std::cout << "forward-mode peak bytes at N=4096, d=64 (f32): " << jvp << "\n";
+}
+
 TEST(AttentionMemory, CompositeNeedsNSquared) {
   const int64_t N = 4096, d = 64;
   const Shape s = {1, 1, N, d};
