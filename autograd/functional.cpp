@@ -164,26 +164,24 @@ void check_names(const char* what, const NamedTensors& vs, const NamedTensors& p
              vs[i].first, "' but parameter ", i, " is '", params[i].first, "'");
 }
 
-// One forward-mode pass (autograd/forward_ad.h): f at xs carrying tangents vs at a fresh dual
-// level; returns f's outputs and their tangents J·v (zeros where an output has none). The inputs
-// enter through inner_inputs when the caller's tape tracks them (so the outputs and tangents stay
-// functions of xs and vs), as they are otherwise.
+// One forward-mode pass (autograd/forward_ad.h) for the transform `what`: f at xs carrying
+// tangents vs at a fresh dual level (an undefined tangent: that input enters without one, a zero
+// tangent no rule has to multiply); returns f's outputs and their tangents J·v (zeros where an
+// output has none). The inputs enter through inner_inputs when the caller's tape tracks them (so
+// the outputs and tangents stay functions of xs and vs), as they are otherwise.
 struct ForwardPass {
   TensorList outputs, tangents;
 };
-ForwardPass forward_pass(const ListFn& f, const TensorList& xs, const TensorList& vs, bool outer) {
+ForwardPass forward_pass(const char* what, const ListFn& f, const TensorList& xs, const TensorList& vs,
+                         bool outer) {
   fwd::DualLevel level;
+  const TensorList in = outer ? inner_inputs(what, xs, true) : xs;
   TensorList duals;
-  if (outer) {
-    const TensorList in = inner_inputs("jvp", xs, true);
-    for (size_t i = 0; i < xs.size(); ++i) duals.push_back(fwd::make_dual(in[i], vs[i], level));
-  } else {
-    for (size_t i = 0; i < xs.size(); ++i) duals.push_back(fwd::make_dual(xs[i], vs[i], level));
-  }
+  for (size_t i = 0; i < xs.size(); ++i) duals.push_back(vs[i].defined() ? fwd::make_dual(in[i], vs[i], level) : in[i]);
   const TensorList ys = f(duals);
   ForwardPass r;
   for (const Tensor& y : ys) {
-    GG_CHECK(y.defined(), ValueError, "gg::func::jvp: f returned an undefined tensor");
+    GG_CHECK(y.defined(), ValueError, "gg::func::", what, ": f returned an undefined tensor");
     fwd::Dual d = fwd::unpack_dual(y, level);
     r.outputs.push_back(result(d.primal, outer));
     r.tangents.push_back(result(d.tangent.defined() ? d.tangent : zeros_like(y), outer));
@@ -238,7 +236,7 @@ JvpResult jvp(const ListFn& f, const TensorList& xs, const TensorList& vs) {
   check_like("jvp", "v", vs, "x", xs);
   const bool outer = on_outer_tape(xs) || on_outer_tape(vs);
   EnableGradGuard enable;
-  ForwardPass p = forward_pass(f, xs, vs, outer);
+  ForwardPass p = forward_pass("jvp", f, xs, vs, outer);
   return {p.outputs, p.tangents};
 }
 
@@ -313,9 +311,9 @@ std::vector<TensorList> jacfwd(const ListFn& f, const TensorList& xs) {
   std::vector<std::vector<TensorList>> cols(xs.size());  // cols[j][i][k] = ∂ys[i]/∂xs[j][k]
   for (size_t j = 0; j < xs.size(); ++j)
     for (int64_t k = 0; k < xs[j].numel(); ++k) {
-      TensorList vs = all_zeros(xs);
+      TensorList vs(xs.size());  // the other inputs carry no tangent
       vs[j] = basis(xs[j], k);
-      ForwardPass p = forward_pass(f, xs, vs, outer);
+      ForwardPass p = forward_pass("jacfwd", f, xs, vs, outer);
       if (ys.empty()) ys = p.outputs;
       cols[j].resize(p.tangents.size());
       for (size_t i = 0; i < p.tangents.size(); ++i) cols[j][i].push_back(p.tangents[i]);

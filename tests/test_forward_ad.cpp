@@ -568,6 +568,26 @@ TEST(ForwardTransforms, JacfwdEqualsJacrev) {
   expect_close(vals(func::jacfwd(att, q)), vals(func::jacrev(att, q)), 1e-12, 1e-12, "attention jacfwd vs jacrev");
 }
 
+// jacfwd's columns carry one input's tangent: the other inputs enter without one, so no rule
+// sees them as dual (a rule that tested its input for a tangent there would fail), and an error
+// inside names jacfwd, the transform the user called.
+TEST(ForwardTransforms, JacfwdColumnsCarryOneTangent) {
+  const TensorList xs = {vec({1.0, 2.0}), vec({3.0})};
+  std::vector<int> dual_inputs;
+  const func::ListFn f = [&](const TensorList& x) {
+    int n = 0;
+    for (const Tensor& t : x) n += fwd::unpack_dual(t).tangent.defined();
+    dual_inputs.push_back(n);
+    return TensorList{x[0] * x[1]};
+  };
+  const std::vector<TensorList> jac = func::jacfwd(f, xs);
+  EXPECT_EQ(dual_inputs, std::vector<int>({1, 1, 1}));  // one column per input element
+  expect_close(vals(jac[0][0]), {3.0, 0.0, 0.0, 3.0}, 0, 0, "d(x0*x1)/dx0");
+  expect_close(vals(jac[0][1]), {1.0, 2.0}, 0, 0, "d(x0*x1)/dx1");
+  expect_error<ValueError>([&] { func::jacfwd([](const TensorList&) { return TensorList{Tensor()}; }, xs); },
+                           "gg::func::jacfwd: f returned an undefined tensor");
+}
+
 TEST(ForwardTransforms, HvpForwardOverReverseEqualsReverseOverReverse) {
   manual_seed(23);
   const Tensor W = randn({4, 3}, DType::f64);
