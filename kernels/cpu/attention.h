@@ -249,8 +249,8 @@ inline void axpy(T alpha, const T* x, T* y, int64_t d) {
 // where the ISA has them) whatever its position, the tile's size or the thread, so results do not
 // depend on masks, tails, alignment or the thread count.
 //
-// Register blocking: R output rows x CW packets of columns per micro-kernel call (16 accumulators
-// with 32 vector registers, 12 with 16).
+// Register blocking: R output rows x CW packets of columns per micro-kernel call (24 accumulators
+// with 32 vector registers, 12 with 16), and rows left over in groups of kTileRTail, then one by one.
 namespace ei = Eigen::internal;
 template <typename T, bool kVector = ei::packet_traits<T>::Vectorizable>
 struct Vec {  // T's packet (T itself where Eigen has none)
@@ -263,10 +263,11 @@ struct Vec<T, false> {
   static constexpr int kLanes = 1;
 };
 #if defined(__AVX512F__)
-inline constexpr int kTileR = 4, kTileCW = 4;
+inline constexpr int kTileR = 6, kTileCW = 4;
 #else
 inline constexpr int kTileR = 6, kTileCW = 2;
 #endif
+inline constexpr int kTileRTail = 4;  // 64-row tiles: ten groups of 6, one of 4
 
 // How a product meets its output: kSet  Out = alpha·Σ;  kAdd  Out += alpha·Σ;  kAccumulate  the sum
 // goes on from Out (Out + a_0·b_0 + a_1·b_1 + ..., no alpha).
@@ -332,6 +333,7 @@ inline void tile_product(int64_t m, int64_t n, int64_t cols, const T* A, int64_t
   };
   int64_t r0 = 0;
   for (; r0 + kTileR <= m; r0 += kTileR) row_block(std::integral_constant<int, kTileR>{}, r0);
+  for (; r0 + kTileRTail <= m; r0 += kTileRTail) row_block(std::integral_constant<int, kTileRTail>{}, r0);
   for (; r0 < m; ++r0) row_block(std::integral_constant<int, 1>{}, r0);
 }
 
