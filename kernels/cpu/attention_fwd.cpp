@@ -120,6 +120,13 @@ void attention_fwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
   }
 }
 
+template <typename T>
+void attention_row_exp(T* x, int64_t n, T shift) {
+  detail::row_exp(x, n, shift);
+}
+template void attention_row_exp<float>(float*, int64_t, float);
+template void attention_row_exp<double>(double*, int64_t, double);
+
 template void attention_fwd<float>(const AttentionShape&, const float*, const float*,
                                    const float*, float*, float*);
 template void attention_fwd<double>(const AttentionShape&, const double*, const double*,

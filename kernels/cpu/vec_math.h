@@ -20,7 +20,7 @@ namespace gg::kernels::cpu {
 // answer is known (exp of x below kExpZero is 0), else with the scalar std:: function (NaN
 // lanes too). Eigen's scalar path (the unaligned head and tail) is the std:: function, and
 // exp's edges hold for every caller of ExpOp::packetOp (attention's probability tiles, whose
-// masked scores are -inf, too).
+// masked scores are -inf, too, where exp_tile_ps below does not serve).
 template <typename T>
 struct VecLimits;
 template <>
@@ -88,5 +88,29 @@ struct ExpOp {
     return ei::predux_any(rest) ? redo_lanes(x, y0, rest, [](T v) { return std::exp(v); }) : y0;
   }
 };
+
+#if defined(__AVX512F__)
+// exp of 16 floats for attention's probability tiles, where it runs once or twice per score: the
+// range reduction x = n·ln2 + r (n = round(x·log2 e), r by a two-part ln2, |r| <= ln2/2), e^r by
+// its Taylor polynomial of degree 7 (remainder under 6e-9, a tenth of an ulp), and 2^n·e^r by one
+// vscalefps, which rounds once into the subnormals and gives 0 and inf past the ends. Edges:
+// x is clamped to [-104, 89] first (exp(-104) and below round to 0, so -inf gives exactly 0;
+// exp(89) overflows, so +inf gives inf) with the operand order of vmaxps/vminps that returns a
+// NaN x unchanged, and NaN propagates. Within 1 ulp of the correctly rounded result everywhere
+// (tests/test_vec_math.cpp checks it against std::exp in double over the whole range).
+inline __m512 exp_tile_ps(__m512 x) {
+  namespace ei = Eigen::internal;
+  x = ei::pmax(x, ei::pset1<__m512>(-104.0f));  // vmaxps(-104, x): a NaN x comes back unchanged
+  x = ei::pmin(x, ei::pset1<__m512>(89.0f));
+  const __m512 n = _mm512_roundscale_ps(ei::pmul(x, ei::pset1<__m512>(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = ei::pmadd(n, ei::pset1<__m512>(-0.693359375f), x);  // ln2's high part: n·it is exact
+  r = ei::pmadd(n, ei::pset1<__m512>(2.12194440e-4f), r);       // + n·(0.693359375 - ln2)
+  __m512 p = ei::pset1<__m512>(1.0f / 5040);
+  for (const float c : {1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f})
+    p = ei::pmadd(p, r, ei::pset1<__m512>(c));
+  return _mm512_scalef_ps(p, n);
+}
+#endif
 
 }  // namespace gg::kernels::cpu
