@@ -565,49 +565,63 @@ AttentionForward attention_composite_forward(const Tensor& q, const Tensor& k, c
 // need no derivatives the CPU runs the fused kernel instead (fused_jvp_serves).
 namespace {
 // The fused kernel (kernels/cpu/attention_jvp.cpp: one sweep beside the forward, no Nq×Nk buffer)
-// gives plain tensors with no rule of their own, so it serves only where the tangents need no
-// derivatives: nothing would be recorded (grad mode off, or nothing requires grad) and no input
-// or tangent carries a tangent of an outer dual level. Elsewhere the composite formula below.
+// exists for f32 and f64 on the CPU.
+bool fused_jvp_kernel(const Tensor& q) {
+  return q.device().is_cpu() && (q.dtype() == DType::f32 || q.dtype() == DType::f64);
+}
+
+// The kernel gives plain tensors with no rule of their own, so attention_forward_jvp runs it only
+// where the tangents need no derivatives: nothing would be recorded (grad mode off, or nothing
+// requires grad) and no input or tangent carries a tangent of an outer dual level. Elsewhere the
+// composite formula below.
 bool fused_jvp_serves(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qt, const Tensor& kt,
                       const Tensor& vt) {
-  if (!q.device().is_cpu() || (q.dtype() != DType::f32 && q.dtype() != DType::f64)) return false;
+  if (!fused_jvp_kernel(q)) return false;
   for (const Tensor* t : {&q, &k, &v, &qt, &kt, &vt})
     if (t->defined() && ((GradMode::is_enabled() && t->requires_grad()) || detail::has_visible_tangent(*t)))
       return false;
   return true;
 }
-}  // namespace
 
-AttentionForward attention_forward_jvp(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qt,
-                                       const Tensor& kt, const Tensor& vt, const AttentionOptions& o) {
-  const char* op = "attention_forward_jvp";
-  const Checked c = check_qkv(op, q, k, v, o);
+// q, k, v and the options (check_qkv), and each defined tangent shaped, typed and placed like its primal.
+Checked check_jvp(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qt,
+                  const Tensor& kt, const Tensor& vt, const AttentionOptions& o) {
+  Checked c = check_qkv(op, q, k, v, o);
   for (const auto& [t, like, name] : {std::tuple<const Tensor&, const Tensor&, const char*>{qt, q, "qt"},
                                       {kt, k, "kt"}, {vt, v, "vt"}}) {
     if (!t.defined()) continue;  // a zero tangent
     GG_CHECK(t.shape() == like.shape(), ShapeError, "gg::", op, ": ", name, " has shape ", shape_str(t.shape()),
              ", expected ", shape_str(like.shape()));
-    detail::check_same_dtype(op, like, t);
-    detail::check_same_device(op, like, t);
+    GG_CHECK(t.dtype() == like.dtype(), DTypeError, "gg::", op, ": ", name, " has dtype ", dtype_name(t.dtype()),
+             ", expected ", dtype_name(like.dtype()));
+    GG_CHECK(t.device() == like.device(), DeviceError, "gg::", op, ": ", name, " is on ", t.device().str(),
+             ", expected ", like.device().str());
   }
-  if (fused_jvp_serves(q, k, v, qt, kt, vt)) {
-    NoGradGuard ng;
-    auto dense = [](const Tensor& t) { return t.defined() ? contiguous(t) : Tensor(); };  // undefined: zero
-    const Tensor qtc = dense(qt), ktc = dense(kt), vtc = dense(vt);
-    const Shape lse = {q.size(0), q.size(1), q.size(2)};
-    const Tensor O = empty(q.shape(), q.dtype(), q.device()), L = empty(lse, q.dtype(), q.device());
-    AttentionForward t{empty(q.shape(), q.dtype(), q.device()), empty(lse, q.dtype(), q.device())};
-    auto a = args_for<kernels::AttentionJvpArgs>(c);
-    a.Qt = data_or_null(qtc);
-    a.Kt = data_or_null(ktc);
-    a.Vt = data_or_null(vtc);
-    a.O = O.raw_data();
-    a.L = L.raw_data();
-    a.Ot = t.O.raw_data();
-    a.Lt = t.L.raw_data();
-    dispatch::attention_jvp(a, q.device());
-    return t;
-  }
+  return c;
+}
+
+// The fused kernel on checked inputs, writing Ȯ and L̇ to Ot and Lt (contiguous, q's shape and
+// (B, Hq, Nq), q's dtype); O and L are its scratch. An undefined tangent is zero (nullptr).
+void fused_jvp_into(const Checked& c, const Tensor& qt, const Tensor& kt, const Tensor& vt, void* Ot, void* Lt) {
+  NoGradGuard ng;
+  auto dense = [](const Tensor& t) { return t.defined() ? contiguous(t) : Tensor(); };
+  const Tensor qtc = dense(qt), ktc = dense(kt), vtc = dense(vt);
+  const Tensor O = empty(c.q.shape(), c.q.dtype(), c.q.device());
+  const Tensor L = empty({c.shape.B, c.shape.H, c.shape.N}, c.q.dtype(), c.q.device());
+  auto a = args_for<kernels::AttentionJvpArgs>(c);
+  a.Qt = data_or_null(qtc);
+  a.Kt = data_or_null(ktc);
+  a.Vt = data_or_null(vtc);
+  a.O = O.raw_data();
+  a.L = L.raw_data();
+  a.Ot = Ot;
+  a.Lt = Lt;
+  dispatch::attention_jvp(a, c.q.device());
+}
+
+// The composite formula on checked inputs, in differentiable ops on q, k, v and the tangents.
+AttentionForward composite_jvp(const char* op, const Checked& c, const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Tensor& qt, const Tensor& kt, const Tensor& vt, const AttentionOptions& o) {
   const int64_t nq = q.size(2), nk = k.size(2), group = q.size(1) / k.size(1);
   auto widen = [&](const Tensor& t) {  // grouped heads: one key/value head per query head
     if (group == 1) return t;
@@ -663,6 +677,41 @@ AttentionForward attention_forward_jvp(const Tensor& q, const Tensor& k, const T
   if (vt.defined()) ot = ot.defined() ? ot + matmul(p, widen(vt)) : matmul(p, widen(vt));  // + P V̇
   if (!ot.defined()) ot = zeros_like(q);
   return {ot, l.dtype() == lse_dtype(q.dtype()) ? l : to(l, lse_dtype(q.dtype()))};
+}
+}  // namespace
+
+AttentionForward attention_forward_jvp(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qt,
+                                       const Tensor& kt, const Tensor& vt, const AttentionOptions& o) {
+  const char* op = "attention_forward_jvp";
+  const Checked c = check_jvp(op, q, k, v, qt, kt, vt, o);
+  if (!fused_jvp_serves(q, k, v, qt, kt, vt)) return composite_jvp(op, c, q, k, v, qt, kt, vt, o);
+  AttentionForward t{empty(q.shape(), q.dtype(), q.device()),
+                     empty({c.shape.B, c.shape.H, c.shape.N}, q.dtype(), q.device())};
+  fused_jvp_into(c, qt, kt, vt, t.O.raw_data(), t.L.raw_data());
+  return t;
+}
+
+void attention_forward_jvp_out(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qt,
+                               const Tensor& kt, const Tensor& vt, const Tensor& Ot, const Tensor& Lt,
+                               const AttentionOptions& o) {
+  const char* op = "attention_forward_jvp_out";
+  const Checked c = check_jvp(op, q, k, v, qt, kt, vt, o);
+  GG_CHECK(!q.device().is_cpu() || fused_jvp_kernel(q), DTypeError, "gg::", op, ": q has dtype ",
+           dtype_name(q.dtype()), "; on the CPU it takes f32 and f64");
+  const auto& s = c.shape;
+  void* ot = checked_out(op, Ot, "Ot", q.shape(), q.dtype(), q.device());
+  void* lt = checked_out(op, Lt, "Lt", {s.B, s.H, s.N}, lse_dtype(q.dtype()), q.device());
+  if (q.device().is_cpu()) {
+    fused_jvp_into(c, qt, kt, vt, ot, lt);
+    return;
+  }
+  // No fused kernel on this device: the composite formula on plain views (nothing recorded, no
+  // outer tangents carried), copied into the outputs.
+  NoGradGuard ng;
+  auto plain = [](const Tensor& t) { return t.defined() ? t.detach() : Tensor(); };
+  const AttentionForward t = composite_jvp(op, c, plain(q), plain(k), plain(v), plain(qt), plain(kt), plain(vt), o);
+  copy_(Tensor(Ot), t.O);
+  copy_(Tensor(Lt), t.L);
 }
 
 // ------------------------------------------------------- determinism switch

@@ -478,10 +478,19 @@ TensorList attention_bob_from_row_sums(const Tensor& q, const Tensor& k, const T
                                        const AttentionOptions& options = {});
 // Forward mode of attention_forward: the tangents {Ȯ, L̇} of O and L along tangents qt, kt, vt of
 // q, k, v (shaped like them; undefined: zero): Ṡ = scale·(q̇Kᵀ + qK̇ᵀ) under the mask, Ṗ = P ∘ (Ṡ − rowsum(P ∘ Ṡ)),
-// Ȯ = ṖV + PV̇, L̇ = rowsum(P ∘ Ṡ), with the options of gg::attention. Written in differentiable
-// ops (Nq×Nk buffers, exact): the JVP rule gg::attention runs under gg::fwd (autograd/forward_ad.h).
+// Ȯ = ṖV + PV̇, L̇ = rowsum(P ∘ Ṡ), with the options of gg::attention: the JVP rule gg::attention
+// runs under gg::fwd (autograd/forward_ad.h). Where the tangents need no derivatives (nothing
+// recorded, no outer dual level), f32/f64 on the CPU run the fused kernel (no Nq×Nk buffer);
+// elsewhere differentiable ops (Nq×Nk buffers, exact).
 AttentionForward attention_forward_jvp(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qt,
                                        const Tensor& kt, const Tensor& vt, const AttentionOptions& options = {});
+// Its write-into form (the rules of the write-into forms above): Ȯ into Ot (q's shape and dtype),
+// L̇ into Lt ((B, Hq, Nq) in L's dtype). On the CPU the fused kernel writes them (f32 and f64;
+// other dtypes are a DTypeError); on CUDA the composite formula is computed and copied in. Not
+// recorded, and tangents of open dual levels on the arguments are ignored.
+void attention_forward_jvp_out(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qt,
+                               const Tensor& kt, const Tensor& vt, const Tensor& Ot, const Tensor& Lt,
+                               const AttentionOptions& options = {});
 // attention_composite's O and L (the same L as attention_forward's, in q's dtype): the ground
 // truth for L and its derivatives.
 AttentionForward attention_composite_forward(const Tensor& q, const Tensor& k, const Tensor& v,

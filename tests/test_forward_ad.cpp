@@ -2,8 +2,8 @@
 // the double-VJP (u ↦ Jᵀu is linear, so ∂⟨Jᵀu, v⟩/∂u = J·v) and finite differences; at order 2,
 // the JVP of a gradient (forward over reverse), reverse over forward and forward over forward
 // against reverse over reverse and differences of the gradient, all in f64. Then the fused
-// attention's rules at every option, the dual-tensor API (nesting, errors, an op without a rule)
-// and the transforms built on it (jvp, jacfwd, hvp).
+// attention's rules at every option and the write-into form of its forward's, the dual-tensor API
+// (nesting, errors, an op without a rule) and the transforms built on it (jvp, jacfwd, hvp).
 #include <cmath>
 #include <string>
 
@@ -14,6 +14,16 @@ namespace {
 
 Values vals(const Tensor& t) { return contiguous(t).to_vector<double>(); }
 Tensor or_zeros(const Tensor& t, const Tensor& like) { return t.defined() ? t : zeros_like(like); }
+
+template <typename E, typename F>
+void expect_error(F&& call, const std::string& needle) {
+  try {
+    call();
+    ADD_FAILURE() << "no exception; wanted one containing: " << needle;
+  } catch (const E& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
 
 TensorList table_inputs(const OpCase& c) {
   const std::vector<Values> vs = op_inputs(c);
@@ -353,21 +363,97 @@ TEST_P(AttentionJvp, ThirdOrderForwardOverReverseOverReverse) {
   expect_close(fwd_vals, flat(want), 1e-10, 1e-10, "third order");
 }
 
+// The write-into form on the CPU runs the fused kernel into the given tensors: the only storage it
+// allocates is the kernel's O and L scratch, and it gives attention_forward_jvp's tangents where
+// that runs the kernel too (nothing recorded), in f64 and f32, and the composite formula's in f64
+// (inputs that require grad keep attention_forward_jvp on it). Undefined tangents are zeros.
+TEST_P(AttentionJvp, OutFormWritesTheKernelsTangentsIntoTheGivenTensors) {
+  const AttentionCase& c = GetParam();
+  const TensorList xs = inputs(21), vs = inputs(22);
+  const Shape lse = {c.B, c.Hq, c.Nq};
+  for (DType dt : {DType::f64, DType::f32}) {
+    TensorList x, t;
+    for (size_t i = 0; i < 3; ++i) {
+      x.push_back(to(xs[i], dt));
+      t.push_back(to(vs[i], dt));
+    }
+    const Tensor Ot = empty(xs[0].shape(), dt), Lt = empty(lse, dt);
+    const int64_t allocations = cpu::memory_stats().allocations;
+    attention_forward_jvp_out(x[0], x[1], x[2], t[0], t[1], t[2], Ot, Lt, c.o);
+    EXPECT_EQ(cpu::memory_stats().allocations - allocations, 2) << dtype_name(dt);
+    EXPECT_EQ(Ot.version(), 1u);
+    EXPECT_EQ(Lt.version(), 1u);
+    const AttentionForward want = attention_forward_jvp(x[0], x[1], x[2], t[0], t[1], t[2], c.o);
+    EXPECT_EQ(vals(Ot), vals(want.O)) << dtype_name(dt);
+    EXPECT_EQ(vals(Lt), vals(want.L)) << dtype_name(dt);
+  }
+  const Tensor Ot = empty(xs[0].shape(), DType::f64), Lt = empty(lse, DType::f64);
+  attention_forward_jvp_out(xs[0], xs[1], xs[2], vs[0], vs[1], vs[2], Ot, Lt, c.o);
+  const TensorList tracked = leaves_of(xs);
+  const AttentionForward composite =
+      attention_forward_jvp(tracked[0], tracked[1], tracked[2], vs[0], vs[1], vs[2], c.o);
+  ASSERT_TRUE(composite.O.requires_grad());  // the composite formula ran
+  expect_close(vals(Ot), vals(composite.O), 1e-12, 1e-12, "Ot vs composite");
+  expect_close(vals(Lt), vals(composite.L), 1e-12, 1e-12, "Lt vs composite");
+  // q̇ alone: k̇ and v̇ undefined, as zeros.
+  attention_forward_jvp_out(xs[0], xs[1], xs[2], vs[0], Tensor(), Tensor(), Ot, Lt, c.o);
+  const AttentionForward zeros_given =
+      attention_forward_jvp(xs[0], xs[1], xs[2], vs[0], zeros_like(vs[1]), zeros_like(vs[2]), c.o);
+  expect_close(vals(Ot), vals(zeros_given.O), 1e-15, 1e-15, "Ot with q-dot alone");
+  expect_close(vals(Lt), vals(zeros_given.L), 1e-15, 1e-15, "Lt with q-dot alone");
+}
+
 std::string attention_name(const ::testing::TestParamInfo<AttentionCase>& info) { return info.param.name; }
 INSTANTIATE_TEST_SUITE_P(Options, AttentionJvp, ::testing::ValuesIn(attention_cases()), attention_name);
 
+// The write-into form's bad arguments: typed errors naming the op, the argument and its values.
+TEST(AttentionJvpOut, BadArgumentsAreNamed) {
+  manual_seed(23);
+  const Shape sq = {1, 4, 5, 8}, sk = {1, 2, 7, 8}, lse = {1, 4, 5};
+  TensorList x, t;
+  for (const Shape& s : {sq, sk, sk}) {
+    x.push_back(randn(s, DType::f64));
+    t.push_back(randn(s, DType::f64));
+  }
+  const AttentionOptions o{0.3, false, 2, 1};
+  const char* op = "gg::attention_forward_jvp_out: ";
+  const Tensor O64 = empty(sq, DType::f64), L64 = empty(lse, DType::f64);
+  expect_error<ShapeError>([&] { attention_forward_jvp_out(x[0], x[1], x[2], t[1], t[1], t[2], O64, L64, o); },
+                           std::string(op) + "qt has shape [1, 2, 7, 8], expected [1, 4, 5, 8]");
+  expect_error<DTypeError>(
+      [&] { attention_forward_jvp_out(x[0], x[1], x[2], t[0], to(t[1], DType::f32), t[2], O64, L64, o); },
+      std::string(op) + "kt has dtype f32, expected f64");
+  expect_error<ShapeError>([&] { attention_forward_jvp_out(x[0], x[1], x[2], t[0], t[1], t[2], L64, L64, o); },
+                           std::string(op) + "Ot must have shape [1, 4, 5, 8], got [1, 4, 5]");
+  expect_error<DTypeError>(
+      [&] { attention_forward_jvp_out(x[0], x[1], x[2], t[0], t[1], t[2], O64, empty(lse, DType::f32), o); },
+      std::string(op) + "Lt must be f64, got f32");
+  expect_error<ValueError>(
+      [&] {
+        attention_forward_jvp_out(x[0], x[1], x[2], t[0], t[1], t[2], transpose(empty({1, 4, 8, 5}, DType::f64), 2, 3),
+                                  L64, o);
+      },
+      std::string(op) + "Ot must be contiguous");
+  expect_error<ValueError>([&] { attention_forward_jvp_out(x[0], x[1], x[2], t[0], t[1], t[2], O64, Tensor(), o); },
+                           std::string(op) + "Lt is an undefined tensor");
+  const AttentionOptions bad{0.3, true, 2, 1};
+  expect_error<ValueError>([&] { attention_forward_jvp_out(x[0], x[1], x[2], t[0], t[1], t[2], O64, L64, bad); },
+                           std::string(op) + "causal = true means window_right = 0, got window_right = 1");
+  // The CPU computes in f32 and f64 only.
+  TensorList xb, tb;
+  for (size_t i = 0; i < 3; ++i) {
+    xb.push_back(to(x[i], DType::bf16));
+    tb.push_back(to(t[i], DType::bf16));
+  }
+  expect_error<DTypeError>(
+      [&] {
+        attention_forward_jvp_out(xb[0], xb[1], xb[2], tb[0], tb[1], tb[2], empty(sq, DType::bf16), empty(lse), o);
+      },
+      std::string(op) + "q has dtype bf16; on the CPU it takes f32 and f64");
+}
+
 
 // ---------------------------------------------------------------- the dual-tensor API
-
-template <typename E, typename F>
-void expect_error(F&& call, const std::string& needle) {
-  try {
-    call();
-    ADD_FAILURE() << "no exception; wanted one containing: " << needle;
-  } catch (const E& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
 
 Tensor vec(const Values& v) { return from_vector(v, {static_cast<int64_t>(v.size())}, DType::f64); }
 

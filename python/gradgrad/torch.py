@@ -30,6 +30,8 @@ import torch
 import torch.autograd.forward_ad as _fwad
 import torch.nn.functional as F
 from torch import Tensor
+from torch._C import _functorch as _ft
+from torch._functorch.pyfunctorch import temporarily_clear_interpreter_stack as _temporarily_clear_interpreter_stack
 from torch.utils.dlpack import to_dlpack as _to_dlpack
 
 from . import _C
@@ -264,12 +266,13 @@ def _bob_grad(ctx, cQ, cK, cV, cdO, cdL):
 
 # ----------------------------------------------------------------------------- forward mode
 #
-# The tangent of each level is the JVP of that level written over the composite attention
-# (exact, Nq x Nk scores, like the order-3 fallback), taken by two VJPs (_jvp): a jvp rule may run
-# inside a torch.autograd.forward_ad dual level, where PyTorch does not nest forward mode, so it
-# uses reverse mode only. A level is a function of
-# its tensors other than O and L, which enter the backward and the BoB as saved values (the
-# reverse rules above give them no gradient either): their tangents are not read, and the
+# The forward's tangents (O', L') come from gradgrad's fused CPU JVP kernel where it serves
+# (_fused_jvp_inputs). Elsewhere, and at the other levels, the tangent of a level is the JVP of
+# that level written over the composite attention (exact, Nq x Nk scores, like the order-3
+# fallback), taken by two VJPs (_jvp): a jvp rule may run inside a torch.autograd.forward_ad dual
+# level, where PyTorch does not nest forward mode, so it uses reverse mode only. A level is a
+# function of its tensors other than O and L, which enter the backward and the BoB as saved values
+# (the reverse rules above give them no gradient either): their tangents are not read, and the
 # composite recomputes O and L from q, k and v. Missing tensors and tangents count as zeros.
 
 
@@ -308,9 +311,57 @@ def _or_zeros(t, like):
     return torch.zeros_like(like) if t is None else t
 
 
+def _fused_jvp_inputs(tensors):
+    """The tensors the fused kernel reads for q, k, v and their tangents (`tensors`, None for a
+    zero tangent), and the torch.func level to wrap its results at (None outside torch.func); None
+    where the composite must run. Under torch.func.jvp the rule sees the tensors wrapped at the
+    jvp's level, the innermost transform active: they are unwrapped from that level alone. The
+    kernel serves f32 or f64 CPU tensors that are then plain (of plain type, wrapped by no other
+    transform, whose rules must see the computation; no dispatch mode active) and tangents that
+    need no derivative of their own: grad mode off, or nothing requires grad. Its results are
+    plain tensors, with no graph and no rule."""
+    q = tensors[0]
+    if q.device.type != "cpu" or q.dtype not in (torch.float32, torch.float64):
+        return None
+    if torch._C._len_torch_dispatch_stack() != 0:
+        return None
+    level = None
+    if torch._C._are_functorch_transforms_active():
+        top = _ft.peek_interpreter_stack()
+        if top is None or top.key() != _ft.TransformType.Jvp:
+            return None
+        level = top.level()
+        tensors = tuple(None if t is None else _ft._unwrap_for_grad(t, level) for t in tensors)
+    record = torch.is_grad_enabled()
+    for t in tensors:
+        if t is not None and (
+            type(t) not in _PLAIN or _ft.is_functorch_wrapped_tensor(t) or (record and t.requires_grad)
+        ):
+            return None
+    return tensors, level
+
+
+def _run_forward_jvp(q, k, v, qd, kd, vd, scale, causal, window_left, window_right):
+    """O' and L' (in L's dtype) from the fused kernel; a tangent of None is zero."""
+    Od, Ld = torch.empty_like(q, memory_format=torch.contiguous_format), _lse_like(q)
+    _C.attention_forward_jvp(
+        *map(_dl, (q, k, v, qd, kd, vd)), _to_dlpack(Od), _to_dlpack(Ld),
+        scale, causal, window_left, window_right, _stream(q),
+    )
+    return Od, Ld
+
+
 def _forward_jvp(ctx, qd, kd, vd, *_):
-    _warn_forward_mode()
     q, k, v = ctx.saved_tensors
+    fused = _fused_jvp_inputs((q, k, v, qd, kd, vd))
+    if fused is not None:
+        tensors, level = fused
+        if level is None:
+            return _run_forward_jvp(*tensors, *ctx.options)
+        with _temporarily_clear_interpreter_stack():  # plain outputs from torch.empty_like
+            Od, Ld = _run_forward_jvp(*tensors, *ctx.options)
+        return _ft._wrap_for_grad(Od, level), _ft._wrap_for_grad(Ld, level)
+    _warn_forward_mode()
     primals = (q, k, v)
     tangents = tuple(_or_zeros(t, p) for t, p in zip((qd, kd, vd), primals))
     Od, Ld = _jvp(lambda q, k, v: _composite(q, k, v, *ctx.options), primals, tangents)

@@ -118,6 +118,17 @@ void backward_backward(const Array& q, const Array& k, const Array& v, const Arr
   });
 }
 
+void forward_jvp(const Array& q, const Array& k, const Array& v, const OptArray& qt, const OptArray& kt,
+                 const OptArray& vt, const Array& Ot, const Array& Lt, std::optional<double> scale, bool causal,
+                 std::optional<int64_t> window_left, std::optional<int64_t> window_right, uintptr_t stream) {
+  const char* op = "attention_forward_jvp_out";
+  const gg::Tensor tq = wrap(q, op, "q"), tk = wrap(k, op, "k"), tv = wrap(v, op, "v");
+  const gg::Tensor tqt = wrap(qt, op, "qt"), tkt = wrap(kt, op, "kt"), tvt = wrap(vt, op, "vt");
+  const gg::Tensor tOt = wrap(Ot, op, "Ot"), tLt = wrap(Lt, op, "Lt");
+  const gg::AttentionOptions o = options(scale, causal, window_left, window_right);
+  run_on(tq, stream, [&] { gg::attention_forward_jvp_out(tq, tk, tv, tqt, tkt, tvt, tOt, tLt, o); });
+}
+
 // Bench hooks (bench/attention_python.py): the same work through the C++ API on the caller's
 // arrays, timed in C++ from a synchronised start to a synchronised end; the median over `reps`
 // runs after one warm-up run, in seconds.
@@ -207,6 +218,12 @@ NB_MODULE(_C, m) {
         nb::arg("scale").none() = none, nb::arg("causal") = false, nb::arg("window_left").none() = none,
         nb::arg("window_right").none() = none, nb::arg("stream") = 0,
         "Writes gQ, gK, gV, gdO and gdL (gg::attention_backward_backward_out); dL, qt, kt, vt and gdL may be None.");
+  m.def("attention_forward_jvp", &forward_jvp, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("qt").none(),
+        nb::arg("kt").none(), nb::arg("vt").none(), nb::arg("Ot"), nb::arg("Lt"), nb::arg("scale").none() = none,
+        nb::arg("causal") = false, nb::arg("window_left").none() = none, nb::arg("window_right").none() = none,
+        nb::arg("stream") = 0,
+        "Writes the tangents Ot of O and Lt of L along the tangents qt, kt, vt of q, k, v "
+        "(gg::attention_forward_jvp_out; the fused CPU kernel for f32/f64); qt, kt and vt may be None (zero).");
   m.def("_bench_forward", &bench_forward, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("O"), nb::arg("L"),
         nb::arg("scale").none(), nb::arg("causal"), nb::arg("window_left").none(), nb::arg("window_right").none(),
         nb::arg("stream"), nb::arg("calls"), nb::arg("reps"));

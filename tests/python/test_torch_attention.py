@@ -6,6 +6,7 @@ import math
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -248,6 +249,90 @@ def test_hessian_and_gradcheck_with_forward_ad():
     assert torch.autograd.gradcheck(lambda *x: ggt.attention(*x, is_causal=True), x, check_forward_ad=True)
 
 
+# (causal, window, (B, Hq, Hkv, Nq, Nk, d), scale) for the forward's fused JVP: the forward-mode
+# cases above, a grouped case with Nq > Nk whose first rows see no key and a given scale, and sizes
+# past one tile of the CPU kernel.
+FUSED_JVP_CASES = {
+    "full": (False, (None, None), (1, 2, 2, 5, 5, 8), None),
+    "causal_gqa_window": (True, (3, None), (2, 4, 2, 5, 7, 8), None),
+    "rect_two_sided": (False, (2, 1), (1, 2, 2, 6, 4, 8), None),
+    "mqa_causal_nq_gt_nk_scale": (True, (None, None), (1, 4, 1, 7, 4, 16), 0.3),
+    "tiles": (False, (None, None), (1, 2, 2, 70, 90, 32), None),
+}
+
+
+def forward_level(causal, window, scale):
+    """(q, k, v) -> (O, L) through the forward's autograd forms, as gradgrad.torch.attention runs it."""
+    return lambda q, k, v: ggt._call(ggt._FORWARD, q, k, v, scale, causal, *window)
+
+
+def dual_tangents(fn, primals, tangents):
+    """The tangents of fn's outputs in a torch.autograd.forward_ad dual level (None: no tangent)."""
+    with torch.autograd.forward_ad.dual_level():
+        duals = [p if t is None else torch.autograd.forward_ad.make_dual(p, t) for p, t in zip(primals, tangents)]
+        return tuple(torch.autograd.forward_ad.unpack_dual(o).tangent for o in fn(*duals))
+
+
+def composite_tangents(fn, primals, tangents):
+    """The same with every tangent requiring grad, which keeps the rule on the composite formula."""
+    with pytest.warns(UserWarning, match="forward-mode derivatives of attention differentiate a composite"):
+        out = dual_tangents(fn, primals, [t.clone().requires_grad_() for t in tangents])
+    return tuple(o.detach() for o in out)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("name", list(FUSED_JVP_CASES))
+def test_forward_mode_fused_kernel_matches_the_composite(name, dtype):
+    causal, window, (B, Hq, Hkv, Nq, Nk, d), scale = FUSED_JVP_CASES[name]
+    q, k, v = (t.detach() for t in inputs(B, Hq, Hkv, Nq, Nk, d, seed=17))
+    g = torch.Generator().manual_seed(18)
+    tangents = tuple(torch.randn(t.shape, generator=g, dtype=f64) for t in (q, k, v))
+    fn = forward_level(causal, window, scale)
+    exact = composite_tangents(fn, (q, k, v), tangents)  # f64
+    tol = 1e-12 if dtype == f64 else 1e-5  # f32: about 1e-6 seen against f64, as the composite's own
+    x, t = [p.to(dtype) for p in (q, k, v)], [p.to(dtype) for p in tangents]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the fused path does not warn
+        fused = torch.func.jvp(fn, tuple(x), tuple(t))[1]
+        dual = dual_tangents(fn, x, t)
+        q_only = dual_tangents(fn, x, [t[0], None, None])  # absent tangents are zeros
+    q_only_exact = composite_tangents(fn, (q, k, v), [tangents[0], torch.zeros_like(k), torch.zeros_like(v)])
+    for got in (fused, dual):
+        for a, b in zip(got, exact):
+            assert a.dtype == dtype
+            torch.testing.assert_close(a, b.to(dtype), rtol=tol, atol=tol)
+    for a, b in zip(q_only, q_only_exact):
+        torch.testing.assert_close(a, b.to(dtype), rtol=tol, atol=tol)
+
+
+def test_forward_mode_runs_the_fused_kernel_only_where_tangents_need_no_derivatives():
+    q, k, v = (t.detach() for t in inputs(1, 2, 2, 6, 6, 8, seed=19))
+    g = torch.Generator().manual_seed(20)
+    tangents = tuple(torch.randn(t.shape, generator=g, dtype=f64) for t in (q, k, v))
+    fn = lambda q, k, v: ggt.attention(q, k, v, is_causal=True)  # noqa: E731
+
+    def gg_allocations(run):  # the fused kernel takes its O and L scratch from gg's CPU allocator
+        before = _C._cpu_memory_stats()[2]
+        run()
+        return _C._cpu_memory_stats()[2] - before
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert gg_allocations(lambda: torch.func.jvp(fn, (q, k, v), tangents)) == 2
+        assert gg_allocations(lambda: dual_tangents(fn, (q, k, v), tangents)) == 2
+    with pytest.warns(UserWarning, match="forward-mode derivatives"):  # a tangent that requires grad
+        assert gg_allocations(lambda: dual_tangents(fn, (q, k, v), [tangents[0].requires_grad_(), None, None])) == 0
+    qr = q.clone().requires_grad_()
+    with pytest.warns(UserWarning, match="forward-mode derivatives"):  # the tangent's gradient is taken
+        (t,) = dual_tangents(fn, (qr, k, v), (tangents[0], None, None))
+        torch.autograd.grad(t.sum(), qr)
+    with pytest.warns(UserWarning, match="forward-mode derivatives"):  # batched tangents (vmap)
+        torch.func.jacfwd(lambda q: fn(q, k, v))(q)
+    with torch.no_grad(), warnings.catch_warnings():  # nothing records: the fused kernel again
+        warnings.simplefilter("error")
+        dual_tangents(fn, (qr, k, v), (tangents[0], None, None))
+
+
 def test_compile_fullgraph_forward_and_backward():
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
@@ -454,6 +539,9 @@ def test_bad_inputs_raise_with_gradgrads_message():
         ggt.attention(q.long(), k.long(), k.long(), enable_gqa=True)
     with raises(ValueError, "gradgrad.torch.attention", "Hq = 4", "Hkv = 2", "enable_gqa"):
         ggt.attention(q, k, k)
+    jvp_message = "gg::attention_forward_jvp_out: kt has shape \\[1, 4, 5, 32\\], expected \\[1, 2, 6, 32\\]"
+    with raises(ValueError, jvp_message):
+        _C.attention_forward_jvp(q, k, k, q, q, None, torch.empty_like(q), torch.empty(1, 4, 5, dtype=f64))
     with raises(ValueError, "gg::attention_backward_out: dO has shape \\[1, 4, 6, 32\\], expected \\[1, 4, 5, 32\\]"):
         O, L = torch.ops.gradgrad.attention_forward(q, k, k, None, False, None, None)
         torch.ops.gradgrad.attention_backward(q, k, k, O, L, torch.randn(1, 4, 6, 32, dtype=f64), None, None,
