@@ -30,11 +30,22 @@ import torch
 import torch.autograd.forward_ad as _fwad
 import torch.nn.functional as F
 from torch import Tensor
-from torch._C import _functorch as _ft
-from torch._functorch.pyfunctorch import temporarily_clear_interpreter_stack as _temporarily_clear_interpreter_stack
 from torch.utils.dlpack import to_dlpack as _to_dlpack
 
 from . import _C
+
+# functorch's level API, private: where a torch lacks it, torch.func.jvp takes the composite path.
+try:
+    from torch._C import _functorch as _ft
+    from torch._functorch.pyfunctorch import temporarily_clear_interpreter_stack as _temporarily_clear_interpreter_stack
+
+    _FUNCTORCH_LEVELS = all(
+        hasattr(_ft, name)
+        for name in ("peek_interpreter_stack", "TransformType", "_unwrap_for_grad", "_wrap_for_grad",
+                     "is_functorch_wrapped_tensor")
+    )
+except ImportError:
+    _FUNCTORCH_LEVELS = False
 
 __all__ = ["attention", "scaled_dot_product_attention", "patch_sdpa"]
 
@@ -327,6 +338,8 @@ def _fused_jvp_inputs(tensors):
         return None
     level = None
     if torch._C._are_functorch_transforms_active():
+        if not _FUNCTORCH_LEVELS:
+            return None
         top = _ft.peek_interpreter_stack()
         if top is None or top.key() != _ft.TransformType.Jvp:
             return None
@@ -335,7 +348,9 @@ def _fused_jvp_inputs(tensors):
     record = torch.is_grad_enabled()
     for t in tensors:
         if t is not None and (
-            type(t) not in _PLAIN or _ft.is_functorch_wrapped_tensor(t) or (record and t.requires_grad)
+            type(t) not in _PLAIN
+            or (_FUNCTORCH_LEVELS and _ft.is_functorch_wrapped_tensor(t))
+            or (record and t.requires_grad)
         ):
             return None
     return tensors, level
