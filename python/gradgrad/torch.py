@@ -37,6 +37,7 @@ from . import _C
 # functorch's level API, private: where a torch lacks it, torch.func.jvp takes the composite path.
 try:
     from torch._C import _functorch as _ft
+    from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters as _functorch_interpreters
     from torch._functorch.pyfunctorch import temporarily_clear_interpreter_stack as _temporarily_clear_interpreter_stack
 
     _FUNCTORCH_LEVELS = all(
@@ -461,14 +462,28 @@ def _any_requires_grad(args, n):
     return False
 
 
+def _nested_forward_mode() -> bool:
+    """Whether two torch.func forward-mode levels are open at once (jvp in jvp, jacfwd of jacfwd).
+    PyTorch gives the results of a custom Function's jvp rule no tangent at the outer level, so
+    that second-order tangents through it come out zero; attention then runs as the composite
+    (torch ops)."""
+    if not torch._C._are_functorch_transforms_active() or not _FUNCTORCH_LEVELS:
+        return False
+    return sum(i.key() == _ft.TransformType.Jvp for i in _functorch_interpreters()) >= 2
+
+
 def _call(forms, *args):
-    """Runs a level. Where _direct allows it and no torch.func transform is active: the kernels
+    """Runs a level. Under two forward-mode levels the forward is the composite
+    (_nested_forward_mode). Where _direct allows it and no torch.func transform is active: the kernels
     alone when the call records nothing (grad mode off, or no input that requires grad, and no
     forward_ad dual level), else the eager form. Under torch.compile the traced form (no jvp rule,
     which Dynamo cannot trace); the torch.func form otherwise."""
     run, eager, func, traced, tensors = forms
     if torch.compiler.is_compiling():
         return traced.apply(*args)
+    if forms is _FORWARD and _nested_forward_mode():
+        _warn_forward_mode()
+        return _composite(*args)
     if _direct(args[0]) and not torch._C._are_functorch_transforms_active():
         if _fwad._current_level >= 0 or (torch.is_grad_enabled() and _any_requires_grad(args, tensors)):
             return eager(*args)

@@ -249,6 +249,26 @@ def test_hessian_and_gradcheck_with_forward_ad():
     assert torch.autograd.gradcheck(lambda *x: ggt.attention(*x, is_causal=True), x, check_forward_ad=True)
 
 
+@pytest.mark.filterwarnings("ignore:gradgrad.torch")
+def test_forward_over_forward_matches_math_sdpa():
+    # two forward-mode levels at once: the forward runs as the composite (a custom Function's jvp
+    # rule gets no outer tangent in PyTorch, which would make these second-order tangents zero)
+    q, k, v = (t.detach() for t in inputs(1, 4, 2, 5, 7, 8, seed=17))
+    g = torch.Generator().manual_seed(18)
+    t1, t2 = (torch.randn(q.shape, generator=g, dtype=f64) for _ in range(2))
+    ours = lambda q: ggt.attention(q, k, v, is_causal=True, window=(3, None), enable_gqa=True)  # noqa: E731
+    ref = lambda q: reference(q, k, v, True, (3, None))  # noqa: E731
+
+    def second(fn):
+        return torch.func.jvp(lambda q: torch.func.jvp(fn, (q,), (t1,))[1], (q,), (t2,))[1]
+
+    expected = second(ref)
+    assert expected.abs().max() > 1e-3
+    torch.testing.assert_close(second(ours), expected, rtol=1e-12, atol=1e-12)
+    small = lambda fn: torch.func.jacfwd(torch.func.jacfwd(lambda q: fn(q).sin().sum()))(q)  # noqa: E731
+    torch.testing.assert_close(small(ours), small(ref), rtol=1e-10, atol=1e-12)
+
+
 # (causal, window, (B, Hq, Hkv, Nq, Nk, d), scale) for the forward's fused JVP: the forward-mode
 # cases above, a grouped case with Nq > Nk whose first rows see no key and a given scale, and sizes
 # past one tile of the CPU kernel.
