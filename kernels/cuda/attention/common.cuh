@@ -866,6 +866,8 @@ struct Sm80KeyBlock {
 // warp sees it; a stage is refilled only after every warp has left body.
 template <typename Load, typename Body>
 __device__ __forceinline__ void sm80_pipeline(int begin, int end, Load&& load, Body&& body) {
+  static_assert(Sm80Traits<32>::kStages == 2 && Sm80Traits<64>::kStages == 2 && Sm80Traits<128>::kStages == 2,
+                "the sm_80 kernels carve kStages stages of shared memory for these two buffers");
   if (begin < end) load(begin, 0);
   cp_async_commit();
   for (int t = begin; t < end; ++t) {

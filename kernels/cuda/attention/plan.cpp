@@ -28,7 +28,7 @@ double longest_key_unit_share(int64_t nq, int64_t nk, bool causal, int64_t windo
   const MaskBand mask{static_cast<int>(nq), static_cast<int>(nk), -1, causal ? 0 : static_cast<int>(window_right)};
   int64_t total = 0;
   int longest = 0;
-  for (int j0 = 0; j0 < mask.nk; j0 += 128) {
+  for (int j0 = 0; j0 < mask.nk; j0 += kKeyBlockRows) {
     const int nb = key_block_band(mask, j0, tile_rows).count;
     total += nb;
     longest = std::max(longest, nb);
@@ -38,7 +38,8 @@ double longest_key_unit_share(int64_t nq, int64_t nk, bool causal, int64_t windo
 
 int ordered_add_segments(int64_t nq, int64_t nk, int group, bool left_bounded, int sms) {
   if (left_bounded || nq < 1 || nk < 1 || group < 1 || sms < 1) return 1;
-  const int64_t steps = group * ((nq + 127) / 128), chain = std::min<int64_t>(sms, (nk + 127) / 128);
+  const int64_t blocks = kKeyBlockRows;
+  const int64_t steps = group * ((nq + blocks - 1) / blocks), chain = std::min<int64_t>(sms, (nk + blocks - 1) / blocks);
   int s = 1;
   while (s < 8 && 2 * s * steps <= chain && 2 * s * nq * group <= nk) s *= 2;
   return s;

@@ -10,6 +10,10 @@
 
 namespace gg::kernels::cuda {
 
+// Keys per block of the warp-specialised key sweeps (sweeps.cuh asserts that SweepSm90Traits::kBlock
+// agrees), the unit of the key bands and segment chains below.
+inline constexpr int kKeyBlockRows = 128;
+
 // The tail split (not causal): where the blocks of a warp-specialised kernel, one per SM, leave a
 // last wave that fills only part of the SMs, each unit of that wave is swept by several blocks
 // over parts of its other side's tiles (sweeps.cuh, TailSplitRun; the forward's merge
@@ -40,7 +44,7 @@ TailSplitPlan plan_tail_split(int64_t units, int tiles, bool causal, int sms, in
 // split_units = units: every unit is split.
 TailSplitPlan plan_group_split(int64_t units, int group, int sms, double longest_share = 0);
 
-// The band of the key block [j0, j0 + 128) under the mask m: the query tiles of tile_rows rows
+// The band of the key block [j0, j0 + kKeyBlockRows) under the mask m: the query tiles of tile_rows rows
 // [first, first + count) that see some key of the block. A block whose keys no query sees has a
 // band of one tile (count 1), where its first query would be. The same band as the key sweeps'
 // (sweeps.cuh, key_band_tiles, on the kernels' Params); longest_key_unit_share uses it.
@@ -48,12 +52,13 @@ struct KeyBlockBand {
   int first, count;
 };
 inline KeyBlockBand key_block_band(const MaskBand& m, int j0, int tile_rows) {
-  const int lo = m.query_lo(j0), hi = m.query_hi((j0 + 128 < m.nk ? j0 + 128 : m.nk) - 1);
+  const int end = j0 + kKeyBlockRows < m.nk ? j0 + kKeyBlockRows : m.nk;
+  const int lo = m.query_lo(j0), hi = m.query_hi(end - 1);
   const int first = lo / tile_rows;
   return {first, hi > lo ? (hi + tile_rows - 1) / tile_rows - first : 1};
 }
 
-// plan_group_split's longest_share for key sweeps (blocks of 128 keys over query tiles of
+// plan_group_split's longest_share for key sweeps (blocks of kKeyBlockRows keys over query tiles of
 // tile_rows rows) of bh_kv key/value heads under the mask (nq, nk, causal, window_left,
 // window_right; -1: unbounded), from the blocks' bands. 0 under a left bound: the units are then
 // alike but at the ends of the sequence, and a split would only change the count of waves (not
@@ -65,9 +70,9 @@ double longest_key_unit_share(int64_t nq, int64_t nk, bool causal, int64_t windo
 // general mask (d = 64, deterministic mode): key block b adds its parts into segment b mod S, an
 // f32 buffer and counters of its own, and the conversion sums the S buffers in a fixed order.
 // Without a left bound (left_bounded false) every key block's band ends at the last query tile,
-// so the blocks running at once, up to chain = min(sms, cdiv(nk, 128)) of a head, meet each tile
+// so the blocks running at once, up to chain = min(sms, cdiv(nk, kKeyBlockRows)) of a head, meet each tile
 // at the same step and take their turns there one after the other; a block with few steps
-// (steps = group * cdiv(nq, 128)) spends much of its time waiting in that chain, which S segments
+// (steps = group * cdiv(nq, kKeyBlockRows)) spends much of its time waiting in that chain, which S segments
 // make S times shorter. S is the largest power of two up to 8 with S * steps <= chain and
 // S * nq * group <= nk (the extra f32 buffers, per output, under twice the bytes of a bf16 K); 1
 // with a left bound (the bands slide: each block meets a tile a step after the one before it, and

@@ -32,6 +32,7 @@ namespace gg::kernels::cuda::attn {
 // Own rows per block of every warp-specialised sweep: two consumer warpgroups of 64 rows
 // (SweepSm90Traits).
 constexpr int kSweepBlock = SweepSm90Traits::kBlock;
+static_assert(kSweepBlock == kKeyBlockRows, "the launch plans (plan.h) count key blocks of the sweeps' height");
 
 // The optional tensors a sweep copies: V (query sweep: V tiles; key sweep: own V rows), Qt, Kt,
 // Vt, and the row scalars E and F (key sweep).
