@@ -30,7 +30,7 @@
 #include <type_traits>
 #include <vector>
 
-#include <Eigen/Core>
+#include "kernels/cpu/eigen.h"
 
 #include "../params.h"
 #include "vec_math.h"

@@ -1,5 +1,5 @@
 // Elementwise maps (Eigen arrays on contiguous data) and broadcasting binary ops / where.
-#include <Eigen/Core>
+#include "kernels/cpu/eigen.h"
 #include <cmath>
 #include <limits>
 #include <type_traits>

@@ -1,6 +1,6 @@
 // Batched matrix product through Eigen. Each operand is mapped in place as row-major (column
 // stride 1) or column-major (row stride 1), so transposed views need no copy.
-#include <Eigen/Core>
+#include "kernels/cpu/eigen.h"
 #include <cstring>
 
 #include "core/error.h"

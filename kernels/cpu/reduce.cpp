@@ -1,5 +1,5 @@
 // Row reductions and row softmax on contiguous (rows, cols) arrays, via Eigen.
-#include <Eigen/Core>
+#include "kernels/cpu/eigen.h"
 #include <algorithm>
 #include <cmath>
 #include <limits>

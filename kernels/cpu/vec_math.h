@@ -1,7 +1,7 @@
 // Vectorised math that keeps IEEE results at the edges of its domain, shared by the elementwise
 // kernels (elementwise.cpp) and the attention tiles (attention.h).
 #pragma once
-#include <Eigen/Core>
+#include "kernels/cpu/eigen.h"
 #include <cmath>
 #include <cstdint>
 #include <cstring>
