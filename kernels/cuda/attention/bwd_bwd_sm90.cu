@@ -35,6 +35,8 @@ struct Cotangents {
 // kernels are compiled once more with it (with_cotangents), so that their chains of products have
 // no branch between them (a branch ends a chain of wgmma instructions: ptxas then fences and
 // waits around each product).
+// (Their flags are read only by device code, so the host pass of nvcc finds them unreferenced.)
+#pragma nv_diag_suppress 177
 struct AllCotangents {
   static constexpr bool Qt = true, Kt = true, Vt = true, G = true, H = true;
   template <typename T>
@@ -46,6 +48,7 @@ struct AllCotangentsNoH {
   template <typename T>
   __host__ __device__ explicit AllCotangentsNoH(const Params<T>&) {}
 };
+#pragma nv_diag_default 177
 // f(AllCotangents{p}) when all three cotangents are present, else f(Cotangents{p}).
 template <typename T, typename F>
 __device__ __forceinline__ void with_cotangents(const Params<T>& p, F&& f) {
