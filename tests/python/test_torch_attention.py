@@ -269,6 +269,45 @@ def test_forward_over_forward_matches_math_sdpa():
     torch.testing.assert_close(small(ours), small(ref), rtol=1e-10, atol=1e-12)
 
 
+def test_consistency_training_step_with_a_jvp_through_attention():
+    # An sCM-style step: the time derivative of the network, a JVP taken without gradients, forms
+    # a stop-gradient target; the loss is then back-propagated through a second forward. The JVP
+    # runs gradgrad's fused CPU kernel (no warning), both passes match PyTorch's math attention.
+    torch.manual_seed(21)
+    B, N, D, H = 2, 24, 32, 4
+    params = {name: (torch.randn(D, D, dtype=f64) / D**0.5).requires_grad_() for name in ("q", "k", "v", "o")}
+    x, dx = torch.randn(B, N, D, dtype=f64), torch.randn(B, N, D, dtype=f64)
+    t, dt = torch.tensor(0.3, dtype=f64), torch.tensor(1.0, dtype=f64)
+
+    def network(attend, w, x, t):
+        def heads(y):
+            return y.view(B, N, H, D // H).transpose(1, 2)
+
+        h = x * torch.cos(t) + torch.sin(t)
+        o = attend(heads(h @ w["q"]), heads(h @ w["k"]), heads(h @ w["v"]))
+        return o.transpose(1, 2).reshape(B, N, D) @ w["o"]
+
+    def step(attend):
+        for w in params.values():
+            w.grad = None
+        with torch.no_grad():
+            f = lambda x, t: network(attend, params, x, t)  # noqa: E731
+            value, tangent = torch.func.jvp(f, (x, t), (dx, dt))
+        target = value - 0.1 * tangent
+        loss = (network(attend, params, x, t) - target).square().mean() + tangent.square().mean()
+        loss.backward()
+        return tangent, [w.grad.clone() for w in params.values()]
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="gradgrad.torch")  # the fused kernel does not warn
+        ours = step(lambda q, k, v: ggt.attention(q, k, v, is_causal=True))
+    ref = step(lambda q, k, v: reference(q, k, v, causal=True))
+    assert ours[0].abs().max() > 1e-3
+    torch.testing.assert_close(ours[0], ref[0], rtol=1e-10, atol=1e-12)
+    for a, b in zip(ours[1], ref[1]):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
 # (causal, window, (B, Hq, Hkv, Nq, Nk, d), scale) for the forward's fused JVP: the forward-mode
 # cases above, a grouped case with Nq > Nk whose first rows see no key and a given scale, and sizes
 # past one tile of the CPU kernel.
