@@ -1,7 +1,7 @@
 // The attention tiles' exp (kernels/cpu attention_row_exp: detail::row_exp as the library is
 // built, exp_tile_ps for f32 on AVX-512, Eigen's packet exp otherwise) against std::exp in a
-// wider type: within 1 ulp (f32) or 2 ulp (f64) of the correctly rounded result over the whole
-// range, subnormal results included; exactly 0 for -inf and below the underflow, inf past the
+// wider type: within 1 ulp (exp_tile_ps) or 2 ulp (Eigen's f32 and f64, about 1.25 and 1.55 at
+// worst) of the correctly rounded result over the whole range, subnormal results included; exactly 0 for -inf and below the underflow, inf past the
 // overflow, NaN for NaN; and an entry's value independent of its column and of the row length
 // (the tails go through masked or padded packets).
 #include <gtest/gtest.h>
@@ -45,9 +45,10 @@ void check_range(T lo, T hi, T step, double max_ulps) {
   EXPECT_LE(worst, max_ulps) << "at x = " << worst_at << " (" << x.size() << " points in [" << lo << ", " << hi << "))";
 }
 
-TEST(AttentionRowExp, F32WithinOneUlp) {
-  check_range<float>(-110.0f, 90.0f, 0.00071f, 1.0);  // subnormal results from about -87.3
-  check_range<float>(-1.0f, 0.0f, 1.0f / 65536, 1.0);  // near 0, where attention's P lives
+TEST(AttentionRowExp, F32WithinItsBound) {
+  const double bound = kc::attention_exp_tile_ps() ? 1.0 : 2.0;
+  check_range<float>(-110.0f, 90.0f, 0.00071f, bound);  // subnormal results from about -87.3
+  check_range<float>(-1.0f, 0.0f, 1.0f / 65536, bound);  // near 0, where attention's P lives
 }
 
 TEST(AttentionRowExp, F64WithinTwoUlps) {

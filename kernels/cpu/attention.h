@@ -123,6 +123,9 @@ void attention_jvp(const AttentionShape& p,
 // the library's instruction set), for tests of its accuracy and edges.
 template <typename T>
 void attention_row_exp(T* x, int64_t n, T shift);
+// Whether the library was built with AVX-512, so that its f32 tiles exponentiate with
+// exp_tile_ps (vec_math.h) rather than Eigen's packet exp: the tests' error bound depends on it.
+bool attention_exp_tile_ps();
 
 // ---------------------------------------------------------------------------------------------
 // Internal: tile helpers shared by the attention .cpp files. Not part of the interface.

@@ -127,6 +127,14 @@ void attention_row_exp(T* x, int64_t n, T shift) {
 template void attention_row_exp<float>(float*, int64_t, float);
 template void attention_row_exp<double>(double*, int64_t, double);
 
+bool attention_exp_tile_ps() {
+#if defined(__AVX512F__)
+  return true;
+#else
+  return false;
+#endif
+}
+
 template void attention_fwd<float>(const AttentionShape&, const float*, const float*,
                                    const float*, float*, float*);
 template void attention_fwd<double>(const AttentionShape&, const double*, const double*,

@@ -97,7 +97,7 @@ struct ExpOp {
 // x is clamped to [-104, 89] first (exp(-104) and below round to 0, so -inf gives exactly 0;
 // exp(89) overflows, so +inf gives inf) with the operand order of vmaxps/vminps that returns a
 // NaN x unchanged, and NaN propagates. Within 1 ulp of the correctly rounded result everywhere
-// (tests/test_vec_math.cpp checks it against std::exp in double over the whole range).
+// (tests/test_vec_math.cpp checks it against std::exp in long double over the whole range).
 inline __m512 exp_tile_ps(__m512 x) {
   namespace ei = Eigen::internal;
   x = ei::pmax(x, ei::pset1<__m512>(-104.0f));  // vmaxps(-104, x): a NaN x comes back unchanged
