@@ -15,16 +15,6 @@ namespace {
 Values vals(const Tensor& t) { return contiguous(t).to_vector<double>(); }
 Tensor or_zeros(const Tensor& t, const Tensor& like) { return t.defined() ? t : zeros_like(like); }
 
-template <typename E, typename F>
-void expect_error(F&& call, const std::string& needle) {
-  try {
-    call();
-    ADD_FAILURE() << "no exception; wanted one containing: " << needle;
-  } catch (const E& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
-
 TensorList table_inputs(const OpCase& c) {
   const std::vector<Values> vs = op_inputs(c);
   TensorList xs;

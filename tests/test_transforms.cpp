@@ -43,16 +43,6 @@ Shape concat_shape(Shape a, const Shape& b) {
   return a;
 }
 
-template <typename E, typename F>
-void expect_error(F&& call, const std::string& needle) {
-  try {
-    call();
-    ADD_FAILURE() << "no exception; wanted one containing: " << needle;
-  } catch (const E& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
-
 // f(a, b) = Σ tanh((W a) ∘ b): smooth, with every mixed derivative nonzero. a (3), b (2).
 struct TwoTensors {
   Tensor W = from_vector({0.3, -0.7, 0.5, 1.1, 0.2, -0.4}, {2, 3}, DType::f64);

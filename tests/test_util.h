@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "gradgrad.h"
@@ -51,6 +52,17 @@ inline double rel_error(const Values& a, const Values& b, double floor = 1e-30) 
     den = std::max(den, std::abs(b[i]));
   }
   return num / den;
+}
+
+// call() throws an E whose message contains `needle`.
+template <typename E, typename F>
+void expect_error(F&& call, const std::string& needle) {
+  try {
+    call();
+    ADD_FAILURE() << "no exception; wanted one containing: " << needle;
+  } catch (const E& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
 }
 
 inline Tensor leaf(const Tensor& t) {
