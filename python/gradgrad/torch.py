@@ -328,8 +328,8 @@ def _fused_jvp_inputs(tensors):
     zero tangent), and the torch.func level to wrap its results at (None outside torch.func); None
     where the composite must run. Under torch.func.jvp the rule sees the tensors wrapped at the
     jvp's level, the innermost transform active: they are unwrapped from that level alone. The
-    kernel serves f32 or f64 CPU tensors that are then plain (of plain type, wrapped by no other
-    transform, whose rules must see the computation; no dispatch mode active) and tangents that
+    kernel serves f32 or f64 CPU tensors that are then plain (_direct: of plain type, wrapped by no
+    other transform, whose rules must see the computation; no dispatch mode active) and tangents that
     need no derivative of their own: grad mode off, or nothing requires grad. Its results are
     plain tensors, with no graph and no rule."""
     q = tensors[0]
@@ -348,11 +348,7 @@ def _fused_jvp_inputs(tensors):
         tensors = tuple(None if t is None else _ft._unwrap_for_grad(t, level) for t in tensors)
     record = torch.is_grad_enabled()
     for t in tensors:
-        if t is not None and (
-            type(t) not in _PLAIN
-            or (_FUNCTORCH_LEVELS and _ft.is_functorch_wrapped_tensor(t))
-            or (record and t.requires_grad)
-        ):
+        if t is not None and (not _direct(t) or (record and t.requires_grad)):
             return None
     return tensors, level
 
