@@ -3,7 +3,7 @@
 // wider type: within 1 ulp (exp_tile_ps) or 2 ulp (Eigen's f32 and f64, about 1.25 and 1.55 at
 // worst) of the correctly rounded result over the whole range, subnormal results included; exactly 0 for -inf and below the underflow, inf past the
 // overflow, NaN for NaN; and an entry's value independent of its column and of the row length
-// (the tails go through masked or padded packets).
+// (the tails go through padded packets).
 #include <gtest/gtest.h>
 
 #include <cmath>

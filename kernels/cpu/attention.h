@@ -394,37 +394,30 @@ inline void tile_atb_acc(int64_t mi, int64_t nj, int64_t d, const T* C, const T*
 
 // x_j = exp(x_j - shift) for j < n, vectorised: for f32 on AVX-512 exp_tile_ps (vec_math.h), else
 // ExpOp's packet exp (vec_math.h); both IEEE at the edges, so a masked -inf score gives exactly 0.
-// Every entry goes through the packet code (the tail through a masked or padded packet), so an
+// Every entry goes through the packet code (the tail through a padded packet), so an
 // entry's value depends neither on its column nor on the buffer's alignment (equivalent masks
 // give bitwise equal results).
 template <typename T>
 inline void row_exp(T* x, int64_t n, T shift) {
   namespace ei = Eigen::internal;
   using Packet = typename ei::packet_traits<T>::type;
-#if defined(__AVX512F__)
-  if constexpr (std::is_same_v<T, float>) {
-    const __m512 c = ei::pset1<__m512>(shift);
-    int64_t j = 0;
-    for (; j + 16 <= n; j += 16) ei::pstoreu(x + j, exp_tile_ps(ei::psub(ei::ploadu<__m512>(x + j), c)));
-    if (j < n) {
-      const __mmask16 tail = static_cast<__mmask16>((1u << (n - j)) - 1);
-      _mm512_mask_storeu_ps(x + j, tail, exp_tile_ps(ei::psub(_mm512_maskz_loadu_ps(tail, x + j), c)));
-    }
-    return;
-  }
-#endif
   if constexpr (!ei::packet_traits<T>::Vectorizable || !ei::packet_traits<T>::HasExp) {
     for (int64_t j = 0; j < n; ++j) x[j] = std::exp(x[j] - shift);
   } else {
     constexpr int64_t kLanes = ei::packet_traits<T>::size;
     const Packet c = ei::pset1<Packet>(shift);
+    auto exp_packet = [](const Packet& v) {
+#if defined(__AVX512F__)
+      if constexpr (std::is_same_v<T, float>) return exp_tile_ps(v);
+#endif
+      return ExpOp<T>().packetOp(v);
+    };
     int64_t j = 0;
-    const ExpOp<T> exp_op;
-    for (; j + kLanes <= n; j += kLanes) ei::pstoreu(x + j, exp_op.packetOp(ei::psub(ei::ploadu<Packet>(x + j), c)));
+    for (; j + kLanes <= n; j += kLanes) ei::pstoreu(x + j, exp_packet(ei::psub(ei::ploadu<Packet>(x + j), c)));
     if (j < n) {
       T tail[kLanes] = {};
       std::copy(x + j, x + n, tail);
-      ei::pstoreu(tail, exp_op.packetOp(ei::psub(ei::ploadu<Packet>(tail), c)));
+      ei::pstoreu(tail, exp_packet(ei::psub(ei::ploadu<Packet>(tail), c)));
       std::copy(tail, tail + (n - j), x + j);
     }
   }
