@@ -17,9 +17,11 @@
 #              memory; minutes at 1M                                   -> bench/results/long.jsonl
 #   ab         GG_AB_BASE=<another source tree>: builds that tree's bench_attention_gpu in its own
 #              build folder beside ours, runs old and new alternately (two alternations) at
-#              N = 4096, 8192, 16384 for d = 64 causal and not and d = 128 not causal, and prints
-#              the medians of fwd, fwd+bwd and chain with new/old ratios. GG_AB_REPS sets the
-#              repeats per measurement (default 10). Lines go to $OUT/ab.jsonl, not to bench/results.
+#              N = 4096, 16384, 65536 (GG_AB_N) for d = 64 and 128, causal and not, grouped heads
+#              (Hkv = 4 of Hq = 16) and a causal window of 4096 keys (GG_AB_CONFIGS: "d[:causal]
+#              [:hkvH][:wW]" items), and prints the medians of fwd, fwd+bwd and chain with new/old
+#              ratios. GG_AB_REPS sets the repeats per measurement (default 5). Lines go to
+#              $OUT/ab.jsonl, not to bench/results.
 #   options    bench_attention_gpu on grouped heads, windows and Nq != Nk, each beside its dense
 #              reference in the same run; B = 1, Hq = 16, bf16       -> bench/results/options.jsonl
 #              (a) "gqa": Hkv = 16, 4, 1 at N = 16K and 64K for d = 64 full and causal, d = 128 full
@@ -216,14 +218,23 @@ if [[ "$what" == *" ab "* ]]; then
   configure_and_build "$GG_AB_BASE" "$base_build" build-base bench_attention_gpu
   old="$base_build/bench/bench_attention_gpu"
   : >"$OUT/ab.jsonl"
+  ab_configs="${GG_AB_CONFIGS:-64 64:causal 128 128:causal 64:hkv4 64:causal:hkv4 128:causal:hkv4 64:causal:w4096}"
   for round in 1 2; do
-    for cfg in "64" "64 --causal" "128"; do
+    for cfg in $ab_configs; do
+      args=(--d "${cfg%%:*}")
+      for part in $(tr ':' ' ' <<<"${cfg#*:}"); do
+        case $part in
+          causal) args+=(--causal) ;;
+          hkv*) args+=(--hkv "${part#hkv}") ;;
+          w*) args+=(--window-left "${part#w}") ;;
+        esac
+      done
       for side in new old; do
         bin=$ours
         [ $side = old ] && bin=$old
-        # shellcheck disable=SC2086  # cfg is "d [--causal]"
-        "$bin" --n 4096,8192,16384 --d $cfg --heads 16 --batch 1 --dtype bf16 --reps "${GG_AB_REPS:-10}" \
-            2>>"$OUT/ab.err" | sed "s/^{/{\"side\":\"$side\",\"round\":$round,/" >>"$OUT/ab.jsonl"
+        "$bin" --n "${GG_AB_N:-4096,16384,65536}" "${args[@]}" --heads 16 --batch 1 --dtype bf16 \
+            --reps "${GG_AB_REPS:-5}" 2>>"$OUT/ab.err" |
+          sed "s/^{/{\"side\":\"$side\",\"round\":$round,/" >>"$OUT/ab.jsonl"
       done
     done
   done
@@ -235,20 +246,20 @@ for line in open(sys.argv[1]):
     r = json.loads(line)
     if "fwd_ms" not in r:
         continue
-    key = (r["d"], r["causal"], r["N"])
+    key = (r["d"], r["causal"], r["hkv"], r["window_left"] or 0, r["N"])
     for f in ("fwd_ms", "fwdbwd_ms", "chain_ms"):
         runs.setdefault((key, r["side"], f), []).append(r[f])
 keys = sorted({k for (k, _, _) in runs})
-print(f"{'d':>4} {'mask':>7} {'N':>6} | {'fwd old':>8} {'new':>8} | {'f+b old':>8} {'new':>8} | "
+print(f"{'d':>4} {'mask':>7} {'Hkv':>4} {'win':>5} {'N':>6} | {'fwd old':>8} {'new':>8} | {'f+b old':>8} {'new':>8} | "
       f"{'chain old':>9} {'new':>8} | {'fwd':>6} {'f+b':>6} {'chain':>6}")
 for k in keys:
     med = {(s, f): statistics.median(runs[(k, s, f)]) for s in ("old", "new") for f in ("fwd_ms", "fwdbwd_ms", "chain_ms")
            if (k, s, f) in runs}
     if len(med) < 6:
-        print(f"{k[0]:>4} {'causal' if k[1] else 'full':>7} {k[2]:>6} | missing lines (see ab.err)")
+        print(f"{k[0]:>4} {'causal' if k[1] else 'full':>7} {k[2]:>4} {k[3]:>5} {k[4]:>6} | missing lines (see ab.err)")
         continue
     r = {f: med[("new", f)] / med[("old", f)] for f in ("fwd_ms", "fwdbwd_ms", "chain_ms")}
-    print(f"{k[0]:>4} {'causal' if k[1] else 'full':>7} {k[2]:>6} | {med[('old', 'fwd_ms')]:8.3f} {med[('new', 'fwd_ms')]:8.3f} | "
+    print(f"{k[0]:>4} {'causal' if k[1] else 'full':>7} {k[2]:>4} {k[3]:>5} {k[4]:>6} | {med[('old', 'fwd_ms')]:8.3f} {med[('new', 'fwd_ms')]:8.3f} | "
           f"{med[('old', 'fwdbwd_ms')]:8.3f} {med[('new', 'fwdbwd_ms')]:8.3f} | {med[('old', 'chain_ms')]:9.3f} "
           f"{med[('new', 'chain_ms')]:8.3f} | {r['fwd_ms']:6.3f} {r['fwdbwd_ms']:6.3f} {r['chain_ms']:6.3f}")
 PY
