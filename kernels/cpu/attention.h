@@ -396,13 +396,16 @@ inline void tile_atb_acc(int64_t mi, int64_t nj, int64_t d, const T* C, const T*
 // ExpOp's packet exp (vec_math.h); both IEEE at the edges, so a masked -inf score gives exactly 0.
 // Every entry goes through the packet code (the tail through a padded packet), so an
 // entry's value depends neither on its column nor on the buffer's alignment (equivalent masks
-// give bitwise equal results).
+// give bitwise equal results). Returns the sum of the new x_j: the full packets added lane by
+// lane, the lanes added as a tree, then the tail's entries in column order (one order for each
+// n; a masked entry adds an exact 0). Callers that drop the sum pay nothing for it.
 template <typename T>
-inline void row_exp(T* x, int64_t n, T shift) {
+inline T row_exp_sum(T* x, int64_t n, T shift) {
   namespace ei = Eigen::internal;
   using Packet = typename ei::packet_traits<T>::type;
+  T sum = 0;
   if constexpr (!ei::packet_traits<T>::Vectorizable || !ei::packet_traits<T>::HasExp) {
-    for (int64_t j = 0; j < n; ++j) x[j] = std::exp(x[j] - shift);
+    for (int64_t j = 0; j < n; ++j) sum += (x[j] = std::exp(x[j] - shift));
   } else {
     constexpr int64_t kLanes = ei::packet_traits<T>::size;
     const Packet c = ei::pset1<Packet>(shift);
@@ -412,15 +415,29 @@ inline void row_exp(T* x, int64_t n, T shift) {
 #endif
       return ExpOp<T>().packetOp(v);
     };
+    Packet acc = ei::pset1<Packet>(T(0));
     int64_t j = 0;
-    for (; j + kLanes <= n; j += kLanes) ei::pstoreu(x + j, exp_packet(ei::psub(ei::ploadu<Packet>(x + j), c)));
+    for (; j + kLanes <= n; j += kLanes) {
+      const Packet e = exp_packet(ei::psub(ei::ploadu<Packet>(x + j), c));
+      ei::pstoreu(x + j, e);
+      acc = ei::padd(acc, e);
+    }
+    if (j > 0) sum = ei::predux(acc);
     if (j < n) {
       T tail[kLanes] = {};
       std::copy(x + j, x + n, tail);
       ei::pstoreu(tail, exp_packet(ei::psub(ei::ploadu<Packet>(tail), c)));
       std::copy(tail, tail + (n - j), x + j);
+      for (int64_t t = 0; t < n - j; ++t) sum += tail[t];
     }
   }
+  return sum;
+}
+
+// row_exp_sum without the sum.
+template <typename T>
+inline void row_exp(T* x, int64_t n, T shift) {
+  (void)row_exp_sum(x, n, shift);
 }
 
 // std::max(init, x_0, ..., x_{n-1}) as a left fold of std::max (a < b ? b : a), vectorised: a NaN

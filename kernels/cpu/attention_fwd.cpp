@@ -87,11 +87,12 @@ void attention_fwd(const AttentionShape& p, const T* Q, const T* K, const T* V, 
                 }
                 continue;
               }
+              const T row_sum = detail::row_exp_sum(Srow, nj, m_new);  // exp(-inf) = 0 for masked keys
+              if (m_new == m[i]) {  // the old state keeps its scale: alpha = exp(0) = 1
+                l[i] += row_sum;
+                continue;
+              }
               const T alpha = std::exp(m[i] - m_new);  // rescales the old state; 0 when m[i] = -inf
-              detail::row_exp(Srow, nj, m_new);  // exp(-inf) = 0 for masked keys
-              T row_sum = 0;
-              GG_OMP(simd reduction(+ : row_sum))
-              for (int64_t j = 0; j < nj; ++j) row_sum += Srow[j];
               l[i] = alpha * l[i] + row_sum;
               m[i] = m_new;
               T* acc_i = acc.data() + i * d;

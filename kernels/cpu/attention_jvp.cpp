@@ -127,19 +127,20 @@ void attention_jvp(const AttentionShape& p, const T* Q, const T* K, const T* V, 
                   Srow[j] = T(0);
                 }
               } else {
-                alpha = std::exp(m[i] - m_new);  // rescales the old state; 0 when m[i] = -inf
-                detail::row_exp(Srow, nj, m_new);  // exp(-inf) = 0 for masked keys
-                T row_sum = 0;
-                GG_OMP(simd reduction(+ : row_sum))
-                for (int64_t j = 0; j < nj; ++j) row_sum += Srow[j];
-                l[i] = alpha * l[i] + row_sum;
-                m[i] = m_new;
-                T* acc_i = acc.data() + i * d;
-                GG_OMP(simd)
-                for (int64_t k = 0; k < d; ++k) acc_i[k] *= alpha;
-                T* acc_t_i = acc_t.data() + i * d;
-                GG_OMP(simd)
-                for (int64_t k = 0; k < d; ++k) acc_t_i[k] *= alpha;
+                const T row_sum = detail::row_exp_sum(Srow, nj, m_new);  // exp(-inf) = 0 for masked keys
+                if (m_new == m[i]) {  // the old state keeps its scale: alpha = exp(0) = 1
+                  l[i] += row_sum;
+                } else {
+                  alpha = std::exp(m[i] - m_new);  // rescales the old state; 0 when m[i] = -inf
+                  l[i] = alpha * l[i] + row_sum;
+                  m[i] = m_new;
+                  T* acc_i = acc.data() + i * d;
+                  GG_OMP(simd)
+                  for (int64_t k = 0; k < d; ++k) acc_i[k] *= alpha;
+                  T* acc_t_i = acc_t.data() + i * d;
+                  GG_OMP(simd)
+                  for (int64_t k = 0; k < d; ++k) acc_t_i[k] *= alpha;
+                }
               }
               if (has_sd) {
                 T* Wrow = Sd.data() + i * kBlockN;
