@@ -195,7 +195,7 @@ __device__ __forceinline__ void pass2_rows(Sweep& sw, const Own& own, const Para
     sw.end_tile(qt);
   }
 
-  key_rows_out<kOpts>(p, split, head, jw, gK, gV, p.scale, lane);  // stored, or a piece's into the scratch
+  key_rows_out<kOpts>(p, split, p.gK, p.gV, head, jw, gK, gV, p.scale, lane);  // stored, or a piece's into the scratch
 }
 
 // Pass 2's kernel: at d = 64 the own rows of both consumers fit in registers beside the
@@ -252,7 +252,7 @@ void launch_bob_pass2_ws(const Params<T>& p, const SweepMaps& maps) {
   kernel<<<tail.split().blocks(), Cfg::kThreads, smem, cuda_stream()>>>(p, with_ping_pong(maps, false),
                                                                         tail.split());
   CUDA_CHECK_LAUNCH();
-  tail.finish(p, p.scale);
+  tail.finish(p, p.gK, p.gV, p.scale);
 }
 
 // ------------------------------------------------------------------------ sm_90a, fused BoB
@@ -396,7 +396,7 @@ __device__ __forceinline__ void bob_fused_rows(Sweep& sw, const Params<T>& p, in
     ordered_add_end(kOrdered, w);
   }
 
-  key_rows_out<kOpts>(p, split, head, jw, gK, gV, p.scale, lane);
+  key_rows_out<kOpts>(p, split, p.gK, p.gV, head, jw, gK, gV, p.scale, lane);
 }
 
 template <typename T, bool kOrdered, bool kOpts>  // kOrdered: deterministic (p.add_order set)
@@ -814,7 +814,7 @@ void launch_bob_sm90_fused(const Params<T>& p) {
   cfg.numAttrs = 1;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, q, maps, acc.as<float>(), tail.split()));
   CUDA_CHECK_LAUNCH();
-  tail.finish(p, p.scale);
+  tail.finish(p, p.gK, p.gV, p.scale);
   // per head: tiles of grad_Q, then tiles of grad_dO; one block per (head, output, tile)
   rows_from_acc_kernel<T, kBN, /*kOutputs=*/2><<<grid_x(2 * p.BH, tiles), 256, 0, cuda_stream()>>>(
       acc.as<float>(), p.gQ, p.gdO, p.N, p.scale, 1.f, segments, q.add_floats);

@@ -135,7 +135,7 @@ __device__ __forceinline__ void dkdv_rows(Sweep& sw, const Own& own, const Param
     sw.end_tile(qt);
   }
 
-  key_rows_out<kOpts>(p, split, head, jw, dK, dV, p.scale, lane);  // stored, or a piece's into the scratch
+  key_rows_out<kOpts>(p, split, p.dK, p.dV, head, jw, dK, dV, p.scale, lane);  // stored, or a piece's into the scratch
 }
 
 // dK, dV and the block's parts of dQ (dq: FusedDqPart) of the fused backward (d = 64): the keys
@@ -179,7 +179,7 @@ __device__ __forceinline__ void dkdv_rows_pipelined(Sweep& sw, const Own& own, c
       },
       [&](int qt) { dq.done(qt); }, late, fence_late);
 
-  key_rows_out<kOpts>(p, split, head, jw, dK, dV, p.scale, lane);  // stored, or a piece's into the scratch
+  key_rows_out<kOpts>(p, split, p.dK, p.dV, head, jw, dK, dV, p.scale, lane);  // stored, or a piece's into the scratch
 }
 
 // dQ (d = 128): the queries [i0, i0 + 64) of one consumer, the row loop pipelined. kOpts: the
@@ -450,7 +450,7 @@ void launch_bwd_sm90_fused(const Params<T>& p) {
   kernel<<<tail.split().blocks(), Cfg::kThreads, smem, cuda_stream()>>>(
       q, with_ping_pong(make_sweep_maps(p, 64, kBN, 0), Cfg::kPingPongFused), acc.as<float>(), tail.split());
   CUDA_CHECK_LAUNCH();
-  tail.finish(p, p.scale);
+  tail.finish(p, p.dK, p.dV, p.scale);
   rows_from_acc_kernel<T, 64, /*kOutputs=*/1>
       <<<grid_x(p.BH, tiles), 256, 0, cuda_stream()>>>(acc.as<float>(), p.dQ, nullptr, p.N, p.scale, 1.f, segments,
                                                         q.add_floats);
@@ -470,7 +470,7 @@ void launch_bwd_sm90_two_sweeps(const Params<T>& p) {
     kernel<<<tail.split().blocks(), Cfg::kThreads, smem, cuda_stream()>>>(
         p, with_ping_pong(maps, Cfg::kPingPongDkdv), tail.split());
     CUDA_CHECK_LAUNCH();
-    tail.finish(p, p.scale);
+    tail.finish(p, p.dK, p.dV, p.scale);
   }
   {
     constexpr size_t smem = DqSweep128<T>::kSmem;

@@ -863,15 +863,16 @@ __device__ __forceinline__ void put_key_rows(float* rows, const float (&acc)[kCo
   }
 }
 
-// A consumer's two key-row outputs (its warp's rows from jw): dK = alpha1·a and dV = b (the BoB's
-// grad_K and grad_V) stored, or, in a piece of a split unit (blocks from ts.whole on), a and b
-// unscaled into the unit's scratch rows (row jw % 128 of the unit: units start at multiples of 128
-// keys), added into its one slot or stored into the piece's own (ts.slots).
+// A consumer's two key-row outputs (its warp's rows from jw): out_a = alpha1·a and out_b = b (the
+// backward's dK and dV, the BoB's grad_K and grad_V; K-shaped) stored, or, in a piece of a split
+// unit (blocks from ts.whole on), a and b unscaled into the unit's scratch rows (row jw % 128 of
+// the unit: units start at multiples of 128 keys), added into its one slot or stored into the
+// piece's own (ts.slots), for TailSplitRun::finish to write out.
 // kN8: d / 8 (the accumulators' first extent, deduced). kOpts: a general mask's key count Nk.
 template <bool kOpts, typename T, int kN8>
-__device__ __forceinline__ void key_rows_out(const Params<T>& p, const TailSplit& ts, int64_t head, int jw,
-                                             const float (&a)[kN8][4], const float (&b)[kN8][4], float alpha1,
-                                             int lane) {
+__device__ __forceinline__ void key_rows_out(const Params<T>& p, const TailSplit& ts, T* out_a, T* out_b,
+                                             int64_t head, int jw, const float (&a)[kN8][4],
+                                             const float (&b)[kN8][4], float alpha1, int lane) {
   constexpr int kD = 8 * kN8;
   const int piece = static_cast<int>(blockIdx.x) - ts.whole;
   if (piece >= 0) {
@@ -893,8 +894,8 @@ __device__ __forceinline__ void key_rows_out(const Params<T>& p, const TailSplit
   }
   const float one[2] = {1.f, 1.f}, scale[2] = {alpha1, alpha1};
   const int nk = kOpts ? p.Nk : p.N;
-  store_acc<T, kD>(p.dK + (head + jw) * kD, kD, a, scale, jw, nk, lane);  // or the BoB's grad_K (one slot)
-  store_acc<T, kD>(p.dV + (head + jw) * kD, kD, b, one, jw, nk, lane);    // or grad_V
+  store_acc<T, kD>(out_a + (head + jw) * kD, kD, a, scale, jw, nk, lane);
+  store_acc<T, kD>(out_b + (head + jw) * kD, kD, b, one, jw, nk, lane);
 }
 
 // The split units' outputs from the scratch (the sum of their slots, in order k = 0, 1, ...):
@@ -994,11 +995,12 @@ class TailSplitRun {
     return TailSplitRun(plan_group_split(units, p.group, sms, share), ordered, d);
   }
   const TailSplit& split() const { return ts_; }
+  // The split units' out_a (scaled by scale1) and out_b from the scratch (key_rows_out).
   template <typename T>
-  void finish(const Params<T>& p, float scale1) const {
+  void finish(const Params<T>& p, T* out_a, T* out_b, float scale1) const {
     if (ts_.split_units == 0) return;
     auto kernel = d_ == 128 ? rows_from_scratch_kernel<T, 128> : rows_from_scratch_kernel<T, 64>;
-    kernel<<<kScratchBlocks * ts_.split_units, 256, 0, cuda_stream()>>>(ts_.scratch, p.dK, p.dV, p.Nk, ts_.whole,
+    kernel<<<kScratchBlocks * ts_.split_units, 256, 0, cuda_stream()>>>(ts_.scratch, out_a, out_b, p.Nk, ts_.whole,
                                                                          ts_.slots, scale1, p.opts && p.right() >= 0);
     CUDA_CHECK_LAUNCH();
   }
