@@ -105,12 +105,19 @@ Checked check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor
   return c;
 }
 
-Tensor contiguous_like(const char* op, const Tensor& t, const Tensor& like, const char* arg) {
-  detail::check_defined(op, t, arg);
+// The argument `arg` (t) shaped, typed and placed like `like`; an error names it.
+void check_like(const char* op, const Tensor& t, const Tensor& like, const char* arg) {
   GG_CHECK(t.shape() == like.shape(), ShapeError, "gg::", op, ": ", arg, " has shape ", shape_str(t.shape()),
            ", expected ", shape_str(like.shape()));
-  detail::check_same_dtype(op, like, t);
-  detail::check_same_device(op, like, t);
+  GG_CHECK(t.dtype() == like.dtype(), DTypeError, "gg::", op, ": ", arg, " has dtype ", dtype_name(t.dtype()),
+           ", expected ", dtype_name(like.dtype()));
+  GG_CHECK(t.device() == like.device(), DeviceError, "gg::", op, ": ", arg, " is on ", t.device().str(),
+           ", expected ", like.device().str());
+}
+
+Tensor contiguous_like(const char* op, const Tensor& t, const Tensor& like, const char* arg) {
+  detail::check_defined(op, t, arg);
+  check_like(op, t, like, arg);
   NoGradGuard ng;
   return contiguous(t);
 }
@@ -589,13 +596,7 @@ Checked check_jvp(const char* op, const Tensor& q, const Tensor& k, const Tensor
   Checked c = check_qkv(op, q, k, v, o);
   for (const auto& [t, like, name] : {std::tuple<const Tensor&, const Tensor&, const char*>{qt, q, "qt"},
                                       {kt, k, "kt"}, {vt, v, "vt"}}) {
-    if (!t.defined()) continue;  // a zero tangent
-    GG_CHECK(t.shape() == like.shape(), ShapeError, "gg::", op, ": ", name, " has shape ", shape_str(t.shape()),
-             ", expected ", shape_str(like.shape()));
-    GG_CHECK(t.dtype() == like.dtype(), DTypeError, "gg::", op, ": ", name, " has dtype ", dtype_name(t.dtype()),
-             ", expected ", dtype_name(like.dtype()));
-    GG_CHECK(t.device() == like.device(), DeviceError, "gg::", op, ": ", name, " is on ", t.device().str(),
-             ", expected ", like.device().str());
+    if (t.defined()) check_like(op, t, like, name);  // undefined: a zero tangent
   }
   return c;
 }

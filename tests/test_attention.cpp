@@ -688,6 +688,13 @@ TEST(Attention, OptionErrorsAreTyped) {
   expect_error_naming<ShapeError>(
       [&] { attention_backward_backward(q, k2, v2, f.O, f.L, q, Tensor(), q, Tensor()); },
       {"gg::attention_backward_backward", "kt", "[2, 6, 5, 4]", "[2, 2, 7, 4]"});
+  // ... and their dtype, naming the argument.
+  const Tensor dO32 = zeros(q.shape(), DType::f32), vt32 = zeros(v2.shape(), DType::f32);
+  expect_error_naming<DTypeError>([&] { attention_backward(q, k2, v2, f.O, f.L, dO32); },
+                                  {"gg::attention_backward: dO has dtype f32, expected f64"});
+  expect_error_naming<DTypeError>(
+      [&] { attention_backward_backward(q, k2, v2, f.O, f.L, q, Tensor(), Tensor(), vt32); },
+      {"gg::attention_backward_backward: vt has dtype f32, expected f64"});
 }
 
 // The write-into forms give the allocating forms' results bit for bit (one code path), write
