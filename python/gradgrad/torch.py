@@ -247,7 +247,7 @@ def _backward_setup(ctx, inputs, output):
     q, k, v, O, L, dO, dL, *options = inputs
     ctx.save_for_backward(q, k, v, O, L, dO, dL)
     if _forward_mode():
-        ctx.save_for_forward(q, k, v, L, dO, dL)
+        ctx.save_for_forward(q, k, v, O, L, dO, dL)
     ctx.options = options
 
 
@@ -278,8 +278,9 @@ def _bob_grad(ctx, cQ, cK, cV, cdO, cdL):
 
 # ----------------------------------------------------------------------------- forward mode
 #
-# The forward's tangents (O', L') come from gradgrad's fused CPU JVP kernel where it serves
-# (_fused_jvp_inputs). Elsewhere, and at the other levels, the tangent of a level is the JVP of
+# The forward's tangents (O', L') come from gradgrad's fused CPU JVP kernel, and the backward's
+# (forward over reverse) from the fused BoB and backward kernels (_run_backward_jvp), where they
+# serve (_fused_jvp_inputs). Elsewhere, and at the BoB level, the tangent of a level is the JVP of
 # that level written over the composite attention (exact, Nq x Nk scores, like the order-3
 # fallback), taken by two VJPs (_jvp): a jvp rule may run inside a torch.autograd.forward_ad dual
 # level, where PyTorch does not nest forward mode, so it uses reverse mode only. A level is a
@@ -323,17 +324,18 @@ def _or_zeros(t, like):
     return torch.zeros_like(like) if t is None else t
 
 
-def _fused_jvp_inputs(tensors):
-    """The tensors the fused kernel reads for q, k, v and their tangents (`tensors`, None for a
-    zero tangent), and the torch.func level to wrap its results at (None outside torch.func); None
-    where the composite must run. Under torch.func.jvp the rule sees the tensors wrapped at the
-    jvp's level, the innermost transform active: they are unwrapped from that level alone. The
-    kernel serves f32 or f64 CPU tensors that are then plain (_direct: of plain type, wrapped by no
-    other transform, whose rules must see the computation; no dispatch mode active) and tangents that
-    need no derivative of their own: grad mode off, or nothing requires grad. Its results are
-    plain tensors, with no graph and no rule."""
+def _fused_jvp_inputs(tensors, cuda=False):
+    """The tensors a fused kernel reads for a level's inputs and their tangents (`tensors`, q
+    first, None for a zero tangent), and the torch.func level to wrap its results at (None outside
+    torch.func); None where the composite must run. Under torch.func.jvp the rule sees the tensors
+    wrapped at the jvp's level, the innermost transform active: they are unwrapped from that level
+    alone. The kernels serve f32 or f64 CPU tensors (and, with `cuda`, CUDA tensors of the four
+    dtypes) that are then plain (_direct: of plain type, wrapped by no other transform, whose rules
+    must see the computation; no dispatch mode active) and tangents that need no derivative of
+    their own: grad mode off, or nothing requires grad. Their results are plain tensors, with no
+    graph and no rule."""
     q = tensors[0]
-    if q.device.type != "cpu" or q.dtype not in (torch.float32, torch.float64):
+    if not (q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64)) and not (cuda and q.is_cuda):
         return None
     if torch._C._len_torch_dispatch_stack() != 0:
         return None
@@ -380,9 +382,35 @@ def _forward_jvp(ctx, qd, kd, vd, *_):
     return Od, Ld.to(_lse_dtype(q.dtype))
 
 
+def _run_backward_jvp(q, k, v, O, L, dO, dL, qd, kd, vd, dOd, dLd, scale, causal, window_left, window_right):
+    """The backward's tangents (dQ', dK', dV') from the fused kernels. (dQ, dK, dV) is the gradient
+    of phi = <dO, O> + <dL, L> over q, k, v, so along (q', k', v') it moves by the Hessian of phi
+    times (q', k', v'), which (the Hessian being symmetric) is the BoB's (gQ, gK, gV) with q', k',
+    v' as its cotangents; along (dO', dL'), where phi is linear, by the backward of dO', dL'. A
+    tangent of None is zero and drops its kernel."""
+    options = (scale, causal, window_left, window_right)
+    out = None
+    if qd is not None or kd is not None or vd is not None:
+        out = _run_backward_backward(q, k, v, O, L, dO, dL, qd, kd, vd, *options)[:3]
+    if dOd is not None or dLd is not None:
+        lin = _run_backward(q, k, v, O, L, _or_zeros(dOd, dO), dLd, *options)
+        out = lin if out is None else tuple(a + b for a, b in zip(out, lin))
+    if out is None:
+        out = (torch.zeros_like(q), torch.zeros_like(k, dtype=q.dtype), torch.zeros_like(v, dtype=q.dtype))
+    return out
+
+
 def _backward_jvp(ctx, qd, kd, vd, Od, Ld, dOd, dLd, *_):
+    q, k, v, O, L, dO, dL = ctx.saved_tensors
+    fused = _fused_jvp_inputs((q, k, v, O, L, dO, dL, qd, kd, vd, dOd, dLd), cuda=True)
+    if fused is not None:
+        tensors, level = fused
+        if level is None:
+            return _run_backward_jvp(*tensors, *ctx.options)
+        with _temporarily_clear_interpreter_stack():  # plain outputs from torch.empty_like
+            out = _run_backward_jvp(*tensors, *ctx.options)
+        return tuple(_ft._wrap_for_grad(t, level) for t in out)
     _warn_forward_mode()
-    q, k, v, L, dO, dL = ctx.saved_tensors
     dL = _or_zeros(dL, L)
     primals = (q, k, v, dO, dL)
     tangents = tuple(_or_zeros(t, p) for t, p in zip((qd, kd, vd, dOd, dLd), primals))

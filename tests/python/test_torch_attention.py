@@ -392,6 +392,40 @@ def test_forward_mode_runs_the_fused_kernel_only_where_tangents_need_no_derivati
         dual_tangents(fn, (qr, k, v), (tangents[0], None, None))
 
 
+@pytest.mark.parametrize("name", list(FUSED_JVP_CASES))
+def test_forward_over_reverse_runs_the_fused_kernels(name, monkeypatch):
+    # A Hessian-vector product by forward over reverse: the backward level's tangent is the BoB of
+    # the tangents (plus the backward of the cotangents' tangents), so no level forms Nq x Nk
+    # (no composite warning) and the BoB kernel runs once; the same through dual tensors, where the
+    # forward's tangent (its inputs require grad) takes the composite
+    causal, window, (B, Hq, Hkv, Nq, Nk, d), scale = FUSED_JVP_CASES[name]
+    q, k, v = (t.detach() for t in inputs(B, Hq, Hkv, Nq, Nk, d, seed=21))
+    g = torch.Generator().manual_seed(22)
+    tangents = tuple(torch.randn(t.shape, generator=g, dtype=f64) for t in (q, k, v))
+    ours = lambda q, k, v: ggt.attention(  # noqa: E731
+        q, k, v, is_causal=causal, window=window, scale=scale, enable_gqa=Hq != Hkv)
+    loss = lambda fn: lambda q, k, v: fn(q, k, v).sin().sum()  # noqa: E731
+    grads = lambda fn: torch.func.grad(loss(fn), argnums=(0, 1, 2))  # noqa: E731
+    exact = torch.func.jvp(grads(lambda q, k, v: reference(q, k, v, causal, window, scale)), (q, k, v), tangents)[1]
+    bob_calls = []
+    run_bob = ggt._run_backward_backward
+    monkeypatch.setattr(ggt, "_run_backward_backward", lambda *a: bob_calls.append(1) or run_bob(*a))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="gradgrad.torch")
+        hvp = torch.func.jvp(grads(ours), (q, k, v), tangents)[1]
+    assert len(bob_calls) == 1
+    for a, b in zip(hvp, exact):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    bob_calls.clear()
+    with torch.autograd.forward_ad.dual_level(), pytest.warns(UserWarning, match="forward-mode derivatives"):
+        x = [torch.autograd.forward_ad.make_dual(p.clone().requires_grad_(), t) for p, t in zip((q, k, v), tangents)]
+        dual = torch.autograd.grad(loss(ours)(*x), x)
+        hvp = [torch.autograd.forward_ad.unpack_dual(t).tangent for t in dual]
+    assert len(bob_calls) == 1
+    for a, b in zip(hvp, exact):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
 def test_compile_fullgraph_forward_and_backward():
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
