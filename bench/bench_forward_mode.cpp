@@ -13,6 +13,12 @@
 // jvp and dvjp must agree, and so must jacfwd and jacrev (each line carries their relative
 // difference; the program exits 1 when one passes 1e-3 in f32 or 1e-10 in f64).
 //
+// hvp: H·v of the scalar f(q, k, v) = Σ sin(attention(q, k, v)) (B 1, H 1, d 64, the
+// --attention-n sizes; tangents on q, k and v), two ways, each timed with its peak memory:
+//   for      gg::func::hvp, forward over reverse: the gradient computed from inputs carrying the
+//            tangents (attention's forward tangent, then its backward's, which is the BoB)
+//   ror      reverse over reverse: g = grad(f) with create_graph, then grad(Σ⟨g, v⟩) (the BoB)
+//
 // jac: the whole Jacobian of f: Rⁿ → Rᵐ, f(z) = W2 tanh(W1 z + b1) with a hidden layer of 64, by
 // gg::func::jacfwd (n forward-mode passes, one per input) and gg::func::jacrev (one recorded
 // forward and m backward passes, one per output), for n and m in --sizes.
@@ -80,6 +86,17 @@ gg::Tensor jvp_by_double_vjp(const gg::func::ListFn& f, const gg::TensorList& xs
   gg::Tensor gv = gg::sum(g[0] * vs[0]);
   for (size_t i = 1; i < g.size(); ++i) gv = gv + gg::sum(g[i] * vs[i]);
   return gg::grad(gv, u);
+}
+
+// H·v of a scalar f by reverse over reverse: the gradient recorded, then the gradient of its
+// pairing with vs.
+gg::TensorList hvp_by_reverse(const gg::func::ListScalarFn& f, const gg::TensorList& xs, const gg::TensorList& vs) {
+  gg::TensorList leaves;
+  for (const gg::Tensor& x : xs) leaves.push_back(x.detach().requires_grad_());
+  const gg::TensorList g = gg::grad({f(leaves)}, leaves, {}, std::nullopt, /*create_graph=*/true);
+  gg::Tensor gv = gg::sum(g[0] * vs[0]);
+  for (size_t i = 1; i < g.size(); ++i) gv = gv + gg::sum(g[i] * vs[i]);
+  return gg::grad({gv}, leaves);
 }
 
 struct Config {
@@ -152,6 +169,27 @@ void run(const Config& c) {
       vs.push_back(gg::randn({1, 1, n, c.d}, dt));
     }
     bench_jvp(out, c, "\"fn\":\"attention\",\"N\":" + std::to_string(n) + ",\"d\":" + std::to_string(c.d), f, xs, vs);
+  }
+  for (int64_t n : c.attention_n) {  // H·v through fused attention, tangents on q, k and v
+    const gg::func::ListScalarFn f = [](const gg::TensorList& x) { return gg::sum(gg::sin(gg::attention(x[0], x[1], x[2]))); };
+    gg::TensorList xs, vs, by_for, by_ror;
+    for (int i = 0; i < 3; ++i) {
+      xs.push_back(gg::randn({1, 1, n, c.d}, dt));
+      vs.push_back(gg::randn({1, 1, n, c.d}, dt));
+    }
+    const Timing fwd = measure(c.repeats, [&] {
+      gg::NoGradGuard no_grad;
+      f(xs);
+    });
+    const Timing fr = measure(c.repeats, [&] { by_for = gg::func::hvp(f, xs, vs); });
+    const Timing rr = measure(c.repeats, [&] { by_ror = hvp_by_reverse(f, xs, vs); });
+    double diff = 0;
+    for (int i = 0; i < 3; ++i) diff = std::max(diff, rel_diff(by_for[i], by_ror[i]));
+    out.line("{\"bench\":\"hvp\",\"fn\":\"attention\",\"N\":" + std::to_string(n) + ",\"d\":" + std::to_string(c.d) +
+             ",\"dtype\":\"" + c.dtype + "\",\"fwd_ms\":" + num(fwd.ms) + ",\"for_ms\":" + num(fr.ms) +
+             ",\"ror_ms\":" + num(rr.ms) + ",\"for_peak_bytes\":" + std::to_string(fr.peak_bytes) +
+             ",\"ror_peak_bytes\":" + std::to_string(rr.peak_bytes) + ",\"rel_diff\":" + num(diff) +
+             ",\"repeats\":" + std::to_string(c.repeats) + "}");
   }
   for (int64_t n : c.sizes)  // the whole Jacobian of R^n -> R^m
     for (int64_t m : c.sizes) {

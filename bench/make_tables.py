@@ -774,6 +774,17 @@ def forward_mode_block(meta, rows):
                      f"{r['rel_diff']:.1e}"])
     lines += table(["f", "f ms", "jvp ms", "jvp / f", "double-VJP ms", "double-VJP / jvp", "jvp peak",
                     "double-VJP peak", "difference"], body, "lrrrrrrrr")
+    hvps = sorted((r for r in rows if r.get("bench") == "hvp"), key=lambda r: r["N"])
+    if hvps:
+        lines += ["", "H·v of f(q, k, v) = Σ sin(attention(q, k, v)) (B 1, H 1, tangents on q, k and v) by "
+                      "forward over reverse (`func::hvp`) and by reverse over reverse (the gradient recorded, "
+                      "then the gradient of its pairing with v), beside f alone (ms; peak tensor memory above "
+                      "the inputs; the last column is the relative difference of the two H·v):", ""]
+        lines += table(["N", "d", "f ms", "forward over reverse ms", "reverse over reverse ms",
+                        "forward / reverse", "forward peak", "reverse peak", "difference"],
+                       [[f"{r['N']:,}", str(r["d"]), ms(r["fwd_ms"]), ms(r["for_ms"]), ms(r["ror_ms"]),
+                         ratio(r["for_ms"], r["ror_ms"]), mem(r["for_peak_bytes"]), mem(r["ror_peak_bytes"]),
+                         f"{r['rel_diff']:.1e}"] for r in hvps], "rrrrrrrrr")
     jac = {(r["n"], r["m"]): r for r in rows if r.get("bench") == "jac"}
     if jac:
         ns, msz = sorted({n for n, _ in jac}), sorted({m for _, m in jac})

@@ -3,7 +3,8 @@
 # build, in build-bench-cpu/ as scripts/bench-cpu.sh does) and runs it once on GG_BENCH_THREADS
 # threads (default 2; on a shared machine 1 is steadier), the median of GG_BENCH_REPEATS runs
 # (default 7), f32: gg::func::jvp against the double-VJP JVP on an MLP of width 64, 256 and 1024
-# and on fused attention at N 256 and 1024, and jacfwd against jacrev for n, m in {4, 16, 64, 256}.
+# and on fused attention at N 256 and 1024, H·v through attention by forward over reverse against
+# reverse over reverse at the same N, and jacfwd against jacrev for n, m in {4, 16, 64, 256}.
 # Writes bench/results/forward_mode.jsonl (a meta line with the machine, date, commit and command,
 # then the program's lines) and regenerates docs/benchmarks.md (bench/make_tables.py); the table
 # is printed last.
