@@ -577,16 +577,14 @@ bool fused_jvp_kernel(const Tensor& q) {
   return q.device().is_cpu() && (q.dtype() == DType::f32 || q.dtype() == DType::f64);
 }
 
-// The kernel gives plain tensors with no rule of their own, so attention_forward_jvp runs it only
-// where the tangents need no derivatives: nothing would be recorded (grad mode off, or nothing
-// requires grad) and no input or tangent carries a tangent of an outer dual level. Elsewhere the
-// composite formula below.
+// attention_forward_jvp runs the kernel where the tangents need no tangents of their own: no input
+// or tangent carries a tangent of an outer dual level. Their gradients (reverse over forward) it
+// records itself (attention_forward_jvp). Elsewhere the composite formula below.
 bool fused_jvp_serves(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qt, const Tensor& kt,
                       const Tensor& vt) {
   if (!fused_jvp_kernel(q)) return false;
   for (const Tensor* t : {&q, &k, &v, &qt, &kt, &vt})
-    if (t->defined() && ((GradMode::is_enabled() && t->requires_grad()) || detail::has_visible_tangent(*t)))
-      return false;
+    if (t->defined() && detail::has_visible_tangent(*t)) return false;
   return true;
 }
 
@@ -602,13 +600,17 @@ Checked check_jvp(const char* op, const Tensor& q, const Tensor& k, const Tensor
 }
 
 // The fused kernel on checked inputs, writing Ȯ and L̇ to Ot and Lt (contiguous, q's shape and
-// (B, Hq, Nq), q's dtype); O and L are its scratch. An undefined tangent is zero (nullptr).
-void fused_jvp_into(const Checked& c, const Tensor& qt, const Tensor& kt, const Tensor& vt, void* Ot, void* Lt) {
+// (B, Hq, Nq), q's dtype); O and L, the forward's, are its scratch, handed out through keep_O and
+// keep_L where given. An undefined tangent is zero (nullptr).
+void fused_jvp_into(const Checked& c, const Tensor& qt, const Tensor& kt, const Tensor& vt, void* Ot, void* Lt,
+                    Tensor* keep_O = nullptr, Tensor* keep_L = nullptr) {
   NoGradGuard ng;
   auto dense = [](const Tensor& t) { return t.defined() ? contiguous(t) : Tensor(); };
   const Tensor qtc = dense(qt), ktc = dense(kt), vtc = dense(vt);
   const Tensor O = empty(c.q.shape(), c.q.dtype(), c.q.device());
   const Tensor L = empty({c.shape.B, c.shape.H, c.shape.N}, c.q.dtype(), c.q.device());
+  if (keep_O) *keep_O = O;
+  if (keep_L) *keep_L = L;
   auto a = args_for<kernels::AttentionJvpArgs>(c);
   a.Qt = data_or_null(qtc);
   a.Kt = data_or_null(ktc);
@@ -688,7 +690,28 @@ AttentionForward attention_forward_jvp(const Tensor& q, const Tensor& k, const T
   if (!fused_jvp_serves(q, k, v, qt, kt, vt)) return composite_jvp(op, c, q, k, v, qt, kt, vt, o);
   AttentionForward t{empty(q.shape(), q.dtype(), q.device()),
                      empty({c.shape.B, c.shape.H, c.shape.N}, q.dtype(), q.device())};
-  fused_jvp_into(c, qt, kt, vt, t.O.raw_data(), t.L.raw_data());
+  Tensor O, L;
+  fused_jvp_into(c, qt, kt, vt, t.O.raw_data(), t.L.raw_data(), &O, &L);
+  // Reverse mode through the tangents (reverse over forward), for cotangents c of (Ȯ, L̇):
+  // ⟨(Ȯ, L̇), c⟩ = ⟨(q̇, k̇, v̇), Jᵀc⟩ with Jᵀc the backward of c, so the tangents' gradients are that
+  // backward and the primals' are the BoB of c with the tangents as its cotangents; both fused,
+  // and differentiable again as those levels are.
+  record(
+      op, {q, k, v, qt, kt, vt}, {t.O, t.L}, {q, k, v, O, L, qt, kt, vt},
+      [o](const BackwardArgs& g) -> TensorList {
+        const TensorList& sv = g.saved;  // q, k, v, O, L, q̇, k̇, v̇; grads: c of Ȯ and L̇ (maybe undefined)
+        const Tensor cO = g.grads[0].defined() ? g.grads[0] : zeros_like(sv[3]);
+        TensorList out(6);
+        if (sv[5].defined() || sv[6].defined() || sv[7].defined()) {
+          const TensorList bob =
+              attention_backward_backward(sv[0], sv[1], sv[2], sv[3], sv[4], cO, sv[5], sv[6], sv[7], o, g.grads[1]);
+          for (size_t i = 0; i < 3; ++i) out[i] = bob[i];
+        }
+        const TensorList back = attention_backward(sv[0], sv[1], sv[2], sv[3], sv[4], cO, o, g.grads[1]);
+        for (size_t i = 0; i < 3; ++i) out[3 + i] = sv[5 + i].defined() ? back[i] : Tensor();  // a zero tangent: no edge
+        return out;
+      },
+      RecordOptions{/*materialize_grads=*/false});
   return t;
 }
 

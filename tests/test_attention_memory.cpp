@@ -123,6 +123,24 @@ TEST(AttentionMemory, ForwardModeIsLinearInN) {
   std::cout << "forward-mode peak bytes at N=4096, d=64 (f32): " << jvp << "\n";
 }
 
+// A Hessian-vector product through attention by forward over reverse (func::hvp: the inputs carry
+// the tangents and require grad): the forward's tangent runs the fused kernel with its reverse
+// rule recorded, the backward's tangent the fused BoB, so it too stays linear in N.
+TEST(AttentionMemory, HessianVectorProductIsLinearInN) {
+  const int64_t N = 4096, d = 64;
+  const Shape s = {1, 1, N, d};
+  const int64_t nd = N * d * 4, nn = N * N * 4;
+  manual_seed(5);
+  const TensorList xs = {randn(s), randn(s), randn(s)}, vs = {randn(s), randn(s), randn(s)};
+  const func::ListScalarFn f = [](const TensorList& x) { return sum(sin(attention(x[0], x[1], x[2]))); };
+  TensorList hv;
+  const int64_t peak = peak_bytes_of([&] { hv = func::hvp(f, xs, vs); });
+  ASSERT_EQ(hv.size(), 3u);
+  EXPECT_LE(peak, 40 * nd) << "forward over reverse";
+  EXPECT_LT(peak, nn / 2) << "forward over reverse must stay below one N×N matrix";
+  std::cout << "func::hvp peak bytes at N=4096, d=64 (f32): " << peak << "; one (N, d) tensor is " << nd << "\n";
+}
+
 TEST(AttentionMemory, CompositeNeedsNSquared) {
   const int64_t N = 4096, d = 64;
   const Shape s = {1, 1, N, d};
