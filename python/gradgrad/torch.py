@@ -230,7 +230,7 @@ def _forward_setup(ctx, inputs, output):
     q, k, v, *options = inputs
     ctx.save_for_backward(q, k, v, *output)
     if _forward_mode():
-        ctx.save_for_forward(q, k, v)
+        ctx.save_for_forward(q, k, v, *output)
     ctx.options = options
 
 
@@ -365,8 +365,44 @@ def _run_forward_jvp(q, k, v, qd, kd, vd, scale, causal, window_left, window_rig
     return Od, Ld
 
 
+class _FusedTangent(torch.autograd.Function):
+    """The forward's tangents (O', L') from the fused kernel, with a reverse rule: for cotangents c
+    of (O', L'), <(O', L'), c> = <(q', k', v'), J^T c> with J^T c the backward of c, so the
+    tangents' gradients are the backward of c and q, k, v's the BoB of c with the tangents as its
+    cotangents (both fused, and differentiable again as those levels are)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, O, L, qd, kd, vd, scale, causal, window_left, window_right):
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(q, k, v, O, L, qd, kd, vd)
+        ctx.options = (scale, causal, window_left, window_right)
+        return _run_forward_jvp(q, k, v, qd, kd, vd, scale, causal, window_left, window_right)
+
+    @staticmethod
+    def backward(ctx, cO, cL):
+        q, k, v, O, L, qd, kd, vd = ctx.saved_tensors
+        cO = _or_zeros(cO, O)
+        g = (None, None, None)
+        if qd is not None or kd is not None or vd is not None:
+            g = _call(_BACKWARD_BACKWARD, q, k, v, O, L, cO, cL, qd, kd, vd, *ctx.options)[:3]
+        gd = _call(_BACKWARD, q, k, v, O, L, cO, cL, *ctx.options)
+        gd = tuple(None if t is None else x for t, x in zip((qd, kd, vd), gd))
+        return (*g, None, None, *gd, None, None, None, None)
+
+
+def _fused_tangent_serves(tensors):
+    """Whether _FusedTangent may give the forward's tangents: eager CPU f32 or f64 tensors (plain,
+    no torch.func transform) whose tangents are recorded for reverse mode."""
+    q = tensors[0]
+    return (q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64)
+            and not torch._C._are_functorch_transforms_active()
+            and all(t is None or _direct(t) for t in tensors))
+
+
 def _forward_jvp(ctx, qd, kd, vd, *_):
-    q, k, v = ctx.saved_tensors
+    q, k, v, O, L = ctx.saved_tensors
+    if _fused_jvp_inputs((q, k, v, qd, kd, vd)) is None and _fused_tangent_serves((q, k, v, qd, kd, vd)):
+        return _FusedTangent.apply(q, k, v, O.detach(), L.detach(), qd, kd, vd, *ctx.options)
     fused = _fused_jvp_inputs((q, k, v, qd, kd, vd))
     if fused is not None:
         tensors, level = fused

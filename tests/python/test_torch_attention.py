@@ -332,11 +332,16 @@ def dual_tangents(fn, primals, tangents):
         return tuple(torch.autograd.forward_ad.unpack_dual(o).tangent for o in fn(*duals))
 
 
-def composite_tangents(fn, primals, tangents):
-    """The same with every tangent requiring grad, which keeps the rule on the composite formula."""
-    with pytest.warns(UserWarning, match="forward-mode derivatives of attention differentiate a composite"):
-        out = dual_tangents(fn, primals, [t.clone().requires_grad_() for t in tangents])
-    return tuple(o.detach() for o in out)
+def dual_level_outputs(fn, primals, tangents):
+    """The tangents of fn's outputs (a tuple) in a torch.autograd.forward_ad dual level."""
+    with torch.autograd.forward_ad.dual_level():
+        outs = fn(*(torch.autograd.forward_ad.make_dual(p, t) for p, t in zip(primals, tangents)))
+        return tuple(torch.autograd.forward_ad.unpack_dual(o).tangent for o in outs)
+
+
+def composite_tangents(options, primals, tangents):
+    """The tangents of (O, L) through the composite attention in torch ops (ggt._composite)."""
+    return torch.func.jvp(lambda *x: ggt._composite(*x, *options), tuple(primals), tuple(tangents))[1]
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -347,7 +352,7 @@ def test_forward_mode_fused_kernel_matches_the_composite(name, dtype):
     g = torch.Generator().manual_seed(18)
     tangents = tuple(torch.randn(t.shape, generator=g, dtype=f64) for t in (q, k, v))
     fn = forward_level(causal, window, scale)
-    exact = composite_tangents(fn, (q, k, v), tangents)  # f64
+    exact = composite_tangents((scale, causal, *window), (q, k, v), tangents)  # f64
     tol = 1e-12 if dtype == f64 else 1e-5  # f32: about 1e-6 seen against f64, as the composite's own
     x, t = [p.to(dtype) for p in (q, k, v)], [p.to(dtype) for p in tangents]
     with warnings.catch_warnings():
@@ -355,7 +360,8 @@ def test_forward_mode_fused_kernel_matches_the_composite(name, dtype):
         fused = torch.func.jvp(fn, tuple(x), tuple(t))[1]
         dual = dual_tangents(fn, x, t)
         q_only = dual_tangents(fn, x, [t[0], None, None])  # absent tangents are zeros
-    q_only_exact = composite_tangents(fn, (q, k, v), [tangents[0], torch.zeros_like(k), torch.zeros_like(v)])
+    q_only_exact = composite_tangents((scale, causal, *window), (q, k, v),
+                                      [tangents[0], torch.zeros_like(k), torch.zeros_like(v)])
     for got in (fused, dual):
         for a, b in zip(got, exact):
             assert a.dtype == dtype
@@ -364,7 +370,7 @@ def test_forward_mode_fused_kernel_matches_the_composite(name, dtype):
         torch.testing.assert_close(a, b.to(dtype), rtol=tol, atol=tol)
 
 
-def test_forward_mode_runs_the_fused_kernel_only_where_tangents_need_no_derivatives():
+def test_forward_mode_runs_the_fused_kernel_outside_batched_transforms():
     q, k, v = (t.detach() for t in inputs(1, 2, 2, 6, 6, 8, seed=19))
     g = torch.Generator().manual_seed(20)
     tangents = tuple(torch.randn(t.shape, generator=g, dtype=f64) for t in (q, k, v))
@@ -379,17 +385,41 @@ def test_forward_mode_runs_the_fused_kernel_only_where_tangents_need_no_derivati
         warnings.simplefilter("error")
         assert gg_allocations(lambda: torch.func.jvp(fn, (q, k, v), tangents)) == 2
         assert gg_allocations(lambda: dual_tangents(fn, (q, k, v), tangents)) == 2
-    with pytest.warns(UserWarning, match="forward-mode derivatives"):  # a tangent that requires grad
-        assert gg_allocations(lambda: dual_tangents(fn, (q, k, v), [tangents[0].requires_grad_(), None, None])) == 0
-    qr = q.clone().requires_grad_()
-    with pytest.warns(UserWarning, match="forward-mode derivatives"):  # the tangent's gradient is taken
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="gradgrad.torch")
+        # a tangent that requires grad, and a tangent differentiated in reverse mode: the fused
+        # kernel, its results recorded with their reverse rule (_FusedTangent)
+        assert gg_allocations(lambda: dual_tangents(fn, (q, k, v), [tangents[0].clone().requires_grad_(), None, None])) == 2
+        qr = q.clone().requires_grad_()
         (t,) = dual_tangents(fn, (qr, k, v), (tangents[0], None, None))
         torch.autograd.grad(t.sum(), qr)
     with pytest.warns(UserWarning, match="forward-mode derivatives"):  # batched tangents (vmap)
         torch.func.jacfwd(lambda q: fn(q, k, v))(q)
-    with torch.no_grad(), warnings.catch_warnings():  # nothing records: the fused kernel again
-        warnings.simplefilter("error")
-        dual_tangents(fn, (qr, k, v), (tangents[0], None, None))
+
+
+@pytest.mark.parametrize("name", list(FUSED_JVP_CASES))
+def test_reverse_over_forward_runs_the_fused_kernels(name):
+    # the gradient of <(O', L'), (w, wL)> over q, k, v and their tangents, through dual tensors
+    # (the fused tangent's reverse rule: the BoB and the backward), against the composite's
+    causal, window, (B, Hq, Hkv, Nq, Nk, d), scale = FUSED_JVP_CASES[name]
+    options = (scale, causal, *window)
+    q, k, v = (t.detach() for t in inputs(B, Hq, Hkv, Nq, Nk, d, seed=23))
+    g = torch.Generator().manual_seed(24)
+    tangents = tuple(torch.randn(t.shape, generator=g, dtype=f64) for t in (q, k, v))
+    w, wL = torch.randn(q.shape, generator=g, dtype=f64), torch.randn(q.shape[:-1], generator=g, dtype=f64)
+    x = [t.clone().requires_grad_() for t in (q, k, v, *tangents)]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="gradgrad.torch")
+        Od, Ld = dual_level_outputs(forward_level(causal, window, scale), x[:3], x[3:])
+        got = torch.autograd.grad((Od * w).sum() + (Ld * wL).sum(), x)
+
+    def pairing(q, k, v, qd, kd, vd):
+        Od, Ld = composite_tangents(options, (q, k, v), (qd, kd, vd))
+        return (Od * w).sum() + (Ld * wL).sum()
+
+    want = torch.func.grad(pairing, argnums=tuple(range(6)))(q, k, v, *tangents)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("name", list(FUSED_JVP_CASES))
@@ -397,7 +427,7 @@ def test_forward_over_reverse_runs_the_fused_kernels(name, monkeypatch):
     # A Hessian-vector product by forward over reverse: the backward level's tangent is the BoB of
     # the tangents (plus the backward of the cotangents' tangents), so no level forms Nq x Nk
     # (no composite warning) and the BoB kernel runs once; the same through dual tensors, where the
-    # forward's tangent (its inputs require grad) takes the composite
+    # forward's tangent is recorded with its reverse rule (_FusedTangent)
     causal, window, (B, Hq, Hkv, Nq, Nk, d), scale = FUSED_JVP_CASES[name]
     q, k, v = (t.detach() for t in inputs(B, Hq, Hkv, Nq, Nk, d, seed=21))
     g = torch.Generator().manual_seed(22)
@@ -417,7 +447,8 @@ def test_forward_over_reverse_runs_the_fused_kernels(name, monkeypatch):
     for a, b in zip(hvp, exact):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
     bob_calls.clear()
-    with torch.autograd.forward_ad.dual_level(), pytest.warns(UserWarning, match="forward-mode derivatives"):
+    with torch.autograd.forward_ad.dual_level(), warnings.catch_warnings():
+        warnings.filterwarnings("error", message="gradgrad.torch")
         x = [torch.autograd.forward_ad.make_dual(p.clone().requires_grad_(), t) for p, t in zip((q, k, v), tangents)]
         dual = torch.autograd.grad(loss(ours)(*x), x)
         hvp = [torch.autograd.forward_ad.unpack_dual(t).tangent for t in dual]
