@@ -636,6 +636,41 @@ def test_cuda_chain_within_twice_the_math_backends_error(name, dtype):
         assert ours_err <= 2 * theirs_err + 1e-12, f"{what}: {ours_err:.3g} against the math backend's {theirs_err:.3g}"
 
 
+def forward_over_reverse_errors(device, dtype, monkeypatch):
+    """Each H·v of a scalar of attention by forward over reverse (jvp of grad), ours and the math
+    backend's in `dtype`, as relative errors against the math backend's in f64, and the number of
+    BoB kernel calls ours made (the backward level's tangent)."""
+    B, Hq, Hkv, Nq, Nk, d, causal, window = CASES["gqa_causal"]
+    q, k, v = (t.detach().to(device) for t in inputs(B, Hq, Hkv, 16 * Nq, 16 * Nk, d, seed=25))
+    g = torch.Generator().manual_seed(26)
+    tangents = [torch.randn(t.shape, generator=g, dtype=f64).to(device) for t in (q, k, v)]
+
+    def hvp(fn, ty):
+        grads = torch.func.grad(lambda q, k, v: fn(q, k, v).float().sin().sum(), argnums=(0, 1, 2))
+        return torch.func.jvp(grads, tuple(t.to(ty) for t in (q, k, v)), tuple(t.to(ty) for t in tangents))[1]
+
+    bob_calls = []
+    run_bob = ggt._run_backward_backward
+    monkeypatch.setattr(ggt, "_run_backward_backward", lambda *a: bob_calls.append(1) or run_bob(*a))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # on CUDA the forward's tangent is the composite
+        ours = hvp(lambda *x: ggt.attention(*x, is_causal=causal, window=window, enable_gqa=True), dtype)
+    theirs = hvp(lambda *x: reference(*x, causal=causal, window=window), dtype)
+    exact = hvp(lambda *x: reference(*x, causal=causal, window=window), f64)
+    return [(relative_error(a, x), relative_error(b, x)) for a, b, x in zip(ours, theirs, exact)], len(bob_calls)
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and _C.cuda_available()), reason="needs CUDA in torch and gradgrad")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_forward_over_reverse_runs_the_fused_bob(dtype, monkeypatch):
+    """On CUDA the backward level's tangent runs the fused BoB once, and each H·v's error is at
+    most twice the math backend's in the same dtype (plus a floor at f64's rounding)."""
+    errors, bob_calls = forward_over_reverse_errors("cuda", dtype, monkeypatch)
+    assert bob_calls == 1
+    for what, (ours_err, theirs_err) in zip("qkv", errors):
+        assert ours_err <= 2 * theirs_err + 1e-12, f"H·v for {what}: {ours_err:.3g} against {theirs_err:.3g}"
+
+
 # ----------------------------------------------------------------------------- bad inputs
 
 
