@@ -401,9 +401,9 @@ def _fused_tangent_serves(tensors):
 
 def _forward_jvp(ctx, qd, kd, vd, *_):
     q, k, v, O, L = ctx.saved_tensors
-    if _fused_jvp_inputs((q, k, v, qd, kd, vd)) is None and _fused_tangent_serves((q, k, v, qd, kd, vd)):
-        return _FusedTangent.apply(q, k, v, O.detach(), L.detach(), qd, kd, vd, *ctx.options)
     fused = _fused_jvp_inputs((q, k, v, qd, kd, vd))
+    if fused is None and _fused_tangent_serves((q, k, v, qd, kd, vd)):
+        return _FusedTangent.apply(q, k, v, O.detach(), L.detach(), qd, kd, vd, *ctx.options)
     if fused is not None:
         tensors, level = fused
         if level is None:
