@@ -700,13 +700,12 @@ AttentionForward attention_forward_jvp(const Tensor& q, const Tensor& k, const T
       op, {q, k, v, qt, kt, vt}, {t.O, t.L}, {q, k, v, O, L, qt, kt, vt},
       [o](const BackwardArgs& g) -> TensorList {
         const TensorList& sv = g.saved;  // q, k, v, O, L, q̇, k̇, v̇; grads: c of Ȯ and L̇ (maybe undefined)
-        const Tensor cO = g.grads[0].defined() ? g.grads[0] : zeros_like(sv[3]);
         TensorList out(6);
-        if (sv[5].defined() || sv[6].defined() || sv[7].defined()) {
-          const TensorList bob =
-              attention_backward_backward(sv[0], sv[1], sv[2], sv[3], sv[4], cO, sv[5], sv[6], sv[7], o, g.grads[1]);
-          for (size_t i = 0; i < 3; ++i) out[i] = bob[i];
-        }
+        if (!sv[5].defined() && !sv[6].defined() && !sv[7].defined()) return out;  // zero tangents: (Ȯ, L̇) = 0
+        const Tensor cO = g.grads[0].defined() ? g.grads[0] : zeros_like(sv[3]);
+        const TensorList bob =
+            attention_backward_backward(sv[0], sv[1], sv[2], sv[3], sv[4], cO, sv[5], sv[6], sv[7], o, g.grads[1]);
+        for (size_t i = 0; i < 3; ++i) out[i] = bob[i];
         const TensorList back = attention_backward(sv[0], sv[1], sv[2], sv[3], sv[4], cO, o, g.grads[1]);
         for (size_t i = 0; i < 3; ++i) out[3 + i] = sv[5 + i].defined() ? back[i] : Tensor();  // a zero tangent: no edge
         return out;
