@@ -324,6 +324,22 @@ def _or_zeros(t, like):
     return torch.zeros_like(like) if t is None else t
 
 
+def _fused_jvp_kernel(q):
+    """Whether the fused JVP kernel takes q's device and dtype: f32 or f64 on the CPU."""
+    return q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64)
+
+
+def _run_fused(fused, run, options):
+    """run(*tensors, *options) on what _fused_jvp_inputs gave (`fused`), its results wrapped at
+    the torch.func level it named (none: returned as they are)."""
+    tensors, level = fused
+    if level is None:
+        return run(*tensors, *options)
+    with _temporarily_clear_interpreter_stack():  # plain outputs from torch.empty_like
+        out = run(*tensors, *options)
+    return tuple(_ft._wrap_for_grad(t, level) for t in out)
+
+
 def _fused_jvp_inputs(tensors, cuda=False):
     """The tensors a fused kernel reads for a level's inputs and their tangents (`tensors`, q
     first, None for a zero tangent), and the torch.func level to wrap its results at (None outside
@@ -335,7 +351,7 @@ def _fused_jvp_inputs(tensors, cuda=False):
     their own: grad mode off, or nothing requires grad. Their results are plain tensors, with no
     graph and no rule."""
     q = tensors[0]
-    if not (q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64)) and not (cuda and q.is_cuda):
+    if not _fused_jvp_kernel(q) and not (cuda and q.is_cuda):
         return None
     if torch._C._len_torch_dispatch_stack() != 0:
         return None
@@ -381,10 +397,10 @@ class _FusedTangent(torch.autograd.Function):
     @staticmethod
     def backward(ctx, cO, cL):
         q, k, v, O, L, qd, kd, vd = ctx.saved_tensors
+        if qd is None and kd is None and vd is None:  # zero tangents: (O', L') = 0
+            return (None,) * 12
         cO = _or_zeros(cO, O)
-        g = (None, None, None)
-        if qd is not None or kd is not None or vd is not None:
-            g = _call(_BACKWARD_BACKWARD, q, k, v, O, L, cO, cL, qd, kd, vd, *ctx.options)[:3]
+        g = _call(_BACKWARD_BACKWARD, q, k, v, O, L, cO, cL, qd, kd, vd, *ctx.options)[:3]
         gd = _call(_BACKWARD, q, k, v, O, L, cO, cL, *ctx.options)
         gd = tuple(None if t is None else x for t, x in zip((qd, kd, vd), gd))
         return (*g, None, None, *gd, None, None, None, None)
@@ -393,9 +409,7 @@ class _FusedTangent(torch.autograd.Function):
 def _fused_tangent_serves(tensors):
     """Whether _FusedTangent may give the forward's tangents: eager CPU f32 or f64 tensors (plain,
     no torch.func transform) whose tangents are recorded for reverse mode."""
-    q = tensors[0]
-    return (q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64)
-            and not torch._C._are_functorch_transforms_active()
+    return (_fused_jvp_kernel(tensors[0]) and not torch._C._are_functorch_transforms_active()
             and all(t is None or _direct(t) for t in tensors))
 
 
@@ -405,12 +419,7 @@ def _forward_jvp(ctx, qd, kd, vd, *_):
     if fused is None and _fused_tangent_serves((q, k, v, qd, kd, vd)):
         return _FusedTangent.apply(q, k, v, O.detach(), L.detach(), qd, kd, vd, *ctx.options)
     if fused is not None:
-        tensors, level = fused
-        if level is None:
-            return _run_forward_jvp(*tensors, *ctx.options)
-        with _temporarily_clear_interpreter_stack():  # plain outputs from torch.empty_like
-            Od, Ld = _run_forward_jvp(*tensors, *ctx.options)
-        return _ft._wrap_for_grad(Od, level), _ft._wrap_for_grad(Ld, level)
+        return _run_fused(fused, _run_forward_jvp, ctx.options)
     _warn_forward_mode()
     primals = (q, k, v)
     tangents = tuple(_or_zeros(t, p) for t, p in zip((qd, kd, vd), primals))
@@ -440,12 +449,7 @@ def _backward_jvp(ctx, qd, kd, vd, Od, Ld, dOd, dLd, *_):
     q, k, v, O, L, dO, dL = ctx.saved_tensors
     fused = _fused_jvp_inputs((q, k, v, O, L, dO, dL, qd, kd, vd, dOd, dLd), cuda=True)
     if fused is not None:
-        tensors, level = fused
-        if level is None:
-            return _run_backward_jvp(*tensors, *ctx.options)
-        with _temporarily_clear_interpreter_stack():  # plain outputs from torch.empty_like
-            out = _run_backward_jvp(*tensors, *ctx.options)
-        return tuple(_ft._wrap_for_grad(t, level) for t in out)
+        return _run_fused(fused, _run_backward_jvp, ctx.options)
     _warn_forward_mode()
     dL = _or_zeros(dL, L)
     primals = (q, k, v, dO, dL)
